@@ -1,0 +1,39 @@
+"""Typed errors: every failure the tool reports maps to one of these and to an exit code."""
+
+from __future__ import annotations
+
+
+class KimiOracleError(Exception):
+    """Base class of every error kimi-oracle raises on purpose."""
+
+    exit_code = 2
+
+
+class ConfigError(KimiOracleError, ValueError):
+    """A preprocessing configuration is missing a key or holds a bad value."""
+
+    def __init__(self, key: str, reason: str):
+        self.key = key
+        self.reason = reason
+        super().__init__(f"config key {key!r}: {reason}")
+
+
+class InputError(KimiOracleError, ValueError):
+    """An input image is unusable: corrupt, truncated, empty, too large, or of a bad type."""
+
+    def __init__(self, reason: str, *, source: str | None = None):
+        self.source = source
+        self.reason = reason
+        super().__init__(f"{source}: {reason}" if source else reason)
+
+
+class PlanError(InputError):
+    """The checkpoint's geometry rejects this size (its side assert fails)."""
+
+
+class BackendError(KimiOracleError, RuntimeError):
+    """No usable compute backend (CUDA or the Triton interpreter), or an unverified library."""
+
+
+class CandidateError(KimiOracleError):
+    """A candidate spec cannot be loaded, or the candidate returned something unusable."""
