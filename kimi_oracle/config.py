@@ -15,6 +15,7 @@ PATTERNS = ("white", "black", "gray", "chessboard")
 FILL_STAGES = ("before_resize", "after_resize")
 # The processor's default when `transparent_bg_fill_stage` is absent.
 DEFAULT_FILL_STAGE = "before_resize"
+PROFILES = ("k3", "k25", "k3-small")
 
 REQUIRED_KEYS = (
     "patch_size",
@@ -189,13 +190,20 @@ class PreprocessConfig:
         )
 
     @classmethod
+    def k3_small(cls) -> "PreprocessConfig":
+        """K3 with a tiny patch budget (16), so that even small test images are resampled."""
+        return dataclasses.replace(cls.k3(), in_patch_limit=16, name="k3-small")
+
+    @classmethod
     def profile(cls, name: str) -> "PreprocessConfig":
-        """A named profile: `k3` or `k25`."""
-        profiles = {"k3": cls.k3, "k25": cls.k25}
+        """A named profile: one of `PROFILES` (k3, k25, k3-small)."""
+        profiles = {"k3": cls.k3, "k25": cls.k25, "k3-small": cls.k3_small}
         try:
             return profiles[name]()
         except KeyError:
-            raise ConfigError("profile", f"unknown profile {name!r}; expected k3 or k25") from None
+            raise ConfigError(
+                "profile", f"unknown profile {name!r}; expected one of {', '.join(PROFILES)}"
+            ) from None
 
     @classmethod
     def from_hf_json(cls, source: str | Path | Mapping[str, Any]) -> "PreprocessConfig":

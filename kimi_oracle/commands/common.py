@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..config import PreprocessConfig
+from ..config import PROFILES, PreprocessConfig
 from ..errors import ConfigError
 
 
@@ -21,9 +21,9 @@ def profile_options(func):
     )(func)
     func = click.option(
         "--profile",
-        type=click.Choice(["k3", "k25"]),
+        type=click.Choice(PROFILES),
         default=None,
-        help="Built-in checkpoint profile (default: k3).",
+        help="Built-in profile (default: k3; k3-small is K3 with a 16-patch budget).",
     )(func)
     return func
 
