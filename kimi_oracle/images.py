@@ -83,6 +83,8 @@ def _open_bytes(data: bytes, name: str, max_pixels: int) -> Image.Image:
         Image.MAX_IMAGE_PIXELS = None
         try:
             img = Image.open(io.BytesIO(data))
+        except Image.UnidentifiedImageError:
+            raise InputError("cannot decode: not an image format Pillow recognises", source=name) from None
         except Exception as exc:  # Pillow raises many types on corrupt headers
             raise InputError(f"cannot decode: {_reason(exc)}", source=name) from None
         finally:

@@ -1,0 +1,99 @@
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from kimi_oracle import reference
+from kimi_oracle.config import PreprocessConfig
+from kimi_oracle.errors import InputError
+from kimi_oracle.images import decode, default_max_pixels, has_alpha, load_images, resample_kind
+
+
+def png_bytes(img):
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def test_default_cap_is_pillows_bomb_threshold():
+    assert default_max_pixels() == 2 * Image.MAX_IMAGE_PIXELS
+
+
+def test_pixel_cap_is_enforced_and_configurable():
+    data = png_bytes(Image.new("RGB", (20, 10)))
+    assert decode(data, max_pixels=200).size == (20, 10)
+    with pytest.raises(InputError, match="exceeds the pixel cap of 199"):
+        decode(data, max_pixels=199)
+
+
+@pytest.mark.parametrize(
+    "source, reason",
+    [
+        (b"", "empty input"),
+        (b"not an image at all", "not an image format"),
+        ("data:image/png;base64,@@@", "malformed base64"),
+        ("data:image/png;base64", "malformed data URL"),
+        (np.zeros((0, 4, 3), np.uint8), "empty size"),
+        (np.zeros((4, 4, 3), np.float32), "must be uint8"),
+        (np.zeros((4, 4, 5), np.uint8), "HxW or HxWxC"),
+        (12345, "unsupported input type"),
+    ],
+)
+def test_bad_inputs_raise_input_error(source, reason):
+    with pytest.raises(InputError, match=reason):
+        decode(source)
+
+
+def test_truncated_png_names_file(tmp_path):
+    data = png_bytes(Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64, 3), np.uint8)))
+    path = tmp_path / "cut.png"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError) as info:
+        decode(path)
+    assert str(path) in str(info.value) and "truncated" in str(info.value)
+
+
+def test_missing_file_and_directory(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        decode(tmp_path / "nope.png")
+    with pytest.raises(InputError, match="directory"):
+        decode(tmp_path)
+
+
+def test_empty_batch_is_an_error():
+    with pytest.raises(InputError, match="no images"):
+        reference.preprocess([], PreprocessConfig.k3())
+
+
+def test_batch_error_names_the_index():
+    with pytest.raises(InputError, match=r"image\[1\]"):
+        load_images([Image.new("RGB", (3, 3)), b"junk"])
+
+
+def test_mode_rules_follow_pillow():
+    assert has_alpha(Image.new("RGBA", (2, 2)))
+    assert has_alpha(Image.new("LA", (2, 2)))
+    assert has_alpha(Image.new("PA", (2, 2)))
+    p = Image.new("P", (2, 2))
+    assert not has_alpha(p)
+    p.info["transparency"] = 0
+    assert has_alpha(p)
+    assert not has_alpha(Image.new("RGBX", (2, 2)))
+    assert resample_kind("P", (4, 4), (2, 2)) == "nearest"
+    assert resample_kind("1", (4, 4), (2, 2)) == "nearest"
+    assert resample_kind("RGBA", (4, 4), (2, 2)) == "premultiplied"
+    assert resample_kind("LA", (4, 4), (2, 2)) == "premultiplied"
+    assert resample_kind("CMYK", (4, 4), (2, 2)) == "bicubic"
+    assert resample_kind("RGBA", (4, 4), (4, 4)) == "none"
+
+
+def test_resample_kind_matches_pillow_behaviour():
+    # Evidence from Pillow itself: a P image resized "bicubic" gives exactly NEAREST's bytes,
+    # and an RGBA resize equals the premultiplied round trip.
+    rng = np.random.default_rng(1)
+    p = Image.fromarray(rng.integers(0, 8, (20, 30), np.uint8), "P")
+    assert p.resize((11, 7), Image.BICUBIC).tobytes() == p.resize((11, 7), Image.NEAREST).tobytes()
+    rgba = Image.fromarray(rng.integers(0, 256, (20, 30, 4), np.uint8), "RGBA")
+    manual = rgba.convert("RGBa").resize((11, 7), Image.BICUBIC).convert("RGBA")
+    assert rgba.resize((11, 7), Image.BICUBIC).tobytes() == manual.tobytes()
