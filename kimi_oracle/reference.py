@@ -70,23 +70,30 @@ def composite(rgba: np.ndarray, bg: TransparentBgConfig) -> np.ndarray:
     return (alpha * rgba[..., :3] + (1 - alpha) * back).astype(np.uint8)
 
 
-def _fill_array(img: Image.Image, bg: TransparentBgConfig | None) -> np.ndarray:
+def _convert(img: Image.Image, mode: str) -> Image.Image:
     try:
-        if bg is None:
-            return np.asarray(img.convert("RGB"))
-        if img.mode == "RGB":
-            return np.asarray(img)
-        if not has_alpha(img):
-            return np.asarray(img.convert("RGB"))
-        rgba = np.asarray(img.convert("RGBA"))
+        return img.convert(mode)
     except (ValueError, OSError) as exc:
-        raise InputError(f"mode {img.mode!r}: the checkpoint's conversion fails: {exc}") from None
-    return composite(rgba, bg)
+        raise InputError(f"mode {img.mode!r}: the checkpoint's conversion to {mode} fails: {exc}") from None
+
+
+def _fill_array(img: Image.Image, bg: TransparentBgConfig | None) -> np.ndarray:
+    # convert("RGB") of an RGB image is an identical copy: skip it (the checkpoint's bg=None
+    # branch converts, its RGB branch returns the image unchanged; the bytes are the same).
+    if img.mode == "RGB":
+        return np.asarray(img)
+    if bg is None or not has_alpha(img):
+        return np.asarray(_convert(img, "RGB"))
+    return composite(np.asarray(_convert(img, "RGBA")), bg)
 
 
 def fill(img: Image.Image, bg: TransparentBgConfig | None) -> Image.Image:
     """The checkpoint's background fill; the result is always an RGB image."""
-    return Image.fromarray(np.ascontiguousarray(_fill_array(img, bg)), mode="RGB")
+    if img.mode == "RGB":
+        return img
+    if bg is None or not has_alpha(img):
+        return _convert(img, "RGB")
+    return Image.fromarray(composite(np.asarray(_convert(img, "RGBA")), bg), mode="RGB")
 
 
 def _resize(img: Image.Image, p: ResizePlan) -> Image.Image:
