@@ -1,0 +1,679 @@
+"""The GPU pipeline: host-side planning, upload of native-width planes, and kernel launches.
+
+Per image the host decides a short recipe (spec §3): optional conversion + composite at the
+source size (fill before resize), at most one bicubic pass in `resample_pass_kernel`, then the
+fused tail (second bicubic pass or NEAREST gather, conversion, composite, pad, LUT, patchify).
+All images of a chunk share one arena per storage type, so every step is one launch per
+storage type present, whatever the number of images.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import math
+import os
+import threading
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+
+from ..config import PreprocessConfig, TransparentBgConfig
+from ..errors import BackendError, InputError
+from ..geometry import plan
+from ..images import ImageSource, has_alpha, load_images, resample_kind
+from ..reference import background, composite, normalization_lut
+from ..result import PreprocessResult
+from . import resample as rs
+
+# Storage kinds, as the kernels' DT constant.
+U8, U16, I32, F32 = 0, 1, 2, 3
+_TORCH_DT = {U8: torch.uint8, U16: torch.uint16, I32: torch.int32, F32: torch.float32}
+_NP_DT = {U8: np.uint8, U16: np.uint16, I32: np.int32, F32: np.float32}
+_ITEM = {U8: 1, U16: 2, I32: 4, F32: 4}
+
+MODES_8BIT_1 = ("L", "P", "1")
+MODES_8BIT_2 = ("LA", "PA")
+MODES_8BIT_3_TABLE = ("LAB", "HSV", "YCbCr")
+MODES_16 = ("I;16", "I;16L", "I;16B", "I;16N")
+SUPPORTED_MODES = frozenset(
+    MODES_8BIT_1 + MODES_8BIT_2 + MODES_8BIT_3_TABLE + MODES_16
+    + ("RGB", "RGBA", "RGBX", "CMYK", "I", "F")
+)
+
+DEFAULT_BLOCKS_CUDA = (1024, 1024)
+DEFAULT_BLOCKS_INTERPRETER = (1 << 16, 1 << 15)
+
+
+# ------------------------------------------------------------------------------------------
+# Backend
+# ------------------------------------------------------------------------------------------
+
+_KERNELS: Any = None
+_KERNELS_INTERPRETED: bool | None = None
+_LOCK = threading.Lock()
+
+
+def _kernels() -> Any:
+    global _KERNELS, _KERNELS_INTERPRETED
+    with _LOCK:
+        if _KERNELS is None:
+            try:
+                _KERNELS = importlib.import_module("kimi_oracle.gpu.kernels")
+            except ImportError as exc:
+                raise BackendError(f"the GPU pipeline needs triton, which cannot be imported: {exc}") from None
+            _KERNELS_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+    return _KERNELS
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """CUDA when available (or asked for), else CPU tensors under the Triton interpreter."""
+    rs.check_pillow()
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise BackendError("device 'cuda' requested but torch sees no CUDA device")
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            raise BackendError("TRITON_INTERPRET=1 is set: kernels would run on the host, not CUDA")
+    elif dev.type == "cpu":
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            raise BackendError(
+                "no CUDA device: the GPU pipeline can run on CPU tensors only under the Triton "
+                "interpreter; set TRITON_INTERPRET=1 before anything imports triton"
+            )
+    else:
+        raise BackendError(f"unsupported device type {dev.type!r} (use cuda or cpu)")
+    _kernels()
+    if dev.type == "cpu" and not _KERNELS_INTERPRETED:
+        raise BackendError("triton kernels were compiled before TRITON_INTERPRET=1 was set; set it first")
+    return dev
+
+
+# ------------------------------------------------------------------------------------------
+# Host-side tables (cached)
+# ------------------------------------------------------------------------------------------
+
+
+def _pack_rgba(rgba: np.ndarray) -> np.ndarray:
+    a = rgba.reshape(-1, 4).astype(np.uint32)
+    packed = a[:, 0] | (a[:, 1] << 8) | (a[:, 2] << 16) | (a[:, 3] << 24)
+    return packed.view(np.int32)
+
+
+def _i16_dtype(mode: str) -> str:
+    # Pillow's 16-bit resampler reads "I;16N" big-endian and every other I;16 mode
+    # little-endian on a little-endian host (Resample.c); the device works on those values.
+    import sys
+
+    if sys.byteorder == "little":
+        return ">u2" if mode == "I;16N" else "<u2"
+    return "<u2" if mode == "I;16B" else ">u2"  # pragma: no cover - big-endian hosts
+
+
+def _fill_uses_alpha(img: Image.Image, bg: TransparentBgConfig | None) -> bool:
+    """Whether the reference's fill composites this image (else it only converts to RGB)."""
+    return bg is not None and img.mode != "RGB" and has_alpha(img)
+
+
+def _probe(img: Image.Image, values: np.ndarray, shape: tuple[int, int]) -> Image.Image:
+    """An image of `img`'s mode, palette and transparency whose pixels enumerate `values`."""
+    mode = img.mode
+    if mode == "1":
+        probe = Image.fromarray(values.reshape(shape) == 255)
+    elif mode in MODES_16:
+        raw = values.astype(np.uint16).astype(_i16_dtype(mode)).tobytes()
+        probe = Image.frombytes(mode, shape[::-1], raw)
+    else:
+        probe = Image.frombytes(mode, shape[::-1], values.astype(np.uint8).tobytes())
+    if mode in ("P", "PA") and img.palette is not None:
+        probe.putpalette(img.palette)
+    if "transparency" in img.info:
+        probe.info["transparency"] = img.info["transparency"]
+    return probe
+
+
+def _table_key(img: Image.Image, use_alpha: bool) -> tuple:
+    pal = None
+    if img.mode in ("P", "PA") and img.palette is not None:
+        pal = (img.palette.mode, bytes(img.palette.tobytes()))
+    trns = img.info.get("transparency")
+    return (img.mode, use_alpha, pal, repr(trns))
+
+
+_TABLES: dict[tuple, np.ndarray] = {}
+_TABLES_LOCK = threading.Lock()
+
+
+def conversion_table(img: Image.Image, use_alpha: bool) -> np.ndarray:
+    """int32 packed RGBA per pixel value of `img`'s mode, made by Pillow's own conversion."""
+    key = _table_key(img, use_alpha)
+    with _TABLES_LOCK:
+        hit = _TABLES.get(key)
+    if hit is not None:
+        return hit
+    mode = img.mode
+    if mode in MODES_8BIT_1:
+        values, shape = np.arange(256), (1, 256)
+    elif mode in MODES_16:
+        values, shape = np.arange(65536), (256, 256)
+    elif mode in MODES_8BIT_2:
+        i = np.arange(65536)
+        values, shape = np.stack([i >> 8, i & 255], axis=-1), (256, 256)
+    else:
+        i = np.arange(1 << 24)
+        values, shape = np.stack([i >> 16, (i >> 8) & 255, i & 255], axis=-1), (4096, 4096)
+    probe = _probe(img, values, shape)
+    try:
+        if use_alpha:
+            rgba = np.asarray(probe.convert("RGBA"))
+        else:
+            rgb = np.asarray(probe.convert("RGB"))
+            rgba = np.concatenate([rgb, np.full(rgb.shape[:2] + (1,), 255, np.uint8)], axis=-1)
+    except (ValueError, OSError) as exc:
+        raise InputError(f"mode {mode!r}: the checkpoint's conversion fails: {exc}") from None
+    table = _pack_rgba(rgba)
+    table.setflags(write=False)
+    with _TABLES_LOCK:
+        if len(_TABLES) > 64:
+            _TABLES.clear()
+        _TABLES[key] = table
+    return table
+
+
+@functools.lru_cache(maxsize=256)
+def composite_table(b: int) -> np.ndarray:
+    """uint8 (256 alpha, 256 level): the reference's float32 composite over background level b."""
+    uniform = TransparentBgConfig(
+        pattern="chessboard", chessboard_square_size=1, chessboard_square_on_top_left=True,
+        chessboard_white_value=int(b), chessboard_gray_value=int(b),
+    )
+    a, c = np.meshgrid(np.arange(256), np.arange(256), indexing="ij")
+    rgba = np.stack([c, c, c, a], axis=-1).astype(np.uint8)
+    out = composite(rgba, uniform)[..., 0].copy()
+    out.setflags(write=False)
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def background_params(bg: TransparentBgConfig) -> tuple[int, int, int]:
+    """(square, level where (y//square + x//square) is even, level where odd), from the reference."""
+    sq = int(bg.chessboard_square_size)
+    row = background(bg, 1, sq + 1)
+    col = background(bg, sq + 1, 1)
+    even, odd = int(row[0, 0, 0]), int(row[0, sq, 0])
+    if int(col[sq, 0, 0]) != odd:
+        raise BackendError(f"background {bg} is not a two-level chessboard of square {sq}")
+    n = min(3 * sq, 96)
+    ys, xs = np.mgrid[0:n, 0:n]
+    model = np.where(((ys // sq + xs // sq) % 2) == 0, even, odd)
+    if not np.array_equal(background(bg, n, n), np.repeat(model[..., None], 3, -1).astype(np.uint8)):
+        raise BackendError(f"background {bg} does not follow the chessboard model")
+    return sq, even, odd
+
+
+# ------------------------------------------------------------------------------------------
+# Per-image recipe
+# ------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Job:
+    index: int
+    src: np.ndarray  # (H, W, C) native-width values
+    dt: int
+    nch: int
+    src_w: int
+    src_h: int
+    out_w: int  # resized size
+    out_h: int
+    pre_convert: bool  # fill at source size (-> RGB uint8) before resizing
+    resample: str  # "none" | "bicubic" | "premultiplied" | "nearest"
+    passes: tuple[str, ...]
+    conv: int
+    table_key: Any
+    table: np.ndarray | None
+    alpha_ch: int
+    bg_on: bool
+    trns: int | None
+    # filled in by the planner
+    src_off: int = 0
+    conv_off: int = 0
+    mid_off: int = 0
+
+    @property
+    def cur_dt(self) -> int:
+        return U8 if self.pre_convert else self.dt
+
+
+def _native_array(img: Image.Image) -> tuple[np.ndarray, int]:
+    mode = img.mode
+    w, h = img.size
+    if mode in MODES_16:
+        arr = np.frombuffer(img.tobytes(), dtype=_i16_dtype(mode)).reshape(h, w)
+        return arr.astype(np.uint16), U16
+    if mode == "I":
+        return np.asarray(img, dtype=np.int32).reshape(h, w), I32
+    if mode == "F":
+        return np.asarray(img, dtype=np.float32).reshape(h, w), F32
+    if mode == "1":
+        return (np.asarray(img).reshape(h, w).astype(np.uint8) * 255), U8
+    arr = np.asarray(img)
+    if arr.dtype != np.uint8:
+        raise InputError(f"mode {mode!r}: unexpected array type {arr.dtype}")
+    return arr, U8
+
+
+def _conversion(kern: Any, img: Image.Image, bg: TransparentBgConfig | None):
+    """(conv code, table key, table, alpha channel, transparency key) of fill(img, bg)."""
+    mode = img.mode
+    use_alpha = _fill_uses_alpha(img, bg)
+    if mode == "RGB":
+        return kern.CONV_DIRECT, None, None, -1, None
+    if mode in ("RGBA", "RGBX"):
+        return kern.CONV_DIRECT, None, None, (3 if use_alpha and mode == "RGBA" else -1), None
+    if mode == "CMYK":
+        return kern.CONV_CMYK, None, None, -1, None
+    if mode == "I":
+        trns = img.info.get("transparency") if use_alpha else None
+        return kern.CONV_I32, None, None, -1, (int(trns) if isinstance(trns, int) else None)
+    if mode == "F":
+        return kern.CONV_F32, None, None, -1, None
+    table = conversion_table(img, use_alpha)
+    if mode in MODES_8BIT_1 or mode in MODES_16:
+        code = kern.CONV_TABLE1
+    elif mode in MODES_8BIT_2:
+        code = kern.CONV_TABLE2
+    else:
+        code = kern.CONV_TABLE3
+    return code, _table_key(img, use_alpha), table, -1, None
+
+
+def _make_job(kern: Any, index: int, img: Image.Image, config: PreprocessConfig) -> _Job:
+    if img.mode not in SUPPORTED_MODES:
+        raise InputError(
+            f"mode {img.mode!r} is not supported by the GPU pipeline "
+            f"(supported: {', '.join(sorted(SUPPORTED_MODES))})", source=f"image[{index}]",
+        )
+    p = plan(img.width, img.height, config)
+    bg = config.transparent_bg_config
+    arr, dt = _native_array(img)
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    nch = arr.shape[2]
+    pre = config.fill_stage == "before_resize" and img.mode != "RGB"
+    size = (p.new_w, p.new_h)
+    if pre:
+        # fill(img) -> RGB uint8, then Pillow resizes that RGB image
+        kind = resample_kind("RGB", img.size, size)
+    else:
+        kind = resample_kind(img.mode, img.size, size)
+    passes = () if kind in ("none", "nearest") else rs.pass_order(img.width, img.height, *size)
+    conv, key, table, alpha_ch, trns = _conversion(kern, img, bg)
+    bg_on = _fill_uses_alpha(img, bg)
+    return _Job(index, np.ascontiguousarray(arr), dt, nch, img.width, img.height, p.new_w, p.new_h,
+                pre, kind, passes, conv, key, table, alpha_ch, bg_on, trns)
+
+
+# ------------------------------------------------------------------------------------------
+# Launch planning
+# ------------------------------------------------------------------------------------------
+
+
+def _tiles(counts: Sequence[tuple[int, int]], block: int) -> np.ndarray:
+    rows = []
+    for slot, n in counts:
+        nb = max(1, -(-n // block))
+        rows.append(np.stack([np.full(nb, slot, np.int32), np.arange(nb, dtype=np.int32)], -1))
+    return np.concatenate(rows, 0) if rows else np.zeros((0, 2), np.int32)
+
+
+class _CoefBank:
+    """Concatenated coefficient / bound / nearest-index tables of one chunk."""
+
+    def __init__(self) -> None:
+        self.c8: list[np.ndarray] = []
+        self.c64: list[np.ndarray] = []
+        self.bounds: list[np.ndarray] = []
+        self.nidx: list[np.ndarray] = []
+        self.n8 = self.n64 = self.nb = self.nn = 0
+
+    def bicubic(self, in_size: int, out_size: int, dt: int) -> tuple[int, int, int]:
+        """(coef offset, bound offset, ksize) of one axis for storage kind dt."""
+        xmin, cnt, kk = rs.bicubic_coeffs(in_size, out_size)
+        if dt == U8:
+            c = rs.coeffs_8bit(in_size, out_size).reshape(-1)
+            off = self.n8
+            self.c8.append(c)
+            self.n8 += c.size
+        else:
+            c = kk.reshape(-1)
+            off = self.n64
+            self.c64.append(c)
+            self.n64 += c.size
+        b = np.stack([xmin, cnt], -1).reshape(-1).astype(np.int32)
+        boff = self.nb
+        self.bounds.append(b)
+        self.nb += b.size
+        return off, boff, kk.shape[1]
+
+    def nearest(self, in_size: int, out_size: int) -> int:
+        idx = rs.nearest_index(in_size, out_size)
+        off = self.nn
+        self.nidx.append(idx)
+        self.nn += idx.size
+        return off
+
+    def tensors(self, device: torch.device) -> tuple[torch.Tensor, ...]:
+        def cat(parts, dtype):
+            arr = np.concatenate(parts) if parts else np.zeros(1, dtype)
+            return torch.from_numpy(np.ascontiguousarray(arr, dtype=dtype)).to(device)
+
+        return (cat(self.c8, np.int32), cat(self.c64, np.float64), cat(self.bounds, np.int32),
+                cat(self.nidx, np.int32))
+
+
+class _DeviceCache:
+    """Conversion, composite and LUT tables kept on the device between calls."""
+
+    def __init__(self) -> None:
+        self._store: dict[tuple, torch.Tensor] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple, make) -> torch.Tensor:
+        with self._lock:
+            t = self._store.get(key)
+        if t is None:
+            t = make()
+            with self._lock:
+                if len(self._store) > 128:
+                    self._store.clear()
+                self._store[key] = t
+        return t
+
+
+_DEVICE_CACHE = _DeviceCache()
+
+
+def _split_chunks(jobs: list[_Job], per_job_bytes: list[int], chunk_bytes: int | None) -> list[list[_Job]]:
+    if not chunk_bytes:
+        return [jobs]
+    chunks: list[list[_Job]] = []
+    cur: list[_Job] = []
+    used = 0
+    for job, nbytes in zip(jobs, per_job_bytes):
+        if cur and used + nbytes > chunk_bytes:
+            chunks.append(cur)
+            cur, used = [], 0
+        cur.append(job)
+        used += nbytes
+    if cur:
+        chunks.append(cur)
+    return chunks
+
+
+def _produced_size(job: _Job) -> tuple[int, int]:
+    """(h, w) of the image the kernels produce, from the tables they are given."""
+    h, w = job.src_h, job.src_w
+    if job.resample == "nearest":
+        return rs.nearest_index(job.src_h, job.out_h).size, rs.nearest_index(job.src_w, job.out_w).size
+    for p in job.passes:
+        if p == "h":
+            w = rs.bicubic_coeffs(w, job.out_w)[0].size
+        else:
+            h = rs.bicubic_coeffs(h, job.out_h)[0].size
+    return h, w
+
+
+def _job_bytes(job: _Job, factor: int, patch: int, out_item: int) -> int:
+    n = job.src.nbytes
+    if job.pre_convert:
+        n += job.src_h * job.src_w * 3
+    if job.passes:
+        n += max(job.src_w, job.out_w) * max(job.src_h, job.out_h) * job.nch * _ITEM[job.cur_dt]
+    h, w = job.out_h, job.out_w
+    hp, wp = -(-h // factor) * factor, -(-w // factor) * factor
+    return n + hp * wp * 3 * out_item
+
+
+# ------------------------------------------------------------------------------------------
+# Entry point
+# ------------------------------------------------------------------------------------------
+
+
+def preprocess(
+    images: Iterable[ImageSource],
+    config: PreprocessConfig,
+    *,
+    device: str | torch.device | None = None,
+    out_dtype: torch.dtype = torch.float32,
+    chunk_bytes: int | None = None,
+    out_device: str | torch.device | None = None,
+    blocks: tuple[int, int] | None = None,
+) -> PreprocessResult:
+    """The checkpoint's preprocessing with Pillow-exact kernels: same bytes as the reference."""
+    dev = resolve_device(device)
+    kern = _kernels()
+    if out_dtype not in (torch.float32, torch.bfloat16):
+        raise InputError(f"out_dtype must be torch.float32 or torch.bfloat16, got {out_dtype}")
+    if blocks is None:
+        blocks = DEFAULT_BLOCKS_CUDA if dev.type == "cuda" else DEFAULT_BLOCKS_INTERPRETER
+    pass_block, tail_block = (int(b) for b in blocks)
+    for b in (pass_block, tail_block):
+        if b <= 0 or b & (b - 1):
+            raise InputError(f"block sizes must be powers of two, got {blocks}")
+    decoded = load_images(images)
+    jobs = [_make_job(kern, i, img, config) for i, img in enumerate(decoded)]
+
+    ps = config.patch_size
+    factor = int(config.factor)
+    sizes = [_produced_size(j) for j in jobs]
+    grids = []
+    for h, w in sizes:
+        hp, wp = h + (-h) % factor, w + (-w) % factor
+        grids.append((1, hp // ps, wp // ps))
+    npatch = [g[1] * g[2] for g in grids]
+    starts = np.concatenate([[0], np.cumsum(npatch)]).astype(np.int64)
+    total = int(starts[-1])
+
+    odev = dev if out_device is None else torch.device(out_device)
+    pin = odev.type == "cpu" and dev.type == "cuda"
+    out = torch.empty((total, 3, ps, ps), dtype=out_dtype, device=odev, pin_memory=pin)
+
+    out_item = 2 if out_dtype == torch.bfloat16 else 4
+    per_job = [_job_bytes(j, factor, ps, out_item) for j in jobs]
+    lut = normalization_lut(config)
+    lut_t = _DEVICE_CACHE.get(
+        ("lut", lut.tobytes(), str(out_dtype), str(dev)),
+        lambda: torch.from_numpy(np.array(lut, dtype=np.float32)).to(dev).to(out_dtype).contiguous(),
+    )
+    bg = config.transparent_bg_config
+    for chunk in _split_chunks(jobs, per_job, chunk_bytes):
+        _run_chunk(kern, chunk, config, bg, dev, out, odev, starts, grids, sizes, lut_t,
+                   pass_block, tail_block)
+    if pin:
+        torch.cuda.current_stream(dev).synchronize()
+    return PreprocessResult(out, torch.tensor(grids, dtype=torch.int64))
+
+
+def _run_chunk(kern, chunk, config, bg, dev, out, odev, starts, grids, sizes, lut_t,
+               pass_block, tail_block) -> None:
+    ps = config.patch_size
+    bank = _CoefBank()
+    # --- arenas: per storage kind, [sources | converted RGB (uint8 only) | intermediates]
+    arena_len = {U8: 0, U16: 0, I32: 0, F32: 0}
+    for j in chunk:
+        j.src_off = arena_len[j.dt]
+        arena_len[j.dt] += j.src.size
+    for j in chunk:
+        if j.pre_convert:
+            j.conv_off = arena_len[U8]
+            arena_len[U8] += j.src_h * j.src_w * 3
+    for j in chunk:
+        if j.passes:
+            p0 = j.passes[0]
+            mh = j.src_h if p0 == "h" else j.out_h
+            mw = j.out_w if p0 == "h" else j.src_w
+            nch = 3 if j.pre_convert else j.nch
+            j.mid_off = arena_len[j.cur_dt]
+            arena_len[j.cur_dt] += mh * mw * nch
+    arenas: dict[int, torch.Tensor] = {}
+    for dt, n in arena_len.items():
+        if n == 0:
+            continue
+        members = [j for j in chunk if j.dt == dt]
+        nsrc = sum(j.src.size for j in members)
+        host = torch.empty(nsrc, dtype=_TORCH_DT[dt], pin_memory=dev.type == "cuda")
+        hv = host.numpy() if dt != U16 else host.view(torch.int16).numpy().view(np.uint16)
+        for j in members:
+            hv[j.src_off : j.src_off + j.src.size] = j.src.reshape(-1)
+        arena = torch.empty(max(n, 1), dtype=_TORCH_DT[dt], device=dev)
+        arena[:nsrc].copy_(host, non_blocking=True)
+        arenas[dt] = arena
+
+    # --- conversion tables, composite tables
+    tables: list[torch.Tensor] = []
+    table_off: dict[Any, int] = {}
+    ntab = 0
+    for j in chunk:
+        if j.table is not None and j.table_key not in table_off:
+            t = _DEVICE_CACHE.get(("conv", j.table_key, str(dev)),
+                                  lambda tab=j.table: torch.from_numpy(tab.copy()).to(dev))
+            table_off[j.table_key] = ntab
+            tables.append(t)
+            ntab += t.numel()
+    conv_t = (tables[0] if len(tables) == 1 else torch.cat(tables)) if tables else \
+        torch.zeros(1, dtype=torch.int32, device=dev)
+    bvals: dict[int, int] = {}
+    sq, even, odd = (1, 0, 0)
+    if bg is not None:
+        sq, even, odd = background_params(bg)
+        for v in (even, odd):
+            bvals.setdefault(v, len(bvals))
+    comp_parts = [_DEVICE_CACHE.get(("comp", v, str(dev)),
+                                    lambda v=v: torch.from_numpy(composite_table(v).reshape(-1).copy()).to(dev))
+                  for v in bvals]
+    comp_t = torch.cat(comp_parts) if comp_parts else torch.zeros(1, dtype=torch.uint8, device=dev)
+
+    def tail_meta(j: _Job, src_off: int, nch: int, row_len: int, fetch: int, coef: tuple,
+                  nys: int, nxs: int, h: int, w: int, converted: bool,
+                  gw: int, npix: int, dst: int) -> list[int]:
+        """One metadata row; `converted`: the source is the RGB image fill already produced."""
+        native = not converted
+        return [
+            src_off, nch, h, w, row_len, gw, npix, 0, fetch, coef[0], coef[1], coef[2],
+            nys, nxs,
+            j.conv if native else kern.CONV_DIRECT,
+            table_off.get(j.table_key, 0) if native else 0,
+            j.alpha_ch if native else -1,
+            int(native and j.resample == "premultiplied"),
+            int(native and j.bg_on), sq, bvals.get(even, 0), bvals.get(odd, 0),
+            int(native and j.trns is not None), int(j.trns or 0), dst,
+        ]
+
+    # --- 1. fill at source size (before_resize with a resize to do): one launch per kind
+    conv_meta: dict[int, list[list[int]]] = {}
+    for j in chunk:
+        if j.pre_convert and j.passes:
+            row = tail_meta(j, j.src_off, j.nch, j.src_w, kern.FETCH_DIRECT, (0, 0, 0), 0, 0,
+                            j.src_h, j.src_w, False, 0, j.src_h * j.src_w, j.conv_off)
+            conv_meta.setdefault(j.dt, []).append(row)
+    coef_dummy = bank.tensors(dev)  # placeholders for kernels that do not read them
+    for dt, rows in conv_meta.items():
+        meta = torch.tensor(rows, dtype=torch.int64, device=dev)
+        tiles = _tiles([(i, r[6]) for i, r in enumerate(rows)], tail_block)
+        tiles_t = torch.from_numpy(tiles).to(dev)
+        kern.convert_kernel[(len(tiles),)](
+            arenas[dt], arenas[U8], meta, tiles_t, coef_dummy[0], coef_dummy[2], coef_dummy[3],
+            conv_t, comp_t, NMETA=kern.T_NMETA, DT=dt, BLOCK=tail_block,
+        )
+
+    # --- 2. first (or only) bicubic pass: one launch per storage kind
+    pass_rows: dict[int, list[list[int]]] = {}
+    tail_rows: dict[int, list[list[int]]] = {}
+    for j in chunk:
+        cur_src = j.conv_off if (j.pre_convert and j.passes) else j.src_off
+        nch = 3 if (j.pre_convert and j.passes) else j.nch
+        converted = j.pre_convert and bool(j.passes)
+        dt = j.cur_dt if converted else j.dt
+        h, w = j.src_h, j.src_w
+        fetch = kern.FETCH_DIRECT
+        coef = (0, 0, 0)
+        nys = nxs = 0
+        src_off, row_len = cur_src, w
+        if j.passes:
+            p0 = j.passes[0]
+            if p0 == "h":
+                co, bo, k = bank.bicubic(w, j.out_w, dt)
+                mh, mw = h, j.out_w
+                row = [cur_src, j.mid_off, mw, nch, w * nch, mh * mw * nch, co, bo, k, nch,
+                       int(j.resample == "premultiplied" and not converted)]
+            else:
+                co, bo, k = bank.bicubic(h, j.out_h, dt)
+                mh, mw = j.out_h, w
+                row = [cur_src, j.mid_off, mh, mw * nch, 0, mh * mw * nch, co, bo, k, nch,
+                       int(j.resample == "premultiplied" and not converted)]
+            pass_rows.setdefault(dt, []).append(row)
+            src_off, row_len, h, w = j.mid_off, mw, mh, mw
+            if len(j.passes) == 2:
+                if j.passes[1] == "h":
+                    coef = bank.bicubic(w, j.out_w, dt)
+                    fetch = kern.FETCH_H
+                    w = j.out_w
+                else:
+                    coef = bank.bicubic(h, j.out_h, dt)
+                    fetch = kern.FETCH_V
+                    h = j.out_h
+        elif j.resample == "nearest":
+            nys = bank.nearest(j.src_h, j.out_h)
+            nxs = bank.nearest(j.src_w, j.out_w)
+            fetch = kern.FETCH_NEAREST
+            h, w = j.out_h, j.out_w
+        grid = grids[j.index]
+        ph, pw = sizes[j.index]
+        if (h, w) != (ph, pw):
+            raise BackendError(f"internal: image {j.index} would produce {w}x{h}, expected {pw}x{ph}")
+        npix = grid[1] * grid[2] * ps * ps
+        row = tail_meta(j, src_off, nch, row_len, fetch, coef, nys, nxs, h, w, converted,
+                        grid[2], npix, 0)
+        tail_rows.setdefault(dt, []).append((j, row))
+
+    c8, c64, bounds, nidx = bank.tensors(dev)
+    for dt, rows in pass_rows.items():
+        meta = torch.tensor(rows, dtype=torch.int64, device=dev)
+        tiles = torch.from_numpy(_tiles([(i, r[5]) for i, r in enumerate(rows)], pass_block)).to(dev)
+        kern.resample_pass_kernel[(tiles.shape[0],)](
+            arenas[dt], arenas[dt], meta, tiles, c8 if dt == U8 else c64, bounds,
+            NMETA=kern.PASS_NMETA, DT=dt, BLOCK=pass_block, **_launch_opts(dev),
+        )
+
+    # --- 3. fused tail, written into the output: one launch per storage kind
+    same_dev = out.device == dev
+    if same_dev:
+        target, base = out, 0
+    else:
+        first = int(starts[chunk[0].index])
+        last = int(starts[chunk[-1].index + 1])
+        target, base = torch.empty((last - first, 3, ps, ps), dtype=out.dtype, device=dev), first
+    for dt, items in tail_rows.items():
+        rows = []
+        for j, row in items:
+            row[kern.T_PATCH0] = int(starts[j.index]) - base
+            rows.append(row)
+        meta = torch.tensor(rows, dtype=torch.int64, device=dev)
+        tiles = torch.from_numpy(_tiles([(i, r[kern.T_NPIX]) for i, r in enumerate(rows)], tail_block)).to(dev)
+        kern.tail_kernel[(tiles.shape[0],)](
+            arenas[dt], target, meta, tiles, c8 if dt == U8 else c64, bounds, nidx, conv_t,
+            comp_t, lut_t, NMETA=kern.T_NMETA, DT=dt, P=ps, BLOCK=tail_block, **_launch_opts(dev),
+        )
+    if not same_dev:
+        out[base : base + target.shape[0]].copy_(target, non_blocking=True)
+
+
+def _launch_opts(dev: torch.device) -> dict[str, Any]:
+    # Pillow's C code does not contract a*b+c into FMAs; neither may the float kernels.
+    return {"enable_fp_fusion": False} if dev.type == "cuda" else {}
