@@ -1,0 +1,46 @@
+"""Benchmark suite options. Every test here is marked `bench` and left out of the default run."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("kimi-oracle benchmarks")
+    group.addoption("--kimi-bench-candidates", default=os.environ.get("KIMI_BENCH_CANDIDATES", "reference,eager,gpu"),
+                    help="comma-separated candidate specs to benchmark (default: reference,eager,gpu)")
+    group.addoption("--kimi-bench-quick", action="store_true",
+                    default=os.environ.get("KIMI_BENCH_QUICK", "") not in ("", "0"),
+                    help="quick mode: fewer inputs and rounds (a CPU run stays under 2 minutes)")
+
+
+def pytest_collection_modifyitems(config, items):
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.fspath).startswith(here):
+            item.add_marker(pytest.mark.bench)
+
+
+def pytest_generate_tests(metafunc):
+    if "candidate_spec" in metafunc.fixturenames:
+        specs = [s.strip() for s in metafunc.config.getoption("--kimi-bench-candidates").split(",") if s.strip()]
+        metafunc.parametrize("candidate_spec", specs)
+    if "bench_input_name" in metafunc.fixturenames:
+        from kimi_oracle.bench import select_inputs
+
+        inputs = select_inputs(metafunc.config.getoption("--kimi-bench-quick"))
+        metafunc.parametrize("bench_input_name", [b.name for b in inputs])
+
+
+@pytest.fixture
+def quick(request) -> bool:
+    return request.config.getoption("--kimi-bench-quick")
+
+
+@pytest.fixture
+def bench_input(bench_input_name):
+    from kimi_oracle.bench import BENCH_INPUTS
+
+    return BENCH_INPUTS[bench_input_name]

@@ -1,0 +1,77 @@
+"""Throughput of the reference, the eager candidate and the GPU pipeline on representative inputs.
+
+Run with `kimi-oracle bench` or `python -m pytest tests/benchmarks -m bench --benchmark-enable`.
+On CUDA the candidate's time is also taken with CUDA events after a warm-up and an L2 flush, and
+the bytes moved and the share of the device's memory bandwidth go to `extra_info`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from kimi_oracle import bench, reference
+from kimi_oracle.candidates import load_candidate
+from kimi_oracle.errors import CandidateError
+from kimi_oracle.geometry import plan
+
+
+def _cuda():
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def test_candidate_throughput(benchmark, candidate_spec, bench_input, quick):
+    try:
+        candidate = load_candidate(candidate_spec)
+    except CandidateError as exc:
+        pytest.skip(str(exc))
+    if candidate_spec == "gpu" and not _cuda():
+        pytest.skip("gpu candidate: no CUDA device (the Triton interpreter is not a benchmark)")
+    images = bench_input.images()
+    config = bench_input.config()
+    func = candidate.func
+    result = func(images, config)  # warm-up: compiles kernels, builds tables
+    rounds = 2 if quick else 5
+    if _cuda():
+        import torch
+
+        timing = bench.cuda_event_times(lambda: func(images, config), rounds=rounds)
+        benchmark.extra_info.update(timing)
+        torch.cuda.synchronize()
+    benchmark.pedantic(func, args=(images, config), rounds=rounds, iterations=1, warmup_rounds=0)
+    moved = bench.source_bytes(images) + bench.output_bytes(result)
+    median = benchmark.stats.stats.median
+    benchmark.extra_info.update({
+        "input": bench_input.description,
+        "profile": bench_input.profile,
+        "resampled": bench_input.resampled,
+        "source_megapixels": bench_input.megapixels,
+        "megapixels_per_s": bench_input.megapixels / median,
+        "bytes_moved": moved,
+    })
+    if _cuda():
+        benchmark.extra_info.update(bench.bandwidth_share(moved, benchmark.extra_info["cuda_median_s"]))
+
+
+def test_reference_overhead_vs_pillow_resize(benchmark):
+    """Target (issue 7): fill + pad + normalize + patchify add at most 30 % to Pillow's resize
+    plus np.asarray, on an input that is resampled (4032x3024 under K2.5 -> 2069x1551)."""
+    spec = bench.BENCH_INPUTS["rgb-4032x3024-k25"]
+    (img,) = spec.images()
+    config = spec.config()
+    p = plan(img.width, img.height, config)
+    assert (p.new_w, p.new_h) == (2069, 1551)
+
+    def resize_only():
+        return np.asarray(img.resize((p.new_w, p.new_h), Image.Resampling.BICUBIC))
+
+    def full():
+        return reference.preprocess([img], config)
+
+    result = bench.interleaved_ratio(full, resize_only, rounds=9)
+    benchmark.extra_info.update({k: v for k, v in result.items() if k != "ratios"})
+    benchmark.pedantic(full, rounds=3, iterations=1)
+    assert result["ratio"] <= 1.30, f"reference overhead {result['ratio']:.3f}x of resize (target <= 1.30x)"
