@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from ..bench import compare_medians, load_benchmark_json
+from ..bench import BENCH_INPUTS, compare_medians, load_benchmark_json
 from ..errors import KimiOracleError
 
 DEFAULT_STORAGE = Path(".benchmarks")
@@ -28,7 +28,7 @@ def suite_dir() -> Path:
     return here
 
 
-def run_suite(candidates: list[str], quick: bool, json_out: Path, extra: list[str] | None = None) -> int:
+def run_suite(candidates: list[str], quick: bool, json_out: Path, inputs: list[str] | None = None) -> int:
     """Run tests/benchmarks under pytest-benchmark; returns pytest's exit code."""
     cmd = [
         sys.executable, "-m", "pytest", str(suite_dir()), "-m", "bench", "--benchmark-enable",
@@ -37,7 +37,8 @@ def run_suite(candidates: list[str], quick: bool, json_out: Path, extra: list[st
     ]
     if quick:
         cmd.append("--kimi-bench-quick")
-    cmd += extra or []
+    if inputs:
+        cmd += ["--kimi-bench-inputs", ",".join(inputs)]
     return subprocess.call(cmd, cwd=str(suite_dir().parents[1]), env=dict(os.environ))
 
 
@@ -76,18 +77,20 @@ def register(group: click.Group) -> None:
     @click.option("--candidate", "candidates", multiple=True,
                   help="Candidate spec to benchmark (repeatable; default: reference, eager, gpu).")
     @click.option("--quick", is_flag=True, help="Fewer inputs and rounds (a CPU run stays under 2 minutes).")
+    @click.option("--input", "inputs", multiple=True, type=click.Choice(sorted(BENCH_INPUTS)),
+                  help="Only this benchmark input (repeatable; default: all, or the quick set).")
     @click.option("--save", "save_name", default=None, help="Store this run as NAME under --storage.")
     @click.option("--compare", "compare_to", default=None, help="Stored run NAME or a pytest-benchmark JSON file.")
     @click.option("--fail-above", type=float, default=None, help="Exit 1 when a median is more than PCT % slower.")
     @click.option("--storage", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_STORAGE,
                   show_default=True, help="Directory of saved runs.")
-    def bench_cmd(candidates, quick, save_name, compare_to, fail_above, storage) -> int:
+    def bench_cmd(candidates, quick, inputs, save_name, compare_to, fail_above, storage) -> int:
         """Run the benchmark suite (pytest-benchmark JSON with machine information)."""
         specs = list(candidates) or ["reference", "eager", "gpu"]
         baseline = _resolve_baseline(compare_to, storage) if compare_to else None
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "bench.json"
-            code = run_suite(specs, quick, out)
+            code = run_suite(specs, quick, out, list(inputs))
             if not out.is_file():
                 raise KimiOracleError(f"the benchmark suite produced no results (pytest exit {code})")
             if save_name:

@@ -1,0 +1,44 @@
+import json
+import subprocess
+import sys
+
+from kimi_oracle.bench import compare_medians, interleaved_ratio
+
+
+def test_compare_medians_by_hand():
+    rows, failed = compare_medians({"a": 1.2, "b": 1.0}, {"a": 1.0, "b": 1.0, "c": 2.0}, 10.0)
+    by = {r["name"]: r for r in rows}
+    assert abs(by["a"]["change_pct"] - 20.0) < 1e-9 and by["a"]["failed"]
+    assert by["b"]["change_pct"] == 0.0 and not by["b"]["failed"]
+    assert by["c"]["current_s"] is None and not by["c"]["failed"]
+    assert failed
+    assert not compare_medians({"a": 1.05}, {"a": 1.0}, 10.0)[1]
+
+
+def test_interleaved_ratio_detects_a_slower_side():
+    import time
+
+    result = interleaved_ratio(lambda: time.sleep(0.004), lambda: time.sleep(0.001), rounds=5, warmup=0)
+    assert result["ratio"] > 2.0 and len(result["ratios"]) == 5
+
+
+def test_bench_cli_save_and_compare(tmp_path):
+    base = [sys.executable, "-m", "kimi_oracle", "bench", "--candidate", "reference", "--input", "rgb-640x480",
+            "--storage", str(tmp_path)]
+    proc = subprocess.run(base + ["--save", "one"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads((tmp_path / "one.json").read_text())
+    assert "machine_info" in doc
+    (entry,) = doc["benchmarks"]
+    assert entry["extra_info"]["megapixels_per_s"] > 0
+    # A baseline ten times faster than anything real: the comparison must fail with exit 1.
+    for b in doc["benchmarks"]:
+        b["stats"]["median"] /= 10.0
+    fast = tmp_path / "fast.json"
+    fast.write_text(json.dumps(doc))
+    proc = subprocess.run(base + ["--compare", str(fast), "--fail-above", "10"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "SLOWER" in proc.stdout
+    proc = subprocess.run(base + ["--compare", "missing-run"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "no stored benchmark run" in proc.stderr
