@@ -35,7 +35,7 @@ import numpy as np
 
 from . import __version__
 from .config import FILL_STAGES, PATTERNS, PROFILES, PreprocessConfig
-from .errors import CandidateError, KimiOracleError, PlanError
+from .errors import BackendError, CandidateError, KimiOracleError, PlanError
 from .geometry import plan
 from .result import PreprocessResult
 
@@ -310,61 +310,21 @@ Candidate = Callable[[list, PreprocessConfig], Any]
 def load_candidate(spec: str | Callable | None) -> tuple[str, Candidate]:
     """(label, callable) for a candidate spec; `None` or "reference" is the CPU reference.
 
-    Delegates to `kimi_oracle.candidates` when it is installed; otherwise understands
-    "reference", "gpu", "module:function" and "file.py:function" itself.
+    Other specs (gpu, eager, module:function, file.py:function) are resolved by
+    `kimi_oracle.candidates.load_candidate`; a callable is used as it is.
     """
     if callable(spec):
-        return getattr(spec, "__name__", "candidate"), spec
+        return getattr(spec, "__name__", None) or type(spec).__name__, spec
     if spec is None or spec == "reference":
         from . import reference
 
         return "reference", reference.preprocess
-    if importlib.util.find_spec("kimi_oracle.candidates") is not None:
-        module = importlib.import_module("kimi_oracle.candidates")
-        for name in ("load", "load_candidate", "resolve"):
-            loader = getattr(module, name, None)
-            if callable(loader):
-                loaded = loader(spec)
-                fn = getattr(loaded, "preprocess", None) or getattr(loaded, "fn", None) or loaded
-                if not callable(fn):
-                    raise CandidateError(f"candidate {spec!r}: loader returned {type(loaded).__name__}, not a callable")
-                return spec, fn
-    return spec, _load_spec_fallback(spec)
+    if importlib.util.find_spec("kimi_oracle.candidates") is None:  # pragma: no cover
+        raise CandidateError(f"candidate {spec!r}: this installation only has the reference")
+    from .candidates import load_candidate as _load
 
-
-def _load_spec_fallback(spec: str) -> Candidate:
-    if spec == "gpu":
-        try:
-            module = importlib.import_module("kimi_oracle.gpu")
-        except Exception as exc:
-            raise CandidateError(f"candidate 'gpu': cannot import kimi_oracle.gpu: {_error_text(exc)}") from None
-        fn = getattr(module, "preprocess", None)
-        if not callable(fn):
-            raise CandidateError("candidate 'gpu': kimi_oracle.gpu has no preprocess(images, config)")
-        return fn
-    target, sep, attr = spec.rpartition(":")
-    if not sep or not target or not attr:
-        raise CandidateError(f"candidate {spec!r}: expected reference, gpu, module:function or file.py:function")
-    try:
-        if target.endswith(".py"):
-            path = Path(target)
-            if not path.is_file():
-                raise CandidateError(f"candidate {spec!r}: no such file {target}")
-            mod_spec = importlib.util.spec_from_file_location(f"_kimi_candidate_{path.stem}", path)
-            if mod_spec is None or mod_spec.loader is None:
-                raise CandidateError(f"candidate {spec!r}: cannot load {target}")
-            module = importlib.util.module_from_spec(mod_spec)
-            mod_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(target)
-    except CandidateError:
-        raise
-    except Exception as exc:
-        raise CandidateError(f"candidate {spec!r}: import failed: {_error_text(exc)}") from None
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise CandidateError(f"candidate {spec!r}: {target} has no callable {attr!r}")
-    return fn
+    loaded = _load(spec)
+    return spec, loaded
 
 
 def _as_result(out: Any) -> PreprocessResult:
@@ -433,7 +393,8 @@ def _run_pixel_cases(cases: Sequence[PixelCase], candidate: Candidate) -> list[P
 def _run_one(case: PixelCase, candidate: Candidate, config: PreprocessConfig) -> PreprocessResult | BaseException:
     try:
         return _as_result(candidate([case.make_image()], config))
-    except (KeyboardInterrupt, SystemExit):
+    except (KeyboardInterrupt, SystemExit, CandidateError, BackendError):
+        # A broken candidate (bad return type, no backend) is a harness error, not a finding.
         raise
     except Exception as exc:
         return exc
