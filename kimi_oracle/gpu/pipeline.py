@@ -123,6 +123,9 @@ def _fill_uses_alpha(img: Image.Image, bg: TransparentBgConfig | None) -> bool:
 def _probe(img: Image.Image, values: np.ndarray, shape: tuple[int, int]) -> Image.Image:
     """An image of `img`'s mode, palette and transparency whose pixels enumerate `values`."""
     mode = img.mode
+    mask = rs.domain_xor(mode)
+    if mask is not None:
+        values = values.astype(np.uint8) ^ mask  # table index is in the resampling domain
     if mode == "1":
         probe = Image.fromarray(values.reshape(shape) == 255)
     elif mode in MODES_16:
@@ -137,38 +140,51 @@ def _probe(img: Image.Image, values: np.ndarray, shape: tuple[int, int]) -> Imag
     return probe
 
 
-def _table_key(img: Image.Image, use_alpha: bool) -> tuple:
+def _table_key(img: Image.Image, use_alpha: bool, resized: bool) -> tuple:
     pal = None
     if img.mode in ("P", "PA") and img.palette is not None:
         pal = (img.palette.mode, bytes(img.palette.tobytes()))
     trns = img.info.get("transparency")
-    return (img.mode, use_alpha, pal, repr(trns))
+    return (img.mode, use_alpha, resized, pal, repr(trns))
 
 
 _TABLES: dict[tuple, np.ndarray] = {}
 _TABLES_LOCK = threading.Lock()
 
 
-def conversion_table(img: Image.Image, use_alpha: bool) -> np.ndarray:
-    """int32 packed RGBA per pixel value of `img`'s mode, made by Pillow's own conversion."""
-    key = _table_key(img, use_alpha)
+def conversion_table(img: Image.Image, use_alpha: bool, resized: bool = False) -> np.ndarray:
+    """int32 packed RGBA per pixel value of `img`'s mode, made by Pillow's own conversion.
+
+    `resized`: the reference converts the output of `Image.resize`, whose state can differ
+    from the source's (a resized "PA" image loses its palette in Pillow 13.0). The probe then
+    goes through a value-preserving resize first (one row -> two rows: a single tap of weight
+    1, or NEAREST), so that it carries exactly the state a resized image has.
+    """
+    key = _table_key(img, use_alpha, resized)
     with _TABLES_LOCK:
         hit = _TABLES.get(key)
     if hit is not None:
         return hit
     mode = img.mode
     if mode in MODES_8BIT_1:
-        values, shape = np.arange(256), (1, 256)
+        values = np.arange(256)
     elif mode in MODES_16:
-        values, shape = np.arange(65536), (256, 256)
+        values = np.arange(65536)
     elif mode in MODES_8BIT_2:
         i = np.arange(65536)
-        values, shape = np.stack([i >> 8, i & 255], axis=-1), (256, 256)
+        values = np.stack([i >> 8, i & 255], axis=-1)
     else:
         i = np.arange(1 << 24)
-        values, shape = np.stack([i >> 16, (i >> 8) & 255, i & 255], axis=-1), (4096, 4096)
-    probe = _probe(img, values, shape)
+        values = np.stack([i >> 16, (i >> 8) & 255, i & 255], axis=-1)
+    n = values.shape[0]
+    probe = _probe(img, values, (1, n))
     try:
+        if resized:
+            before = probe.tobytes()
+            probe = probe.resize((n, 2), Image.Resampling.BICUBIC)
+            if probe.tobytes()[: len(before)] != before:
+                raise BackendError(f"mode {mode!r}: the state probe's resize changed its values")
+            probe = probe.crop((0, 0, n, 1))
         if use_alpha:
             rgba = np.asarray(probe.convert("RGBA"))
         else:
@@ -265,10 +281,13 @@ def _native_array(img: Image.Image) -> tuple[np.ndarray, int]:
     arr = np.asarray(img)
     if arr.dtype != np.uint8:
         raise InputError(f"mode {mode!r}: unexpected array type {arr.dtype}")
+    mask = rs.domain_xor(mode)
+    if mask is not None:
+        arr = arr ^ mask
     return arr, U8
 
 
-def _conversion(kern: Any, img: Image.Image, bg: TransparentBgConfig | None):
+def _conversion(kern: Any, img: Image.Image, bg: TransparentBgConfig | None, resized: bool):
     """(conv code, table key, table, alpha channel, transparency key) of fill(img, bg)."""
     mode = img.mode
     use_alpha = _fill_uses_alpha(img, bg)
@@ -283,14 +302,14 @@ def _conversion(kern: Any, img: Image.Image, bg: TransparentBgConfig | None):
         return kern.CONV_I32, None, None, -1, (int(trns) if isinstance(trns, int) else None)
     if mode == "F":
         return kern.CONV_F32, None, None, -1, None
-    table = conversion_table(img, use_alpha)
+    table = conversion_table(img, use_alpha, resized)
     if mode in MODES_8BIT_1 or mode in MODES_16:
         code = kern.CONV_TABLE1
     elif mode in MODES_8BIT_2:
         code = kern.CONV_TABLE2
     else:
         code = kern.CONV_TABLE3
-    return code, _table_key(img, use_alpha), table, -1, None
+    return code, _table_key(img, use_alpha, resized), table, -1, None
 
 
 def _make_job(kern: Any, index: int, img: Image.Image, config: PreprocessConfig) -> _Job:
@@ -313,7 +332,10 @@ def _make_job(kern: Any, index: int, img: Image.Image, config: PreprocessConfig)
     else:
         kind = resample_kind(img.mode, img.size, size)
     passes = () if kind in ("none", "nearest") else rs.pass_order(img.width, img.height, *size)
-    conv, key, table, alpha_ch, trns = _conversion(kern, img, bg)
+    # The table must describe the image the reference converts: the resized one, when the
+    # resize ran in the image's own mode (premultiplied modes do not use palette tables).
+    resized = not pre and kind in ("bicubic", "nearest")
+    conv, key, table, alpha_ch, trns = _conversion(kern, img, bg, resized)
     bg_on = _fill_uses_alpha(img, bg)
     return _Job(index, np.ascontiguousarray(arr), dt, nch, img.width, img.height, p.new_w, p.new_h,
                 pre, kind, passes, conv, key, table, alpha_ch, bg_on, trns)

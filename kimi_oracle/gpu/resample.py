@@ -96,6 +96,18 @@ def coeffs_8bit(in_size: int, out_size: int) -> np.ndarray:
     return out
 
 
+# Pillow 13.0 resamples the a and b bands of "LAB" as signed bytes (measured: the emulation
+# matches Image.resize only with this offset). Flipping the top bit maps signed order onto
+# unsigned order, so the unsigned kernels run on `value ^ mask` and the mask is undone after.
+_DOMAIN_XOR = {"LAB": (0, 128, 128)}
+
+
+def domain_xor(mode: str) -> np.ndarray | None:
+    """uint8 per-band XOR mask that turns `mode`'s bytes into the unsigned resampling domain."""
+    mask = _DOMAIN_XOR.get(mode)
+    return None if mask is None else np.array(mask, dtype=np.uint8)
+
+
 def pass_order(in_w: int, in_h: int, out_w: int, out_h: int) -> tuple[Pass, ...]:
     """The separable passes Pillow 13.0 runs, in order ('h' horizontal, 'v' vertical)."""
     dw, dh = in_w - out_w, in_h - out_h

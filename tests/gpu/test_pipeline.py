@@ -1,0 +1,239 @@
+"""The Triton pipeline against the CPU reference: torch.equal for every mode, stage and pattern."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from kimi_oracle import reference
+from kimi_oracle.errors import BackendError, InputError
+from kimi_oracle.gpu import preprocess
+
+from conftest import PATTERNS, assert_same, full_range, gen, k3, k25, rgba_hidden
+
+
+def _zoo() -> list[tuple[str, Image.Image]]:
+    """Every supported mode, with sizes that make limit-16 configs resample (both orders)."""
+    z = [
+        ("RGB", gen(47, 31, "RGB", seed=1)),
+        ("RGB key", gen(33, 40, "RGB", "key", seed=2)),
+        ("RGBA random", gen(41, 29, "RGBA", "random", seed=3)),
+        ("RGBA hidden", rgba_hidden(38, 45, seed=4)),
+        ("RGBA hidden tall", rgba_hidden(16, 70, seed=40)),
+        ("RGBA checker", gen(30, 61, "RGBA", "checker", seed=5)),
+        ("LA gradient", gen(44, 35, "LA", "gradient", seed=6)),
+        ("LA 1-wide", gen(1, 90, "LA", "random", seed=41)),
+        ("L tall", gen(20, 70, "L", seed=7)),
+        ("L key", gen(50, 23, "L", "key", seed=8)),
+        ("P", gen(36, 36, "P", seed=9)),
+        ("P key", gen(45, 27, "P", "key", seed=10)),
+        ("P bytes", gen(31, 48, "P", "random", seed=11)),
+        ("1", gen(53, 22, "1", content="edges", seed=12)),
+        ("CMYK", gen(40, 40, "CMYK", seed=13)),
+        ("CMYK 1-high", gen(90, 1, "CMYK", seed=42)),
+        ("I;16", gen(37, 30, "I;16", seed=14)),
+        ("I;16 full tall", full_range(18, 64, "I;16", seed=15)),
+        ("I;16B full", full_range(43, 34, "I;16B", seed=16)),
+        ("I;16N full", full_range(28, 57, "I;16N", seed=17)),
+        ("I", gen(39, 33, "I", seed=18)),
+        ("I full", full_range(26, 49, "I", seed=19)),
+        ("I 1-wide", full_range(1, 80, "I", seed=43)),
+        ("F full", full_range(48, 26, "F", seed=20)),
+        ("F tall", full_range(20, 66, "F", seed=44)),
+        ("PA", gen(35, 38, "PA", "random", seed=21)),
+        ("RGBX", full_range(32, 44, "RGBX", seed=22)),
+        ("tiny RGBA", rgba_hidden(3, 2, seed=23)),
+        ("no-resize L", gen(9, 11, "L", seed=24)),
+    ]
+    return z
+
+
+def _zoo_3band() -> list[tuple[str, Image.Image]]:
+    return [
+        ("LAB", gen(41, 37, "LAB", seed=30)),
+        ("YCbCr", gen(37, 41, "YCbCr", seed=31)),
+        ("HSV", full_range(44, 30, "HSV", seed=32)),
+    ]
+
+
+LIMIT = 2  # patch budget small enough that nearly every zoo image is resampled
+
+
+def _paths(images, config):
+    from kimi_oracle.geometry import plan
+    from kimi_oracle.gpu import resample as rs
+
+    out = set()
+    for im in images:
+        p = plan(im.width, im.height, config)
+        if im.mode in ("P", "1") and (p.new_w, p.new_h) != im.size:
+            out.add("nearest")
+        else:
+            out.add(rs.pass_order(im.width, im.height, p.new_w, p.new_h))
+    return out
+
+
+def test_zoo_reaches_every_resampling_path():
+    images = [im for _, im in _zoo()]
+    paths = _paths(images, k3(LIMIT))
+    assert {("h", "v"), ("v", "h"), ("h",), ("v",), (), "nearest"} <= paths, paths
+
+
+def _check(images, config, gpu_kwargs, label):
+    exp = reference.preprocess(images, config)
+    got = preprocess(images, config, **gpu_kwargs)
+    assert got.pixel_values.dtype == torch.float32
+    assert_same(got, exp, label)
+    return got, exp
+
+
+@pytest.mark.parametrize("stage", ["after_resize", "before_resize"])
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_every_mode_matches_reference(stage, pattern, gpu_kwargs):
+    labels, images = zip(*_zoo())
+    cfg = k3(LIMIT, pattern=pattern, stage=stage)
+    _check(list(images), cfg, gpu_kwargs, f"{stage}/{pattern}")
+
+
+def test_k25_matches_reference(gpu_kwargs):
+    labels, images = zip(*_zoo())
+    _check(list(images), k25(LIMIT), gpu_kwargs, "k25")
+
+
+def test_three_band_table_modes(gpu_kwargs):
+    # LAB (resampled with signed a/b in Pillow 13.0), YCbCr and HSV go through 2^24-entry
+    # tables that Pillow's own conversion fills.
+    labels, images = zip(*_zoo_3band())
+    _check(list(images), k3(LIMIT), gpu_kwargs, "3-band after")
+    _check(list(images), k3(LIMIT, stage="before_resize"), gpu_kwargs, "3-band before")
+    assert ("h", "v") in _paths(images, k3(LIMIT))
+
+
+def test_composite_is_exhaustive(gpu_kwargs):
+    # Every (alpha, level) pair, at both chessboard parities (square 1: neighbours alternate),
+    # without resampling: the tail's composite table against the reference's float formula.
+    a, c = np.meshgrid(np.arange(256), np.arange(256), indexing="ij")
+    c2 = np.repeat(c, 2, axis=1)
+    a2 = np.repeat(a, 2, axis=1)
+    rgba = np.stack([c2, 255 - c2, (c2 * 7) % 256, a2], -1).astype(np.uint8)
+    img = Image.fromarray(rgba, "RGBA")
+    for pattern, extra in [("chessboard", {"chessboard_square_size": 1}), ("gray", {})]:
+        cfg = k3(1 << 20, pattern=pattern, **extra)
+        _check([img], cfg, gpu_kwargs, f"exhaustive {pattern}")
+
+
+def test_composite_table_equals_reference_formula():
+    from kimi_oracle.config import TransparentBgConfig
+    from kimi_oracle.gpu.pipeline import composite_table
+
+    a, c = np.meshgrid(np.arange(256), np.arange(256), indexing="ij")
+    rgba = np.stack([c, c, c, a], -1).astype(np.uint8)
+    for b in range(256):
+        bg = TransparentBgConfig("chessboard", 1, True, b, b)
+        assert np.array_equal(composite_table(b), reference.composite(rgba, bg)[..., 0]), b
+
+
+def test_pass_order_boundary_and_extreme_shapes(gpu_kwargs):
+    from kimi_oracle.geometry import plan
+    from kimi_oracle.gpu import resample as rs
+
+    cfg = k3(16)
+    sizes = [(300, 2), (2, 300), (1500, 3), (3, 1500), (1, 1), (1, 90), (90, 1)]
+    # sizes whose plan lands on (H - h) = 2 (W - w) or next to it
+    found = []
+    for w in range(40, 90):
+        for h in range(40, 200):
+            p = plan(w, h, cfg)
+            d = (h - p.new_h) - 2 * (w - p.new_w)
+            if d in (-1, 0, 1) and p.new_w != w and len(found) < 6:
+                found.append((w, h))
+    assert found, "no boundary sizes found"
+    orders = {rs.pass_order(w, h, plan(w, h, cfg).new_w, plan(w, h, cfg).new_h) for w, h in found}
+    assert ("h", "v") in orders or ("v", "h") in orders
+    images = [gen(w, h, "RGB", seed=i) for i, (w, h) in enumerate(sizes + found)]
+    images += [rgba_hidden(w, h, seed=i) for i, (w, h) in enumerate(sizes[:4])]
+    got, _ = _check(images, cfg, gpu_kwargs, "shapes")
+    assert got.grid_thws[4].tolist() == [1, 2, 2]  # 1x1 -> padded to 28x28
+
+
+def test_batch_equals_one_by_one_and_chunks(gpu_kwargs):
+    labels, images = zip(*_zoo()[:10])
+    images = list(images)
+    cfg = k3(LIMIT)
+    whole = preprocess(images, cfg, **gpu_kwargs)
+    singles = [preprocess([im], cfg, **gpu_kwargs) for im in images[:4]]
+    for i, one in enumerate(singles):
+        assert torch.equal(whole.image(i).pixel_values, one.pixel_values), i
+        assert torch.equal(whole.image(i).grid_thws, one.grid_thws), i
+    chunked = preprocess(images, cfg, chunk_bytes=20_000, **gpu_kwargs)
+    assert_same(chunked, whole, "chunked")
+
+
+def test_bf16_output_rounds_like_torch(gpu_kwargs):
+    labels, images = zip(*_zoo()[:6])
+    cfg = k3(LIMIT)
+    exp = reference.preprocess(list(images), cfg)
+    got = preprocess(list(images), cfg, out_dtype=torch.bfloat16, **gpu_kwargs)
+    assert got.pixel_values.dtype == torch.bfloat16
+    # documented rounding: round-to-nearest-even of the float32 value (torch's .to())
+    assert torch.equal(got.pixel_values.cpu(), exp.pixel_values.to(torch.bfloat16))
+
+
+def test_grids_come_from_produced_shapes(gpu_kwargs):
+    from kimi_oracle.geometry import plan
+
+    cfg = k3(16)
+    images = [gen(47, 31, "RGB"), gen(31, 47, "RGB")]
+    got = preprocess(images, cfg, **gpu_kwargs)
+    assert got.grid_thws.dtype == torch.int64
+    assert got.grid_thws.tolist() == [list(plan(47, 31, cfg).grid_thw), list(plan(31, 47, cfg).grid_thw)]
+    assert int((got.grid_thws.prod(dim=1)).sum()) == got.pixel_values.shape[0]
+
+
+def test_solid_image_and_transpose(gpu_kwargs):
+    cfg = k3(1 << 20)
+    a = Image.new("RGB", (56, 28), (10, 200, 30))
+    got = preprocess([a, a.transpose(Image.Transpose.TRANSPOSE)], cfg, **gpu_kwargs)
+    assert got.grid_thws.tolist() == [[1, 2, 4], [1, 4, 2]]
+    assert torch.equal(got.image(0).pixel_values, got.image(1).pixel_values)
+
+
+def test_unsupported_mode_is_an_input_error(gpu_kwargs):
+    img = Image.new("RGBa", (4, 4))
+    with pytest.raises(InputError, match="not supported by the GPU pipeline"):
+        preprocess([img], k3(), **gpu_kwargs)
+
+
+def test_bad_out_dtype(gpu_kwargs):
+    with pytest.raises(InputError, match="out_dtype"):
+        preprocess([gen(4, 4, "RGB")], k3(), out_dtype=torch.float16, **gpu_kwargs)
+
+
+def test_no_backend_is_a_clear_error():
+    # A fresh interpreter without TRITON_INTERPRET and without CUDA: importing works, calling
+    # raises BackendError.
+    code = (
+        "import torch, sys\n"
+        "import kimi_oracle.gpu as g\n"
+        "from kimi_oracle.config import PreprocessConfig\n"
+        "from kimi_oracle.errors import BackendError\n"
+        "from PIL import Image\n"
+        "if torch.cuda.is_available(): sys.exit(0)\n"
+        "try:\n"
+        "    g.preprocess([Image.new('RGB', (4, 4))], PreprocessConfig.k3())\n"
+        "except BackendError as e:\n"
+        "    print('BackendError:', e); sys.exit(0)\n"
+        "sys.exit(1)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    if "BackendError" in r.stdout:
+        assert "TRITON_INTERPRET" in r.stdout
