@@ -163,7 +163,7 @@ def test_pass_order_boundary_and_extreme_shapes(gpu_kwargs):
     assert got.grid_thws[4].tolist() == [1, 2, 2]  # 1x1 -> padded to 28x28
 
 
-def test_batch_equals_one_by_one_and_chunks(gpu_kwargs):
+def test_batch_equals_one_by_one_and_chunks(gpu_kwargs, monkeypatch):
     labels, images = zip(*_zoo()[:10])
     images = list(images)
     cfg = k3(LIMIT)
@@ -172,7 +172,13 @@ def test_batch_equals_one_by_one_and_chunks(gpu_kwargs):
     for i, one in enumerate(singles):
         assert torch.equal(whole.image(i).pixel_values, one.pixel_values), i
         assert torch.equal(whole.image(i).grid_thws, one.grid_thws), i
+    from kimi_oracle.gpu import pipeline
+
+    calls = []
+    real = pipeline._run_chunk
+    monkeypatch.setattr(pipeline, "_run_chunk", lambda kern, chunk, *a: (calls.append(len(chunk)), real(kern, chunk, *a)))
     chunked = preprocess(images, cfg, chunk_bytes=20_000, **gpu_kwargs)
+    assert len(calls) > 2 and sum(calls) == len(images), calls
     assert_same(chunked, whole, "chunked")
 
 
