@@ -40,19 +40,34 @@ def preprocess(
     dev = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     decoded = load_images(images)
     bg = config.transparent_bg_config
+    plans = [plan(im.width, im.height, config) for im in decoded]
+    alphas = [bg is not None and has_alpha(im) for im in decoded]
+    tensors = [_to_tensor(im, a).to(dev) for im, a in zip(decoded, alphas)]
+    return from_tensors(tensors, plans, alphas, config, out_dtype=out_dtype)
+
+
+def host_tensors(images: Iterable[ImageSource], config: PreprocessConfig):
+    """Host half of the engine's path: (uint8 CHW tensors, plans, alpha flags)."""
+    decoded = load_images(images)
+    bg = config.transparent_bg_config
+    plans = [plan(im.width, im.height, config) for im in decoded]
+    alphas = [bg is not None and has_alpha(im) for im in decoded]
+    return [_to_tensor(im, a) for im, a in zip(decoded, alphas)], plans, alphas
+
+
+def from_tensors(tensors, plans, alphas, config: PreprocessConfig, *,
+                 out_dtype: torch.dtype = torch.float32) -> PreprocessResult:
+    """Device half of the engine's path, from uint8 CHW tensors already on the device."""
+    dev = tensors[0].device
+    bg = config.transparent_bg_config
     ps = config.patch_size
-    f = int(config.factor)
     mean = torch.tensor(config.image_mean, dtype=torch.float32, device=dev).view(3, 1, 1)
     std = torch.tensor(config.image_std, dtype=torch.float32, device=dev).view(3, 1, 1)
     scale = 1.0 / (255.0 * std)
     shift = -mean / std
 
-    plans = [plan(im.width, im.height, config) for im in decoded]
-    alphas = [bg is not None and has_alpha(im) for im in decoded]
-    tensors = [_to_tensor(im, a).to(dev) for im, a in zip(decoded, alphas)]
-
     # Grouped by (source size, target size, channels): one interpolate call per group.
-    resized: list[torch.Tensor | None] = [None] * len(decoded)
+    resized: list[torch.Tensor | None] = [None] * len(tensors)
     groups: dict[tuple, list[int]] = {}
     for i, (t, p) in enumerate(zip(tensors, plans)):
         groups.setdefault((tuple(t.shape), p.new_h, p.new_w), []).append(i)

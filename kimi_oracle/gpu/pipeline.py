@@ -734,8 +734,8 @@ def _prepare_chunk(kern, chunk, config, bg, dev, out, odev, starts, grids, sizes
     stats = {
         "upload_bytes": sum(int(j.src.nbytes) for j in chunk),
         "source_bytes": sum(int(j.src.nbytes) for j in chunk),
-        "output_bytes": int(target.numel() * target.element_size()) if same_dev is False else
-        int(sum((starts[j.index + 1] - starts[j.index]) for j in chunk)) * 3 * ps * ps * out.element_size(),
+        "output_bytes": int(sum(int(starts[j.index + 1] - starts[j.index]) for j in chunk))
+        * 3 * ps * ps * out.element_size(),
         "launches": len(launches),
     }
     return launches, stats
