@@ -6,6 +6,7 @@ flat, seed-0, one-image batch under the base configuration with a 16-patch budge
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Sequence
 
@@ -32,6 +33,7 @@ from .generators import (
 )
 
 DEFAULT_MAX_SIDE = 64
+MODE_WEIGHTS = {"RGB": 2, "RGBA": 4, "LA": 2, "P": 3, "1": 2, "CMYK": 2, "I;16": 2}
 
 
 @functools.lru_cache(maxsize=256)
@@ -49,7 +51,13 @@ def sizes(config: PreprocessConfig | None = None, *, max_side: int = DEFAULT_MAX
     ratio = st.integers(1, 2).flatmap(
         lambda short: st.tuples(st.integers(100 * short, max(100 * short, long_side)), st.just(short))
     ).flatmap(lambda wh: st.sampled_from([wh, (wh[1], wh[0])]))
+    medium = st.integers(min(14, max_side), max_side)
+    medium_sizes = st.tuples(medium, medium)
+    # Medium sizes (both sides >= one patch) are weighted up: they are the ones that resample.
     options = [
+        medium_sizes,
+        medium_sizes,
+        medium_sizes,
         st.tuples(side, side),
         st.sampled_from(tiny_sizes()),
         st.tuples(special_side, special_side),
@@ -75,12 +83,14 @@ def case_params(
     bg = config.transparent_bg_config if config is not None else None
     base_square = bg.chessboard_square_size if bg is not None else 8
     squares = sorted({base_square, 1, 2, 3, 5, 8, 16}, key=lambda s: (s != base_square, s))
+    # Modes whose resize path is special (premultiplied, NEAREST, own-domain) are drawn more often.
+    weighted_modes = [m for m in modes for _ in range(MODE_WEIGHTS.get(m, 1))]
     pattern_choices = [a for a in ALPHA_PATTERNS if alpha_patterns is None or a in alpha_patterns] or ["opaque"]
 
     @st.composite
     def build(draw: st.DrawFn) -> CaseParams:
         w, h = draw(sizes(config, max_side=max_side))
-        mode = draw(st.sampled_from(list(modes)))
+        mode = draw(st.sampled_from(weighted_modes))
         # Same draws for every mode (an inexpressible pattern falls back to opaque), so that
         # shrinking prefers the first mode (RGB) instead of modes with fewer alpha choices.
         alpha = draw(st.sampled_from(pattern_choices))
@@ -101,14 +111,19 @@ def configs(base: PreprocessConfig, *, vary: bool = True) -> st.SearchStrategy[P
     background patterns, squares, colours and fill stages (only when `base` has a background)."""
     if not vary:
         return st.just(base)
-    limits = [16] + [v for v in SMALL_PATCH_LIMITS if v != 16] + [base.in_patch_limit]
+    # Two thirds of the draws use budgets of at most 16 patches (most of them below 9), so that
+    # images of a few dozen pixels resample.
+    tiny_limits = [4] + [v for v in SMALL_PATCH_LIMITS if v <= 16 and v != 4]
+    other_limits = [v for v in SMALL_PATCH_LIMITS if v > 16] + [base.in_patch_limit]
+    limit_strategy = st.one_of(st.sampled_from(tiny_limits), st.sampled_from(tiny_limits[1:]),
+                               st.sampled_from(other_limits))
     caps = [base.patch_limit_on_one_side] + [c for c in side_caps(base, max_cap=16) if c != base.patch_limit_on_one_side]
     bg = base.transparent_bg_config
 
     @st.composite
     def build(draw: st.DrawFn) -> PreprocessConfig:
         changes: dict = {
-            "in_patch_limit": draw(st.sampled_from(limits)),
+            "in_patch_limit": draw(limit_strategy),
             "patch_limit_on_one_side": draw(st.sampled_from(caps)),
         }
         if bg is not None:
@@ -152,6 +167,13 @@ def fuzz_cases(
         count = draw(st.integers(1, max(1, max_images)))
         params = case_params(config, max_side=max_side, modes=modes, alpha_patterns=alpha_patterns, contents=contents)
         images = tuple(draw(params) for _ in range(count))
+        if vary_config and draw(st.booleans()):
+            # Force the first image to resample: a budget just below its floored patch count.
+            first = images[0]
+            patches = max(1, first.width // config.patch_size) * max(1, first.height // config.patch_size)
+            if patches >= 2:
+                limit = draw(st.integers(1, patches - 1))
+                config = dataclasses.replace(config, in_patch_limit=limit)
         return FuzzCase(config, images)
 
     return build()
