@@ -20,6 +20,7 @@ __all__ = [
     "background",
     "composite",
     "fill",
+    "fill_conversion",
     "normalization_lut",
     "preprocess",
     "preprocess_image",
@@ -77,21 +78,33 @@ def _convert(img: Image.Image, mode: str) -> Image.Image:
         raise InputError(f"mode {img.mode!r}: the checkpoint's conversion to {mode} fails: {exc}") from None
 
 
-def _fill_array(img: Image.Image, bg: TransparentBgConfig | None) -> np.ndarray:
-    # convert("RGB") of an RGB image is an identical copy: skip it (the checkpoint's bg=None
-    # branch converts, its RGB branch returns the image unchanged; the bytes are the same).
+def fill_conversion(img: Image.Image, bg: TransparentBgConfig | None) -> str | None:
+    """What the checkpoint's fill does to this image: None (already RGB, kept), "RGB" (a plain
+    conversion) or "RGBA" (conversion to RGBA, then the composite on the background)."""
+    # convert("RGB") of an RGB image is an identical copy: the checkpoint's bg=None branch
+    # converts, its RGB branch returns the image unchanged; the bytes are the same.
     if img.mode == "RGB":
-        return np.asarray(img)
+        return None
     if bg is None or not has_alpha(img):
+        return "RGB"
+    return "RGBA"
+
+
+def _fill_array(img: Image.Image, bg: TransparentBgConfig | None) -> np.ndarray:
+    kind = fill_conversion(img, bg)
+    if kind is None:
+        return np.asarray(img)
+    if kind == "RGB":
         return np.asarray(_convert(img, "RGB"))
     return composite(np.asarray(_convert(img, "RGBA")), bg)
 
 
 def fill(img: Image.Image, bg: TransparentBgConfig | None) -> Image.Image:
     """The checkpoint's background fill; the result is always an RGB image."""
-    if img.mode == "RGB":
+    kind = fill_conversion(img, bg)
+    if kind is None:
         return img
-    if bg is None or not has_alpha(img):
+    if kind == "RGB":
         return _convert(img, "RGB")
     return Image.fromarray(composite(np.asarray(_convert(img, "RGBA")), bg), mode="RGB")
 

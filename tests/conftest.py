@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+
+# Without CUDA, the GPU pipeline runs its Triton kernels in the interpreter on CPU tensors.
+# Triton reads this when the kernels are first imported, so set it before any test imports them.
+try:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+except ImportError:  # pragma: no cover - torch is a dependency
+    pass
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))

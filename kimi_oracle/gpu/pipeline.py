@@ -24,8 +24,8 @@ from PIL import Image
 from ..config import PreprocessConfig, TransparentBgConfig
 from ..errors import BackendError, InputError
 from ..geometry import plan
-from ..images import ImageSource, has_alpha, load_images, resample_kind
-from ..reference import background, composite, normalization_lut
+from ..images import ImageSource, load_images, resample_kind
+from ..reference import background, composite, fill_conversion, normalization_lut
 from ..result import PreprocessResult
 from . import resample as rs
 
@@ -117,7 +117,7 @@ def _i16_dtype(mode: str) -> str:
 
 def _fill_uses_alpha(img: Image.Image, bg: TransparentBgConfig | None) -> bool:
     """Whether the reference's fill composites this image (else it only converts to RGB)."""
-    return bg is not None and img.mode != "RGB" and has_alpha(img)
+    return fill_conversion(img, bg) == "RGBA"
 
 
 def _probe(img: Image.Image, values: np.ndarray, shape: tuple[int, int]) -> Image.Image:
