@@ -456,10 +456,19 @@ def record_grids(profile: str) -> GoldenFile:
     return GoldenFile("grids", profile, _meta("grids", profile), entries)
 
 
-def record_pixels(profile: str, candidate: str | Callable | None = None) -> GoldenFile:
-    """The pixel golden of `profile`, computed now with `candidate` (default the reference)."""
+CaseFilter = Callable[[PixelCase], bool]
+
+
+def record_pixels(profile: str, candidate: str | Callable | None = None,
+                  select: CaseFilter | None = None) -> GoldenFile:
+    """The pixel golden of `profile`, computed now with `candidate` (default the reference).
+
+    `select` keeps only some cases (a partial recording, for quick checks).
+    """
     _, fn = load_candidate(candidate)
     cases = pixel_catalogue(profile)
+    if select is not None:
+        cases = [c for c in cases if select(c)]
     results = run_pixel_cases(cases, fn)
     entries = [pixel_entry(c, r) for c, r in zip(cases, results)]
     return GoldenFile("pixels", profile, _meta("pixels", profile), entries)
@@ -863,7 +872,8 @@ def _display(path: Path) -> str:
 # check and regen
 
 
-def _compare(kind: str, profile: str, path: Path, new: GoldenFile) -> tuple[FileReport, GoldenFile | None]:
+def _compare(kind: str, profile: str, path: Path, new: GoldenFile,
+             partial: bool = False) -> tuple[FileReport, GoldenFile | None]:
     report = FileReport(kind, profile, path, new_text=new.dumps())
     if not path.exists():
         report.problems.append("missing golden file")
@@ -893,6 +903,10 @@ def _compare(kind: str, profile: str, path: Path, new: GoldenFile) -> tuple[File
         was = old_versions.get(lib)
         if was != now and lib != "pillow":
             report.notes.append(f"recorded with {lib} {was}, running {now}")
+    if partial:
+        # Only the selected cases were computed: compare those, ignore the rest of the file.
+        wanted = set(new.by_key())
+        old = GoldenFile(old.kind, old.profile, old.meta, [e for e in old.entries if old.key(e) in wanted])
     report.changes = diff_entries(kind, old, new)
     return report, old
 
@@ -933,7 +947,9 @@ def _write_obtained(report: FileReport, messages: list[str]) -> None:
         messages.append(f"could not write {_display(target)}: {_error_text(exc)}")
 
 
-def _compute(kind: str, profile: str, candidate: str | Callable | None) -> GoldenFile:
+def _compute(kind: str, profile: str, candidate: str | Callable | None, select: CaseFilter | None = None) -> GoldenFile:
+    if kind == "pixels":
+        return record_pixels(profile, candidate, select)
     return record(kind, profile, candidate)
 
 
@@ -944,10 +960,12 @@ def check(
     kinds: Iterable[str] | None = None,
     profiles: Iterable[str] | None = None,
     write_obtained: bool = True,
+    select: CaseFilter | None = None,
 ) -> GoldenReport:
     """Recompute the goldens (grids with `plan()`, pixels with `candidate`) and compare.
 
-    Writes `<file>.obtained` next to each differing file when `write_obtained`.
+    Writes `<file>.obtained` next to each differing file when `write_obtained`. `select`
+    restricts the pixel cases (a partial check, which never writes `.obtained` files).
     """
     gdir = Path(golden_dir) if golden_dir is not None else default_golden_dir()
     if not gdir.is_dir():
@@ -955,10 +973,11 @@ def check(
     label, fn = load_candidate(candidate)
     report = GoldenReport(label, gdir)
     for kind, profile in _selection(kinds, profiles):
-        new = _compute(kind, profile, fn if kind == "pixels" else None)
-        file_report, _ = _compare(kind, profile, golden_path(gdir, kind, profile), new)
+        partial = select is not None and kind == "pixels"
+        new = _compute(kind, profile, fn if kind == "pixels" else None, select)
+        file_report, _ = _compare(kind, profile, golden_path(gdir, kind, profile), new, partial)
         report.files.append(file_report)
-        if write_obtained:
+        if write_obtained and not partial:
             _write_obtained(file_report, report.messages)
     report.warnings = _pillow_warning(report.files)
     return report
@@ -970,12 +989,16 @@ def check_pixels(
     *,
     profiles: Iterable[str] | None = None,
     write_obtained: bool = False,
+    select: CaseFilter | None = None,
 ) -> GoldenReport:
     """The pixel goldens of every profile (small-limit included) run with `candidate`.
 
-    The gate's entry point: by default it writes nothing (no `.obtained` files).
+    The gate's entry point: by default it writes nothing (no `.obtained` files). The report's
+    `files[i].changes` name each differing case; `PixelCase.from_entry(profile, change.new or
+    change.old)` rebuilds its image and config (for diff images).
     """
-    return check(golden_dir, candidate, kinds=("pixels",), profiles=profiles, write_obtained=write_obtained)
+    return check(golden_dir, candidate, kinds=("pixels",), profiles=profiles,
+                 write_obtained=write_obtained, select=select)
 
 
 def regen(

@@ -149,13 +149,14 @@ def test_pillow_mismatch_is_reported_first(golden_copy, capsys):
 
 
 def _nudged(mode: str):
+    """The reference, with a one-ulp error in the first value of every image of `mode`."""
     def candidate(images, config):
         out = reference.preprocess(images, config)
-        if images[0].mode == mode:
-            pv = out.pixel_values.clone()
-            pv.view(-1)[0] = torch.nextafter(pv.view(-1)[0], torch.tensor(9.0))
-            return PreprocessResult(pv, out.grid_thws)
-        return out
+        pv = out.pixel_values.clone()
+        for img, start in zip(images, out.patch_offsets()):
+            if img.mode == mode:
+                pv[start].view(-1)[0] = torch.nextafter(pv[start].view(-1)[0], torch.tensor(9.0))
+        return PreprocessResult(pv, out.grid_thws)
 
     return candidate
 
@@ -247,3 +248,15 @@ def test_missing_file_fails(golden_copy):
     assert not report.ok and report.files[0].problems == ["missing golden file"]
     assert "4061 added" in report.render()
     assert golden.obtained_path(golden_copy / "grids" / "k25.jsonl").is_file()
+
+
+def test_partial_check_compares_only_the_selected_cases(golden_copy):
+    path = golden_copy / "pixels" / "k3-small.jsonl"
+    la = {e["id"] for e in entries(path) if e["params"]["mode"] == "LA"}
+    report = golden.check_pixels(_nudged("LA"), golden_copy, profiles=["k3-small"],
+                                 select=lambda c: c.params.mode in ("LA", "L"), write_obtained=True)
+    assert {c.key for c in report.files[0].changes} == la
+    assert not golden.obtained_path(path).exists(), "a partial check never writes .obtained files"
+    report = golden.check_pixels(_nudged("LA"), golden_copy, profiles=["k3-small"],
+                                 select=lambda c: c.params.mode == "L")
+    assert report.ok

@@ -155,6 +155,7 @@ def test_pixel_catalogue_of_full_profiles_covers_every_mode_and_alpha(profile):
     assert len(resampled) >= 6
 
 
+@pytest.mark.filterwarnings("ignore:Palette images with Transparency")
 @pytest.mark.parametrize("profile", ["k3", "k25", "k3-small"])
 def test_every_pixel_digest_matches_the_spec_restatement(profile):
     """sha256 of the checkpoint's computation, re-stated in tests/checkpoint_model.py."""

@@ -1,0 +1,64 @@
+"""The goldens ship inside the wheel: `golden check` works from an installed package."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from golden_testlib import edit_entry
+from kimi_oracle import golden
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_package_data_globs_cover_every_golden_file():
+    tomllib = pytest.importorskip("tomllib")
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    globs = data["tool"]["setuptools"]["package-data"]["kimi_oracle"]
+    pkg = ROOT / "kimi_oracle"
+    shipped = {p for g in globs for p in pkg.glob(g)}
+    committed = set(golden.package_golden_dir().glob("*/*.jsonl"))
+    assert len(committed) == 6 and committed <= shipped
+    assert not any(p.name.endswith(".obtained") for p in shipped)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("setuptools") is None, reason="building a wheel needs setuptools")
+def test_check_from_an_installed_wheel(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copytree(ROOT / "kimi_oracle", src / "kimi_oracle",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.obtained", ".*"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(dist), str(src)], check=True, capture_output=True, timeout=300)
+    (wheel,) = dist.glob("*.whl")
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
+                    str(site), str(wheel)], check=True, capture_output=True, timeout=300)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(site))
+
+    def run(*args):
+        return subprocess.run([sys.executable, *args], cwd=run_dir, env=env, capture_output=True,
+                              text=True, timeout=300)
+
+    where = run("-c", "import kimi_oracle.golden as g; print(g.default_golden_dir())")
+    assert where.returncode == 0, where.stderr
+    assert Path(where.stdout.strip()) == site / "kimi_oracle" / "golden_data"
+    ok = run("-m", "kimi_oracle", "golden", "check", "--kind", "grids")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "all 3 files match" in ok.stdout
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(site / "kimi_oracle" / "golden_data", elsewhere)
+    edit_entry(elsewhere / "grids" / "k3.jsonl", "grids", "640x480", lambda e: e.update(num_tokens=7))
+    bad = run("-m", "kimi_oracle", "golden", "check", "--kind", "grids", "--golden-dir", str(elsewhere))
+    assert bad.returncode == 1 and "~ 640x480 [real_world]" in bad.stdout
