@@ -549,7 +549,11 @@ def config_variants(base: PreprocessConfig) -> list[PreprocessConfig]:
             out.append(vary_config(base, in_patch_limit=16, background={
                 "pattern": "chessboard", "chessboard_square_size": square,
                 "chessboard_square_on_top_left": top_left}))
-    return out
+    unique: list[PreprocessConfig] = []
+    for c in out:
+        if c not in unique:
+            unique.append(c)
+    return unique
 
 
 def config_label(config: PreprocessConfig) -> str:
