@@ -970,9 +970,13 @@ def check(
     gdir = Path(golden_dir) if golden_dir is not None else default_golden_dir()
     if not gdir.is_dir():
         raise GoldenError(f"golden directory {gdir} does not exist")
-    label, fn = load_candidate(candidate)
+    selection = _selection(kinds, profiles)
+    if any(kind == "pixels" for kind, _ in selection):
+        label, fn = load_candidate(candidate)
+    else:  # grids do not run a candidate
+        label, fn = (candidate if isinstance(candidate, str) else "reference"), None
     report = GoldenReport(label, gdir)
-    for kind, profile in _selection(kinds, profiles):
+    for kind, profile in selection:
         partial = select is not None and kind == "pixels"
         new = _compute(kind, profile, fn if kind == "pixels" else None, select)
         file_report, _ = _compare(kind, profile, golden_path(gdir, kind, profile), new, partial)

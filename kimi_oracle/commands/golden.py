@@ -60,8 +60,8 @@ def register(group: click.Group) -> None:
     @golden_group.command("regen")
     @click.option("--accept", is_flag=True, help="Replace the differing golden files (atomically).")
     @click.option("--max-changes", type=click.IntRange(min=0), default=None,
-                  help="Refuse to accept more changed entries than this (default: 20) ...")
-    @click.option("--force", is_flag=True, help="... unless forced.")
+                  help="With --accept: refuse when more entries changed than this (default: 20).")
+    @click.option("--force", is_flag=True, help="With --accept: accept however many entries changed.")
     @_common
     @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
     def regen_cmd(accept: bool, max_changes: int | None, force: bool, golden_dir: Path | None,
