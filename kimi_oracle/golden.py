@@ -295,8 +295,10 @@ def pixel_entry(case: PixelCase, result: PreprocessResult | BaseException) -> di
 
 
 def _error_text(exc: BaseException) -> str:
-    text = str(exc).strip()
-    name = type(exc).__name__
+    # kimi_oracle.candidates wraps a candidate's own exception (CandidateCrash): record the
+    # original, so that a candidate rejecting an input exactly as the reference does matches.
+    name = getattr(exc, "exc_type", None) or type(exc).__name__
+    text = str(getattr(exc, "exc_message", None) or exc).strip()
     return f"{name}: {text}" if text else name
 
 
