@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "kimi_oracle.commands.golden",
     "kimi_oracle.commands.nightly",
     "kimi_oracle.commands.bench",
+    "kimi_oracle.commands.gate",
 )
 
 

@@ -35,3 +35,37 @@ def resolve_config(profile: str | None, config_path: Path | None) -> PreprocessC
     if config_path is not None:
         return PreprocessConfig.from_hf_json(config_path)
     return PreprocessConfig.profile(profile or "k3")
+
+
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str | float | int) -> float:
+    """Seconds from `90`, `90s`, `10m`, `1.5h`; a clear usage error otherwise."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        raw = str(text).strip().lower()
+        number = raw.rstrip("abcdefghijklmnopqrstuvwxyz")
+        unit = raw[len(number):]
+        if unit not in _UNITS or not number:
+            raise click.BadParameter(f"{text!r}: expected a duration such as 90s, 10m or 1h")
+        try:
+            value = float(number) * _UNITS[unit]
+        except ValueError:
+            raise click.BadParameter(f"{text!r}: expected a duration such as 90s, 10m or 1h") from None
+    if not value > 0:
+        raise click.BadParameter(f"{text!r}: the duration must be positive")
+    return value
+
+
+def parse_percent(text: str | float) -> float:
+    """Percent from `10%` or `10`."""
+    raw = str(text).strip().rstrip("%")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: expected a percentage such as 10%") from None
+    if value < 0:
+        raise click.BadParameter(f"{text!r}: the percentage must not be negative")
+    return value

@@ -1,0 +1,371 @@
+"""The upgrade gate: one pass/fail verdict on a new preprocessing kernel.
+
+Stages, in order: the pixel goldens of every profile run with NEW; differential fuzzing of NEW
+against the reference (with the same configuration variation as `fuzz`); invariance checks on
+generated batches; and, with a baseline, an interleaved A/B timing of NEW against OLD.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from . import golden, reference
+from .bench import BENCH_INPUTS, interleaved_ratio
+from .candidates import Candidate, CandidateCrash, load_candidate
+from .config import PROFILES, PreprocessConfig
+from .errors import KimiOracleError
+from .fuzzing import FuzzOptions, fuzz
+from .generators import CaseParams, make_image
+from .oracle import check_invariance
+from .report import atomic_write_text, diff_image, utc_now, versions, write_json
+
+SCHEMA = "kimi-oracle.gate-report"
+SCHEMA_VERSION = 1
+# Shares of the budget: fuzzing gets what the goldens and invariances leave, minus the timing.
+PERF_SHARE = 0.3
+# Inputs of the A/B timing, cheapest first; as many as the timing share allows are run.
+PERF_INPUTS = ("rgb-640x480", "rgba-1920x1080-chessboard", "batch16-mixed", "rgb-4032x3024-k25",
+               "rgb-1920x1080", "rgb-7680x4320")
+MAX_DIFF_IMAGES = 8
+
+
+@dataclass
+class GateOptions:
+    """What the gate runs and how strict it is."""
+
+    profile: str = "k3"
+    budget_s: float = 600.0
+    perf_threshold_pct: float = 10.0
+    tolerance: str = "exact"
+    seed: int | None = None
+    golden_dir: Path | None = None
+    perf_rounds: int = 7
+
+
+@dataclass
+class Stage:
+    """The result of one stage."""
+
+    name: str
+    status: str = "skipped"  # pass | fail | skipped | error
+    elapsed_s: float = 0.0
+    summary: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"name": self.name, "status": self.status, "elapsed_s": round(self.elapsed_s, 3),
+                "summary": self.summary, "reasons": self.reasons, "details": self.details}
+
+
+class _Clock:
+    """Seconds spent inside the candidates and inside the reference (the rest is overhead)."""
+
+    def __init__(self) -> None:
+        self.candidate_s = 0.0
+        self.reference_s = 0.0
+
+    def wrap(self, func: Callable[..., Any], attr: str) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                setattr(self, attr, getattr(self, attr) + time.perf_counter() - t0)
+
+        timed.__name__ = getattr(func, "__name__", "timed")
+        timed.__doc__ = getattr(func, "__doc__", None)
+        return timed
+
+    @contextlib.contextmanager
+    def reference_timed(self) -> Iterator[None]:
+        """Count the reference's time wherever the oracle calls `reference.preprocess`."""
+        original = reference.preprocess
+        reference.preprocess = self.wrap(original, "reference_s")
+        try:
+            yield
+        finally:
+            reference.preprocess = original
+
+
+def _machine() -> dict[str, Any]:
+    info: dict[str, Any] = {"platform": platform.platform(), "processor": platform.processor(),
+                            "cpu_count": os.cpu_count(), "python": platform.python_version()}
+    try:
+        import torch
+
+        info["cuda"] = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    except Exception:  # pragma: no cover - torch is a dependency
+        info["cuda"] = None
+    return info
+
+
+def _invariance_batches(seed: int) -> list[list[CaseParams]]:
+    base = seed % 1000
+    return [
+        [CaseParams(61, 45, "RGB", seed=base), CaseParams(30, 90, "RGBA", "checker", seed=base + 1),
+         CaseParams(97, 13, "L", seed=base + 2), CaseParams(61, 45, "RGB", content="gradient", seed=base + 3)],
+        [CaseParams(150, 61, "P", seed=base + 4), CaseParams(7, 7, "LA", "random", seed=base + 5),
+         CaseParams(84, 56, "RGBA", "transparent", seed=base + 6)],
+    ]
+
+
+class Gate:
+    """Runs the stages and builds the report."""
+
+    def __init__(self, new: str, baseline: str | None, options: GateOptions, out_dir: Path,
+                 progress: Callable[[str], None] | None = None):
+        self.options = options
+        self.out_dir = Path(out_dir)
+        self.progress = progress or (lambda message: None)
+        self.clock = _Clock()
+        # Load both before anything runs: a broken spec is a harness error (exit 2), not a fail.
+        self.new = load_candidate(new)
+        self.new.func = self.clock.wrap(self.new.func, "candidate_s")
+        self.old: Candidate | None = load_candidate(baseline) if baseline else None
+        self.config = PreprocessConfig.profile(options.profile)
+        self.stages: list[Stage] = []
+        self.findings: list[dict[str, Any]] = []
+        self.seed = options.seed if options.seed is not None else int(time.time()) % (2**31)
+
+    # -- stages ----------------------------------------------------------------------------
+
+    def goldens(self) -> Stage:
+        stage = Stage("goldens")
+        report = golden.check_pixels(self.new, self.options.golden_dir, profiles=PROFILES)
+        changes = [(f, c) for f in report.files for c in f.changes]
+        files = []
+        for f in report.files:
+            d = f.to_dict()
+            d["changes"] = d["changes"][:50]  # the .md and the reasons name them; keep the JSON small
+            files.append(d)
+        stage.details = {"files": files, "warnings": report.warnings}
+        counted = len(changes)
+        stage.summary = (f"{counted} pixel golden cases differ" if counted else "all pixel goldens match") + \
+            f" (profiles {', '.join(f.profile for f in report.files)})"
+        for f in report.files:
+            stage.reasons += [f"golden {f.profile}: {problem}" for problem in f.problems]
+        stage.status = "pass" if report.ok else "fail"
+        for file_report, change in changes[:20]:
+            stage.reasons.append(f"golden {file_report.profile}: {change.describe()}")
+        if len(changes) > 20:
+            stage.reasons.append(f"... and {len(changes) - 20} more golden differences")
+        self._golden_diff_images(changes)
+        return stage
+
+    def _golden_diff_images(self, changes: list[Any]) -> None:
+        made = 0
+        for file_report, change in changes:
+            if made >= MAX_DIFF_IMAGES:
+                break
+            entry = change.new or change.old
+            try:
+                case = golden.PixelCase.from_entry(file_report.profile, entry)
+                img = case.make_image()
+                config = case.config()
+                expected = reference.preprocess([img], config)
+                actual = self.new([img], config)
+                picture = diff_image(expected, actual, config)
+            except (KimiOracleError, CandidateCrash, ValueError, KeyError, TypeError):
+                continue
+            if picture is None:
+                continue
+            target = self.out_dir / "golden-diffs" / f"{file_report.profile}-{change.key}.png".replace("/", "_")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            picture.save(target)
+            made += 1
+
+    def fuzzing(self, budget_s: float) -> Stage:
+        stage = Stage("fuzz")
+        if budget_s < 1.0:
+            stage.summary = "no budget left for fuzzing"
+            stage.status = "skipped"
+            stage.reasons.append("fuzzing skipped: the goldens used the whole budget")
+            return stage
+        options = FuzzOptions(budget_s=budget_s, seed=self.seed, tolerance=self.options.tolerance,
+                              vary_config=True, db_dir=self.out_dir / "hypothesis-db")
+        run = fuzz(self.new, self.config, options, out_dir=self.out_dir)
+        summary = run.summary()
+        stage.details = {k: summary[k] for k in ("examples", "calls", "rejected", "seed", "stopped", "counts")}
+        stage.summary = f"{run.examples} examples in {run.elapsed_s:.1f}s, {len(run.findings)} findings"
+        stage.status = "fail" if run.findings else "pass"
+        for f in summary["findings"]:
+            self.findings.append({"stage": "fuzz", **f})
+            stage.reasons.append(f"fuzz finding {f['id']} ({f['check']}): {f['message']}")
+        return stage
+
+    def invariance(self) -> Stage:
+        stage = Stage("invariance")
+        checked = 0
+        for profile in (self.options.profile, "k3-small"):
+            config = PreprocessConfig.profile(profile)
+            for batch in _invariance_batches(self.seed):
+                images = [make_image(p) for p in batch]
+                try:
+                    verdict = check_invariance(lambda imgs: self.new(imgs, config), images)
+                except CandidateCrash as exc:
+                    stage.reasons.append(f"invariance ({profile}): the candidate crashed: {exc}")
+                    continue
+                checked += 1
+                if not verdict.ok:
+                    stage.reasons.append(f"invariance ({profile}, {len(images)} images): {verdict.message}")
+                    self.findings.append({"stage": "invariance", "check": "invariance", "profile": profile,
+                                          "message": verdict.message,
+                                          "images": [p.to_dict() for p in batch]})
+        stage.status = "fail" if stage.reasons else "pass"
+        stage.summary = (f"{checked} batches checked" + (f", {len(stage.reasons)} failed" if stage.reasons else
+                                                            ": batched = one by one, subsets, permutations, reruns"))
+        return stage
+
+    def performance(self, budget_s: float) -> Stage:
+        stage = Stage("performance")
+        if self.old is None:
+            stage.summary = "no baseline given"
+            return stage
+        limit = 1.0 + self.options.perf_threshold_pct / 100.0
+        deadline = time.monotonic() + budget_s
+        rows = []
+        for name in PERF_INPUTS:
+            if rows and time.monotonic() > deadline:
+                break
+            spec = BENCH_INPUTS[name]
+            images = spec.images()
+            config = spec.config()
+            new_fn = self.new.func
+            old_fn = self.old.func
+            result = interleaved_ratio(lambda: new_fn(images, config), lambda: old_fn(images, config),
+                                       rounds=self.options.perf_rounds)
+            retried = False
+            if abs(result["ratio"] - limit) <= max(result["noise"], 0.02):
+                # Within noise of the threshold: measure once more with twice the rounds.
+                result = interleaved_ratio(lambda: new_fn(images, config), lambda: old_fn(images, config),
+                                           rounds=2 * self.options.perf_rounds)
+                retried = True
+            row = {"input": name, "description": spec.description, "ratio": result["ratio"],
+                   "noise": result["noise"], "new_median_s": result["new_median_s"],
+                   "old_median_s": result["old_median_s"], "rounds": result["rounds"], "retried": retried,
+                   "slower": result["ratio"] > limit}
+            rows.append(row)
+            if row["slower"]:
+                stage.reasons.append(
+                    f"performance on {name}: NEW takes {result['ratio']:.2f}x OLD's time "
+                    f"(±{result['noise']:.2f}; threshold {limit:.2f}x)")
+        stage.details = {"threshold_ratio": limit, "inputs": rows}
+        stage.status = "fail" if stage.reasons else "pass"
+        worst = max(rows, key=lambda r: r["ratio"])
+        stage.summary = (f"{len(rows)} inputs timed; worst {worst['input']} at {worst['ratio']:.2f}x "
+                         f"(threshold {limit:.2f}x)")
+        return stage
+
+    # -- driver ----------------------------------------------------------------------------
+
+    def _run_stage(self, name: str, func: Callable[[], Stage]) -> Stage:
+        self.progress(f"gate: {name} ...")
+        t0 = time.monotonic()
+        try:
+            stage = func()
+        except CandidateCrash as exc:
+            stage = Stage(name, "fail", summary=f"the candidate crashed: {exc}", reasons=[str(exc)])
+        stage.elapsed_s = time.monotonic() - t0
+        self.stages.append(stage)
+        self.progress(f"gate: {name}: {stage.status} ({stage.elapsed_s:.1f}s) {stage.summary}")
+        return stage
+
+    def run(self) -> dict[str, Any]:
+        """Run every stage, write gate-report.json and gate-report.md, return the report."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        started = utc_now()
+        t0 = time.monotonic()
+        budget = self.options.budget_s
+        with self.clock.reference_timed():
+            self._run_stage("goldens", self.goldens)
+            self._run_stage("invariance", self.invariance)
+            perf_budget = PERF_SHARE * budget if self.old is not None else 0.0
+            fuzz_budget = budget - (time.monotonic() - t0) - perf_budget
+            self._run_stage("fuzz", lambda: self.fuzzing(fuzz_budget))
+            self._run_stage("performance", lambda: self.performance(max(budget - (time.monotonic() - t0), 0.0)))
+        elapsed = time.monotonic() - t0
+        reasons = [r for s in self.stages for r in s.reasons]
+        verdict = "fail" if any(s.status == "fail" for s in self.stages) else "pass"
+        overhead = max(elapsed - self.clock.candidate_s - self.clock.reference_s, 0.0)
+        report = {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "verdict": verdict,
+            "reasons": reasons,
+            "candidate": self.new.spec,
+            "baseline": self.old.spec if self.old else None,
+            "profile": self.options.profile,
+            "config": self.config.to_hf_json(),
+            "tolerance": self.options.tolerance,
+            "perf_threshold_pct": self.options.perf_threshold_pct,
+            "budget_s": budget,
+            "seed": self.seed,
+            "started": started,
+            "finished": utc_now(),
+            "elapsed_s": round(elapsed, 3),
+            "time": {
+                "in_candidate_s": round(self.clock.candidate_s, 3),
+                "in_reference_s": round(self.clock.reference_s, 3),
+                "overhead_s": round(overhead, 3),
+                "overhead_share_of_budget": round(overhead / budget, 4) if budget else None,
+            },
+            "stages": {s.name: s.to_dict() for s in self.stages},
+            "findings": self.findings,
+            "timing_ratios": self._timing_rows(),
+            "versions": versions(),
+            "machine": _machine(),
+        }
+        write_json(self.out_dir / "gate-report.json", report)
+        atomic_write_text(self.out_dir / "gate-report.md", render_markdown(report))
+        return report
+
+    def _timing_rows(self) -> list[dict[str, Any]]:
+        for s in self.stages:
+            if s.name == "performance":
+                return list(s.details.get("inputs", []))
+        return []
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The human-readable report."""
+    icon = {"pass": "PASS", "fail": "FAIL", "skipped": "skipped", "error": "ERROR"}
+    lines = [
+        f"# kimi-oracle gate: {report['verdict'].upper()}",
+        "",
+        f"- candidate: `{report['candidate']}`" + (f", baseline: `{report['baseline']}`" if report["baseline"] else ""),
+        f"- profile: {report['profile']}, tolerance: {report['tolerance']}, budget: {report['budget_s']:.0f}s, "
+        f"seed: {report['seed']}",
+        f"- ran {report['elapsed_s']:.1f}s: {report['time']['in_candidate_s']:.1f}s in the candidates, "
+        f"{report['time']['in_reference_s']:.1f}s in the reference, {report['time']['overhead_s']:.1f}s overhead "
+        f"({100 * (report['time']['overhead_share_of_budget'] or 0):.1f}% of the budget)",
+        "",
+        "| stage | status | time | summary |",
+        "|---|---|---|---|",
+    ]
+    for s in report["stages"].values():
+        lines.append(f"| {s['name']} | {icon.get(s['status'], s['status'])} | {s['elapsed_s']:.1f}s | {s['summary']} |")
+    if report["reasons"]:
+        lines += ["", "## Why it failed", ""]
+        lines += [f"- {r}" for r in report["reasons"][:60]]
+        if len(report["reasons"]) > 60:
+            lines.append(f"- ... {len(report['reasons']) - 60} more in gate-report.json")
+    if report["timing_ratios"]:
+        lines += ["", "## A/B timing (NEW / OLD, median of interleaved pairs)", "",
+                  "| input | ratio | noise | NEW median | OLD median | rounds |", "|---|---|---|---|---|---|"]
+        for r in report["timing_ratios"]:
+            lines.append(f"| {r['input']} | {r['ratio']:.3f} | ±{r['noise']:.3f} | {r['new_median_s'] * 1e3:.1f} ms | "
+                         f"{r['old_median_s'] * 1e3:.1f} ms | {r['rounds']}{' (retried)' if r['retried'] else ''} |")
+    fuzz_findings = [f for f in report["findings"] if f.get("stage") == "fuzz" and f.get("path")]
+    if fuzz_findings:
+        lines += ["", "## Findings (replay with `kimi-oracle repro DIR`)", ""]
+        lines += [f"- `{f['path']}`: {f['check']}: {f['message']}" for f in fuzz_findings[:30]]
+    lines += ["", f"Versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items() if v), ""]
+    return "\n".join(lines)

@@ -1,0 +1,80 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kimi_oracle.gate import Gate, GateOptions
+
+TESTS = Path(__file__).parent
+
+
+def run_gate(tmp_path, *args):
+    proc = subprocess.run([sys.executable, "-m", "kimi_oracle", "gate", "--out", str(tmp_path / "out"), *args],
+                          capture_output=True, text=True, timeout=600, cwd=str(TESTS.parent))
+    report = tmp_path / "out" / "gate-report.json"
+    return proc, (json.loads(report.read_text()) if report.exists() else None)
+
+
+def test_correct_candidate_passes(tmp_path):
+    proc, report = run_gate(tmp_path, "--candidate", "reference", "--budget", "8s", "--seed", "1")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert report["verdict"] == "pass" and report["reasons"] == []
+    assert report["schema"] == "kimi-oracle.gate-report" and report["schema_version"] == 1
+    stages = report["stages"]
+    assert [stages[s]["status"] for s in ("goldens", "invariance", "fuzz")] == ["pass", "pass", "pass"]
+    assert stages["performance"]["status"] == "skipped"
+    assert stages["fuzz"]["details"]["examples"] > 0
+    assert {"torch", "Pillow", "numpy"} <= set(report["versions"]) and "machine" in report
+    md = (tmp_path / "out" / "gate-report.md").read_text()
+    assert "kimi-oracle gate: PASS" in md
+
+
+def test_wrong_candidate_fails_on_correctness(tmp_path):
+    spec = f"{TESTS / 'mutants' / 'planted.py'}:chessboard_flipped"
+    proc, report = run_gate(tmp_path, "--candidate", spec, "--budget", "6s", "--seed", "2")
+    assert proc.returncode == 1
+    assert report["verdict"] == "fail"
+    assert report["stages"]["goldens"]["status"] == "fail"
+    # The flipped chessboard only shows where transparent pixels meet the background.
+    assert any("RGBA" in r or "LA" in r or "P/" in r for r in report["reasons"])
+    assert list((tmp_path / "out" / "golden-diffs").glob("*.png"))
+    assert "verdict: FAIL" in proc.stdout
+
+
+def test_slow_candidate_fails_on_performance():
+    import tempfile
+
+    sys.path.insert(0, str(TESTS))
+    with tempfile.TemporaryDirectory() as tmp:
+        options = GateOptions(profile="k3", budget_s=12.0, perf_threshold_pct=10.0, seed=3, perf_rounds=3)
+        gate = Gate("tests/gate_candidates.py:slow_reference", "reference", options, Path(tmp))
+        report = gate.run()
+    assert report["verdict"] == "fail"
+    assert report["stages"]["goldens"]["status"] == "pass"
+    perf = report["stages"]["performance"]
+    assert perf["status"] == "fail"
+    first = report["timing_ratios"][0]
+    # 40 ms added to a ~10 ms call: far beyond 1.10x, well outside the noise.
+    assert first["ratio"] > 1.5 and first["slower"]
+    assert any(r.startswith("performance on") for r in report["reasons"])
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("no_such_module_xyz:run", "no module named"),
+    ("tests/does_not_exist.py:f", "no such file"),
+    ("badspec", "bad candidate spec"),
+])
+def test_broken_candidate_spec_exits_2(tmp_path, spec, message):
+    proc, report = run_gate(tmp_path, "--candidate", spec, "--budget", "5s")
+    assert proc.returncode == 2
+    assert report is None
+    assert "Traceback" not in proc.stderr and message in proc.stderr
+
+
+def test_bad_options_exit_2(tmp_path):
+    proc, _ = run_gate(tmp_path, "--candidate", "reference", "--budget", "soon")
+    assert proc.returncode == 2 and "duration" in proc.stderr
+    proc, _ = run_gate(tmp_path, "--candidate", "reference", "--tolerance", "levels:x")
+    assert proc.returncode == 2
