@@ -8,7 +8,6 @@ shared by `repro`, `check`, the pytest plugin, the nightly runner and the gate.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import random
 import time
@@ -23,7 +22,8 @@ from .candidates import Candidate, CandidateCrash, load_candidate
 from .config import PreprocessConfig
 from .errors import InputError, KimiOracleError
 from .generators import MODES, FuzzCase
-from .oracle import CHECKS, CRASH, INVARIANCE, Tolerance, Verdict, check_invariance, compare
+from .images import has_alpha
+from .oracle import CHECKS, CRASH, INVARIANCE, PIXEL_MISMATCH, Tolerance, Verdict, check_invariance, compare
 from .report import Finding, summary_markdown, versions, write_finding
 from .strategies import DEFAULT_MAX_SIDE, fuzz_cases
 
@@ -59,6 +59,7 @@ class FuzzOptions:
     shrink: bool = True
     hypothesis_profile: str = "ci"
     db_dir: Path | None = None  # hypothesis example database; None: no database
+    split_by_mode: bool = True  # one pixel_mismatch / crash finding per mode class
 
     def max_examples(self) -> int:
         """The example count hypothesis is given (huge under a time budget)."""
@@ -78,7 +79,7 @@ class FuzzRun:
     options: FuzzOptions
     seed: int
     findings: list[Finding] = field(default_factory=list)
-    examples: int = 0  # distinct generated examples run (shrink replays not counted)
+    examples: int = 0  # generated examples run (shrinking not counted)
     calls: int = 0  # every evaluation, shrinking included
     rejected: int = 0
     elapsed_s: float = 0.0
@@ -124,6 +125,7 @@ class FuzzRun:
                     "kind": f.kind,
                     "message": f.message,
                     "example": f.example,
+                    "group": f.extra.get("group"),
                     "path": str(f.path) if f.path else None,
                     "images": [p for p in f.params],
                 }
@@ -225,6 +227,38 @@ def finding_from(verdict: Verdict, candidate: str, config: PreprocessConfig, ima
 # the hypothesis run
 
 
+class _SaveOnlyDatabase:
+    """Later rounds save new failures but neither replay nor delete the first round's."""
+
+    def __new__(cls, inner: Any) -> Any:
+        from hypothesis.database import ExampleDatabase
+
+        class SaveOnly(ExampleDatabase):
+            def save(self, key: bytes, value: bytes) -> None:
+                inner.save(key, value)
+
+            def fetch(self, key: bytes):  # type: ignore[override]
+                return iter(())
+
+            def delete(self, key: bytes, value: bytes) -> None:
+                pass
+
+            def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+                inner.save(dest, value)
+
+        return SaveOnly()
+
+
+def _statistics_collector(callback: Callable[[dict], None]) -> Any:
+    import contextlib
+
+    try:
+        from hypothesis.statistics import collector
+    except ImportError:  # pragma: no cover - statistics are optional
+        return contextlib.nullcontext()
+    return collector.with_value(callback)
+
+
 class _Stop(BaseException):
     """Ends the hypothesis run at once (BaseException: hypothesis does not shrink it)."""
 
@@ -239,7 +273,31 @@ class _Failed(Exception):
     """Raised inside the hypothesis test; one subclass per check, so each is shrunk separately."""
 
 
-_FAILURE_TYPES = {check: type(f"{check}_failure", (_Failed,), {}) for check in RUN_CHECKS}
+_FAILURE_TYPES: dict[str, type] = {}
+
+
+def _failure_type(group: str) -> type:
+    # One exception type per failure group: hypothesis shrinks each group separately.
+    if group not in _FAILURE_TYPES:
+        _FAILURE_TYPES[group] = type(f"{group}_failure", (_Failed,), {})
+    return _FAILURE_TYPES[group]
+
+
+def mode_class(img: Image.Image) -> str:
+    """The image's mode, marked `+alpha` when it carries transparency (for grouping findings)."""
+    return img.mode + ("+alpha" if has_alpha(img) else "")
+
+
+def _group(check: str, verdict: Verdict, images: Sequence[Image.Image]) -> str:
+    # Pixel mismatches and crashes are split by the mode class of the image at fault, so a
+    # candidate that is wrong for palette images and for RGBA yields one finding for each.
+    if check not in (PIXEL_MISMATCH, CRASH) or not images:
+        return check
+    index = 0
+    worst = verdict.stats.get("worst")
+    if isinstance(worst, dict):
+        index = int(worst.get("image", 0))
+    return f"{check}[{mode_class(images[min(index, len(images) - 1)])}]"
 
 
 def fuzz(
@@ -265,6 +323,7 @@ def fuzz(
 
     run.started = utc_now()
     records: dict[str, tuple[FuzzCase, Verdict, int]] = {}
+    first_by_group: dict[str, int] = {}
     start = time.monotonic()
     budget = options.budget_s
 
@@ -275,17 +334,16 @@ def fuzz(
         # A little grace for shrinking what was found; never more than a quarter of the budget.
         return elapsed > (budget * 1.25 if records else budget)
 
-    seen_keys: set[bytes] = set()
+    progress = {"examples_before": 0, "round_calls": 0}
+
+    known: set[str] = set()  # groups found in earlier rounds: not shrunk again
 
     def body(case: FuzzCase) -> None:
         if over_budget():
             run.stopped = "budget"
             raise _Stop()
-        key = hashlib.sha1(json.dumps(case.to_dict(), sort_keys=True).encode()).digest()
-        if key not in seen_keys:
-            seen_keys.add(key)
-            run.examples += 1
         run.calls += 1
+        progress["round_calls"] += 1
         images = case.make_images()
         try:
             verdict = evaluate(candidate, images, case.config, tol, invariance=options.invariance)
@@ -301,9 +359,16 @@ def fuzz(
         if verdict.ok:
             return
         check = str(verdict.check)
-        run.first_found.setdefault(check, run.examples)
-        records[check] = (case, verdict, run.first_found[check])
-        raise _FAILURE_TYPES[check](verdict.message)
+        group = _group(check, verdict, images) if options.split_by_mode else check
+        if group in known:
+            return
+        # Before a round's first failure every call is a generated example, so this count is the
+        # number of examples it took to find the group (after that, shrink calls inflate it).
+        found_at = progress["examples_before"] + progress["round_calls"]
+        run.first_found.setdefault(check, found_at)
+        first = first_by_group.setdefault(group, found_at)
+        records[group] = (case, verdict, first)
+        raise _failure_type(group)(verdict.message)
 
     strategy = fuzz_cases(
         config,
@@ -321,40 +386,62 @@ def fuzz(
     body._hypothesis_internal_add_digest = json.dumps(  # type: ignore[attr-defined]
         [candidate.spec, config.to_hf_json(), options.vary_config, options.max_images, options.max_side,
          list(options.modes), options.alpha_patterns, str(tol)], sort_keys=True).encode()
-    test = settings(
-        max_examples=options.max_examples(),
-        deadline=None,
-        database=database,
-        phases=phases,
-        suppress_health_check=list(HealthCheck),
-        verbosity=Verbosity.quiet,
-        print_blob=False,
-        report_multiple_bugs=True,
-        derandomize=False,
-    )(given(strategy)(body))
-    test = hypothesis_seed(seed)(test)
-    try:
-        test()
-    except _Stop:
-        pass
-    except _HarnessAbort as abort:
-        raise abort.error from None
-    except KeyboardInterrupt:
-        run.stopped = "interrupted"
-    except BaseException as exc:  # hypothesis raises our failures (or a group of them)
-        if not _only_our_failures(exc):
-            harness = _find_harness(exc)
-            if harness is not None:
-                raise harness from None
-            raise
+    target = options.max_examples()
+    # Hypothesis stops generating soon after its first failure; further rounds (new seeds, the
+    # groups found so far masked) keep searching until the example count or budget is spent.
+    for round_index in range(64):
+        remaining = target - run.examples
+        if remaining <= 0 or run.stopped in ("budget", "interrupted"):
+            break
+        before = run.calls
+        known.update(records)
+        test = settings(
+            max_examples=remaining,
+            deadline=None,
+            database=database if round_index == 0 or database is None else _SaveOnlyDatabase(database),
+            phases=phases,
+            suppress_health_check=list(HealthCheck),
+            verbosity=Verbosity.quiet,
+            print_blob=False,
+            report_multiple_bugs=True,
+            derandomize=False,
+        )(given(strategy)(body))
+        test = hypothesis_seed(seed if round_index == 0 else (seed * 1000003 + round_index) % 2**32)(test)
+        progress["round_calls"] = 0
+        generated: list[int] = []
+
+        def collect(stats: dict) -> None:
+            for phase in ("reuse-phase", "generate-phase"):
+                generated.append(len((stats.get(phase) or {}).get("test-cases", [])))
+
+        try:
+            with _statistics_collector(collect):
+                test()
+        except _Stop:
+            pass
+        except _HarnessAbort as abort:
+            raise abort.error from None
+        except KeyboardInterrupt:
+            run.stopped = "interrupted"
+        except BaseException as exc:  # hypothesis raises our failures (or a group of them)
+            if not _only_our_failures(exc):
+                harness = _find_harness(exc)
+                if harness is not None:
+                    raise harness from None
+                raise
+        # Hypothesis' own count of generated examples when it reports one; else every call.
+        run.examples += sum(generated) if generated else run.calls - before
+        progress["examples_before"] = run.examples
+        if run.calls == before:
+            break  # nothing ran: the search space is exhausted
     run.elapsed_s = time.monotonic() - start
-    for check in RUN_CHECKS:
-        if check not in records:
-            continue
-        case, verdict, example = records[check]
+    order = {c: i for i, c in enumerate(RUN_CHECKS)}
+    for group in sorted(records, key=lambda g: (order.get(g.split("[")[0], 99), first_by_group[g], g)):
+        case, verdict, example = records[group]
         finding = finding_from(verdict, candidate.spec, case.config, case.make_images(),
                                params=[p.to_dict() for p in case.images], tolerance=str(tol),
                                seed=seed, example=example)
+        finding.extra["group"] = group
         if out_dir is not None:
             write_finding(out_dir, finding)
         run.findings.append(finding)

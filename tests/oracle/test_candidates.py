@@ -1,0 +1,107 @@
+"""Candidate specs: built-ins, module and file specs, and clear errors for bad ones."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from kimi_oracle import reference
+from kimi_oracle.candidates import CandidateCrash, as_result, load_candidate
+from kimi_oracle.config import PreprocessConfig
+from kimi_oracle.errors import CandidateError
+from kimi_oracle.fuzzing import evaluate
+from kimi_oracle.generators import CaseParams, make_image
+
+CFG = PreprocessConfig.k3_small()
+IMG = make_image(CaseParams(40, 30, "RGBA", "random", "noise", seed=3))
+
+
+def test_reference_builtin_and_module_spec():
+    for spec in ("reference", "kimi_oracle.reference:preprocess"):
+        cand = load_candidate(spec)
+        out = cand([IMG], CFG)
+        assert torch.equal(out.pixel_values, reference.preprocess([IMG], CFG).pixel_values)
+
+
+@pytest.mark.parametrize("name, module", [("eager", "kimi_oracle.gpu.eager"), ("gpu", "kimi_oracle.gpu")])
+def test_unavailable_builtin_is_a_clear_candidate_error(monkeypatch, name, module):
+    monkeypatch.setitem(sys.modules, module, None)  # makes `import module` raise ImportError
+    with pytest.raises(CandidateError, match=f"built-in candidate '{name}' is not available"):
+        load_candidate(name)
+
+
+def _write(tmp_path, body, name="cand.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_file_spec_with_sibling_import(tmp_path):
+    _write(tmp_path, "FACTOR = 1\n", name="helper_mod_for_kimi.py")
+    path = _write(tmp_path, """
+        from helper_mod_for_kimi import FACTOR
+        from kimi_oracle import reference
+        def run(images, config):
+            r = reference.preprocess(images, config)
+            return r.pixel_values.numpy() * FACTOR, r.grid_thws.numpy()
+    """)
+    cand = load_candidate(f"{path}:run")
+    assert evaluate(cand, [IMG], CFG).ok  # NumPy arrays are accepted
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("", "empty candidate spec"),
+    ("nope", "bad candidate spec 'nope'"),
+    ("no_such_module_kimi:f", "no module named 'no_such_module_kimi'"),
+    ("kimi_oracle.reference:nothing_here", "has no attribute 'nothing_here'"),
+    ("kimi_oracle.reference:PATTERN_VALUES", "is not callable"),
+    ("/no/such/file.py:f", "no such file"),
+])
+def test_bad_specs(spec, message):
+    with pytest.raises(CandidateError, match=message):
+        load_candidate(spec)
+
+
+def test_import_error_inside_the_candidate_file(tmp_path):
+    path = _write(tmp_path, "import no_such_dependency_kimi\ndef f(images, config): pass\n")
+    with pytest.raises(CandidateError, match="importing .* failed: ModuleNotFoundError"):
+        load_candidate(f"{path}:f")
+
+
+@pytest.mark.parametrize("value, message", [
+    (None, "returned None"),
+    ((1, 2, 3), "a tuple of 3 items"),
+    (("a", "b"), "pixel_values is a builtins.str"),
+    ((np.zeros(3, dtype=object), np.zeros((1, 3))), "object array"),
+])
+def test_wrong_return_types(value, message):
+    with pytest.raises(CandidateError, match=message):
+        as_result(value, "x")
+
+
+def test_candidate_exception_is_a_crash_not_a_harness_error():
+    def boom(images, config):
+        raise RuntimeError("kernel launch failed")
+
+    verdict = evaluate(boom, [IMG], CFG)
+    assert verdict.check == "crash"
+    assert "RuntimeError: kernel launch failed" in verdict.message
+    assert "kernel launch failed" in verdict.stats["traceback"]
+    with pytest.raises(CandidateCrash):
+        load_candidate("reference").__class__("boom", boom)([IMG], CFG)
+
+
+def test_candidate_that_mutates_its_inputs_does_not_corrupt_the_reference():
+    def vandal(images, config):
+        out = reference.preprocess(images, config)
+        for img in images:
+            img.paste(0, (0, 0, img.width, img.height))
+            img.info.pop("transparency", None)
+        return out
+
+    keyed = make_image(CaseParams(40, 30, "P", "key", "noise", seed=1))
+    assert evaluate(vandal, [IMG, keyed], CFG).ok
