@@ -16,6 +16,7 @@ budget's end or by Ctrl-C still contributes what it ran; the summary is always w
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -277,12 +278,6 @@ def _launch(opts: CampaignOptions, engine: str, budget: float, index: int, seed:
     w = _Worker(index, engine, budget, wdir / "spec.json", wdir / "status.json", wdir / "worker.log")
     write_json(w.spec_path, spec)
     env = dict(os.environ)
-    if engine == "hypothesis":
-        # hypothesis writes database entries to a temporary file and renames it: keep that file
-        # on the database's filesystem, so the rename is atomic.
-        tmp = opts.db.parent / f".{opts.db.name}.tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
-        env["TMPDIR"] = str(tmp)
     log = open(w.log_path, "wb")
     w.proc = subprocess.Popen([sys.executable, "-m", "kimi_oracle.campaign", "--worker", str(w.spec_path)],
                               stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -434,6 +429,7 @@ def _summarize(opts: CampaignOptions, engines: list[str], workers: list[_Worker]
         for f in st.get("findings", []):
             entry = _finding_entry(Path(f["path"]), w.engine) if f.get("path") else None
             if entry is not None:
+                entry["signature"] = entry.get("signature") or f.get("signature")
                 findings.setdefault(entry["id"], entry)
     # Findings written by a worker that was killed before it could report them.
     root = opts.out / "findings"
@@ -612,6 +608,44 @@ def _base_config(spec: dict[str, Any]) -> Any:
     return PreprocessConfig.profile(spec["profile"])
 
 
+@contextlib.contextmanager
+def _seed_keeps_database() -> Any:
+    """hypothesis' `@seed` turns the example database off (by design: a seeded run is a replay).
+    fuzzing.fuzz() always seeds, so its database would never be written; the nightly needs both
+    a recorded seed and the database, so during the run `hypothesis.seed` only sets the seed."""
+    import hypothesis
+
+    original = hypothesis.seed
+
+    def seed(value: Any) -> Any:
+        def accept(test: Any) -> Any:
+            test._hypothesis_internal_use_seed = value
+            return test
+
+        return accept
+
+    hypothesis.seed = seed
+    try:
+        yield
+    finally:
+        hypothesis.seed = original
+
+
+def merge_database(source: Path, target: Path) -> int:
+    """Copy a hypothesis directory database's entries into another (atomic files); count added."""
+    from . import corpus as corpus_mod
+
+    added = 0
+    if not source.is_dir():
+        return 0
+    for key_dir in source.iterdir():
+        if key_dir.is_dir() and not key_dir.name.startswith("."):
+            for value in key_dir.iterdir():
+                if value.is_file() and not value.name.startswith("."):
+                    added += corpus_mod.add_entry(target / key_dir.name, value.read_bytes(), name=value.name)
+    return added
+
+
 def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
     from .fuzzing import FuzzOptions, fuzz
     from .harnesses import signature
@@ -625,6 +659,14 @@ def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
     candidate = IsolatedCandidate(spec["candidate"], timeout_s=float(spec["case_timeout_s"]),
                                   memory_limit_mb=spec.get("memory_limit_mb"))
     candidate.start()
+    # hypothesis writes a database entry to a temporary file and renames it into place: keep
+    # that file on the database's filesystem so the rename is atomic (set after the executor's
+    # fork server exists: its socket lives in the default temporary directory).
+    import tempfile
+
+    db_tmp = Path(spec["db"]).parent / f".{Path(spec['db']).name}.tmp"
+    db_tmp.mkdir(parents=True, exist_ok=True)
+    tempfile.tempdir = str(db_tmp)
     data = status.data
     data.update(calls=0, rejected=0, iterations=0, duplicates=0, restarts=0)
     signatures: dict[str, str] = {}
@@ -647,10 +689,19 @@ def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
             if remaining < 1.0:
                 break
             # fuzz() may run 25% over its budget to shrink what it found: stay inside ours.
+            # The first iteration replays the persistent database (last night's failures first).
+            # hypothesis stops generating soon after a failure, so later iterations start from a
+            # fresh database (no replay of what this run already found) merged back afterwards.
+            db_dir = Path(spec["db"]) if iteration == 0 else Path(spec["work"]) / f"db-{iteration}"
             options = FuzzOptions(budget_s=remaining * 0.8, seed=derive_seed(spec["seed"], tuple(spec["shard"]), spec["worker"], iteration),
                                   tolerance=spec["tolerance"], vary_config=bool(spec["vary_config"]),
-                                  db_dir=Path(spec["db"]))
-            run = fuzz(candidate, config, options, out_dir=out, on_example=live)
+                                  db_dir=db_dir)
+            try:
+                with _seed_keeps_database():
+                    run = fuzz(candidate, config, options, out_dir=out, on_example=live)
+            finally:
+                if iteration > 0:
+                    merge_database(db_dir, Path(spec["db"]))
             for key in totals:
                 totals[key] += getattr(run, key)
             iteration += 1

@@ -236,6 +236,7 @@ class IsolatedCandidate(Candidate):
         self.restarts = 0
         self.crashes = 0
         self.timeouts = 0
+        self._started = False
         # (mode, alpha class, resample kind, fill stage, background) seen: a behaviour coverage.
         self.behaviours: set[tuple[str, ...]] = set()
 
@@ -250,6 +251,9 @@ class IsolatedCandidate(Candidate):
         if self._proc is not None and self._proc.is_alive():
             return
         self._cleanup()
+        if self._started:
+            self.restarts += 1
+        self._started = True
         ctx = _context()
         fd, self._fault_path = tempfile.mkstemp(prefix="kimi-executor-", suffix=".fault")
         os.close(fd)
@@ -362,8 +366,6 @@ class IsolatedCandidate(Candidate):
         self._note(images, config)
         packed = [pack_image(img) for img in images]
         if self._proc is None or not self._proc.is_alive():
-            if self._proc is not None:
-                self.restarts += 1
             self.start()
         self.calls += 1
         conn = self._conn

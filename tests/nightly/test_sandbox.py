@@ -1,0 +1,64 @@
+"""The executor sandbox: a dying or hanging candidate becomes an exception, the next call works."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from kimi_oracle import reference
+from kimi_oracle.config import PreprocessConfig
+from kimi_oracle.errors import CandidateError
+from kimi_oracle.generators import CaseParams, make_image
+from kimi_oracle.sandbox import CandidateDied, CandidateRaised, CandidateTimeout, IsolatedCandidate
+from nightly_helpers import planted
+
+CFG = PreprocessConfig.k3_small()
+
+
+def _img(w, h=5, mode="RGBA", alpha="checker"):
+    return make_image(CaseParams(w, h, mode, alpha))
+
+
+def test_abort_becomes_candidate_died_and_the_executor_restarts():
+    with IsolatedCandidate(planted("aborting"), timeout_s=10) as cand:
+        good = cand([_img(8)], CFG)
+        assert torch.equal(good.pixel_values, reference.preprocess([_img(8)], CFG).pixel_values)
+        with pytest.raises(CandidateDied) as info:
+            cand([_img(14)], CFG)
+        assert "SIGABRT" in info.value.exc_message
+        assert "aborting" in info.value.traceback  # the Python stack at the abort
+        again = cand([_img(9, mode="P", alpha="key")], CFG)
+        assert again.grid_thws.tolist() == reference.preprocess([_img(9, mode="P", alpha="key")], CFG).grid_thws.tolist()
+        assert cand.crashes == 1 and cand.restarts == 1
+
+
+def test_hang_becomes_candidate_timeout():
+    with IsolatedCandidate(planted("hanging"), timeout_s=1.0) as cand:
+        start = time.monotonic()
+        with pytest.raises(CandidateTimeout) as info:
+            cand([_img(30)], CFG)
+        assert time.monotonic() - start < 6
+        assert "hanging" in info.value.traceback
+        assert cand([_img(10)], CFG).num_images == 1
+
+
+def test_python_exception_is_candidate_raised():
+    with IsolatedCandidate(planted("drops_last_row")) as cand:
+        out = cand([_img(10)], CFG)  # a wrong result is not an exception
+        assert out.pixel_values.shape[0] == reference.preprocess([_img(10)], CFG).pixel_values.shape[0] - 1
+    import kimi_oracle.sandbox as sb
+
+    with IsolatedCandidate("kimi_oracle.geometry:plan") as cand:  # wrong signature: TypeError inside
+        with pytest.raises(CandidateRaised) as info:
+            cand([_img(3)], CFG)
+        assert info.value.exc_type == "TypeError"
+    assert sb  # module imported for the name
+
+
+def test_bad_spec_is_a_harness_error():
+    with pytest.raises(CandidateError):
+        IsolatedCandidate("/nonexistent/cand.py:fn").start()
+    with pytest.raises(CandidateError):
+        IsolatedCandidate("kimi_oracle.reference:no_such_function").start()
