@@ -26,7 +26,9 @@ from ..result import PreprocessResult
 
 def _to_tensor(img, with_alpha: bool) -> torch.Tensor:
     arr = np.asarray(img.convert("RGBA" if with_alpha else "RGB"))
-    return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
+    # np.array copies (a transposed view of a 1-pixel-high image is already contiguous and would
+    # otherwise stay a read-only view of Pillow's buffer).
+    return torch.from_numpy(np.array(arr.transpose(2, 0, 1), order="C", copy=True))
 
 
 def preprocess(
