@@ -805,6 +805,7 @@ def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
                 if remaining < 1.0:
                     break
                 log_path = hdir / f"libfuzzer-{run_no}.log"
+                env["KIMI_FUZZ_DEADLINE"] = repr(time.time() + (min(slice_end, deadline) - time.monotonic()))
                 known_artifacts = {p.name for p in artifacts.iterdir()}
                 cmd = [sys.executable, "-m", "kimi_oracle.harnesses", name, str(new_dir), str(start_dir),
                        f"-max_total_time={max(1, int(remaining))}",

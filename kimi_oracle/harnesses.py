@@ -379,6 +379,7 @@ class HarnessSettings:
     vary_config: bool = True
     max_side: int = DEFAULT_MAX_SIDE
     minimize_s: float = 10.0
+    deadline: float | None = None  # wall-clock (epoch) time after which inputs are skipped
 
     @classmethod
     def from_env(cls, env: Any = None) -> "HarnessSettings":
@@ -398,6 +399,7 @@ class HarnessSettings:
         out.max_findings = int(env.get("KIMI_FUZZ_MAX_FINDINGS") or out.max_findings)
         out.vary_config = (env.get("KIMI_FUZZ_VARY_CONFIG") or "1").lower() not in ("0", "false", "no")
         out.minimize_s = float(env.get("KIMI_FUZZ_MINIMIZE_S") or out.minimize_s)
+        out.deadline = float(env["KIMI_FUZZ_DEADLINE"]) if env.get("KIMI_FUZZ_DEADLINE") else None
         return out
 
     def to_env(self) -> dict[str, str]:
@@ -420,6 +422,8 @@ class HarnessSettings:
             env["KIMI_FUZZ_FINDINGS"] = self.findings_dir
         if self.status_path:
             env["KIMI_FUZZ_STATUS"] = self.status_path
+        if self.deadline is not None:
+            env["KIMI_FUZZ_DEADLINE"] = repr(self.deadline)
         return env
 
     def base_config(self) -> PreprocessConfig:
@@ -489,6 +493,10 @@ class Harness:
 
     def test_one_input(self, data: bytes) -> None:
         """The atheris entry: judge `data`; keep going (findings dir) or raise OracleFinding."""
+        if self.settings.deadline is not None and time.time() > self.settings.deadline:
+            # Past the runner's budget (libFuzzer only checks its own clock between inputs, and
+            # not while it replays the initial corpus): skip, so the run ends on time.
+            return
         fdp = None
         if self.name == "structured":
             fdp = provider(data)
