@@ -60,6 +60,7 @@ class FuzzOptions:
     hypothesis_profile: str = "ci"
     db_dir: Path | None = None  # hypothesis example database; None: no database
     split_by_mode: bool = True  # one pixel_mismatch / crash finding per mode class
+    keep_searching: bool = True  # after a failure, search on (new seeds) until the examples are spent
 
     def max_examples(self) -> int:
         """The example count hypothesis is given (huge under a time budget)."""
@@ -310,7 +311,6 @@ def fuzz(
 ) -> FuzzRun:
     """Fuzz `candidate` against the reference around `config`; findings written under `out_dir`."""
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-    from hypothesis import seed as hypothesis_seed
     from hypothesis.database import DirectoryBasedExampleDatabase
 
     options = options or FuzzOptions()
@@ -406,7 +406,8 @@ def fuzz(
             report_multiple_bugs=True,
             derandomize=False,
         )(given(strategy)(body))
-        test = hypothesis_seed(seed if round_index == 0 else (seed * 1000003 + round_index) % 2**32)(test)
+        # Set the seed the way @seed does, minus @seed's side effect of switching the database off.
+        test._hypothesis_internal_use_seed = seed if round_index == 0 else (seed * 1000003 + round_index) % 2**32
         progress["round_calls"] = 0
         generated: list[int] = []
 
@@ -434,6 +435,8 @@ def fuzz(
         progress["examples_before"] = run.examples
         if run.calls == before:
             break  # nothing ran: the search space is exhausted
+        if records and not options.keep_searching:
+            break
     run.elapsed_s = time.monotonic() - start
     order = {c: i for i, c in enumerate(RUN_CHECKS)}
     for group in sorted(records, key=lambda g: (order.get(g.split("[")[0], 99), first_by_group[g], g)):

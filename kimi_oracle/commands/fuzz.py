@@ -131,10 +131,15 @@ def register(group: click.Group) -> None:
     @click.option("--modes", default=None, metavar="M1,M2", help=f"Restrict modes (default all: {','.join(MODES)}).")
     @click.option("--no-invariance", is_flag=True, help="Skip the batch/subset/permutation/determinism checks.")
     @click.option("--no-shrink", is_flag=True, help="Report failures as found, without shrinking them.")
+    @click.option("--group-by", type=click.Choice(["mode", "check"]), default="mode", show_default=True,
+                  help="One pixel_mismatch/crash finding per mode class of the failing image, or per check.")
+    @click.option("--stop-early", is_flag=True,
+                  help="End after the first search round that found something (default: spend all examples).")
     def fuzz_cmd(candidate_spec: str, profile: str | None, config_path: Path | None, examples: int | None,
                  budget: str | None, hypothesis_profile: str, seed: int | None, tolerance: str, fixed_config: bool,
                  out_dir: Path, db_dir: Path | None, json_path: Path | None, junit_path: Path | None,
-                 max_images: int, max_side: int, modes: str | None, no_invariance: bool, no_shrink: bool) -> int:
+                 max_images: int, max_side: int, modes: str | None, no_invariance: bool, no_shrink: bool,
+                 group_by: str, stop_early: bool) -> int:
         """Differential fuzzing of a candidate against the reference; findings written under --out.
 
         Exit 0 when nothing was found, 1 when something was, 2 on usage or harness errors.
@@ -156,6 +161,7 @@ def register(group: click.Group) -> None:
             examples=examples, budget_s=budget_s, seed=seed, tolerance=tolerance, vary_config=not fixed_config,
             max_images=max_images, max_side=max_side, modes=mode_list, invariance=not no_invariance,
             shrink=not no_shrink, hypothesis_profile=hypothesis_profile,
+            split_by_mode=group_by == "mode", keep_searching=not stop_early,
             db_dir=db_dir if db_dir is not None else out_dir / "hypothesis-db",
         )
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

@@ -1,0 +1,75 @@
+"""The pytest plugin in a kernel project's suite, and the eager candidate's real divergences."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kimi_oracle.config import PreprocessConfig
+from kimi_oracle.errors import CandidateError
+
+PLANTED = str(Path(__file__).resolve().parents[1] / "mutants" / "planted.py")
+
+
+def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    (tmp_path / "test_own.py").write_text("def test_own():\n    assert True\n")
+    # -p loads the plugin whether or not the package was reinstalled with its entry point.
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "kimi_oracle.pytest_plugin", "-p", "no:cacheprovider",
+         "--rootdir", str(tmp_path), "-q", *args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=240,
+    )
+
+
+def test_plugin_reports_one_item_per_check(tmp_path):
+    proc = _pytest(tmp_path, "--kimi-candidate", f"{PLANTED}:grid_int32", "--kimi-examples", "20",
+                   "--kimi-seed", "1", "--kimi-out", str(tmp_path / "out"))
+    out = proc.stdout
+    assert proc.returncode == 1, out + proc.stderr
+    assert "1 failed, 6 passed" in out  # the project's own test + 5 passing checks
+    assert "kimi-oracle::shape_dtype" in out and "grid_thws dtype int32 != int64" in out
+    assert "kimi-oracle repro" in out
+    assert any((tmp_path / "out" / "findings").iterdir())
+
+
+def test_plugin_bad_spec_is_a_usage_error(tmp_path):
+    proc = _pytest(tmp_path, "--kimi-candidate", "nope")
+    assert proc.returncode == 4  # pytest's usage error
+    assert "kimi-oracle: bad candidate spec" in proc.stderr
+
+
+def test_plugin_is_inert_without_a_candidate(tmp_path):
+    proc = _pytest(tmp_path)
+    assert proc.returncode == 0 and "1 passed" in proc.stdout
+
+
+def _eager_or_skip():
+    from kimi_oracle.candidates import load_candidate
+
+    try:
+        return load_candidate("eager")
+    except CandidateError as exc:  # the GPU engineer's module is not in this tree yet
+        pytest.skip(str(exc))
+
+
+def test_eager_divergences_show_up_as_findings(tmp_path):
+    from kimi_oracle.fuzzing import FuzzOptions, fuzz
+    from kimi_oracle.report import finding_lines
+
+    eager = _eager_or_skip()
+    # levels:12 hides the serving engine's resampling noise (a few levels) so that the
+    # structural divergences stand out: straight alpha, palettes resampled bicubic, CMYK.
+    run = fuzz(eager, PreprocessConfig.k3(), FuzzOptions(examples=120, seed=1, max_side=48, tolerance="levels:12",
+                                                         modes=("RGBA", "P", "CMYK"), invariance=False),
+               out_dir=tmp_path)
+    groups = {f.extra["group"] for f in run.findings}
+    assert {"pixel_mismatch[CMYK]"} <= groups
+    assert any(g.startswith("pixel_mismatch[P") for g in groups)
+    assert any(g.startswith("pixel_mismatch[RGBA") for g in groups)
+    for f in run.findings:
+        assert (f.path / "report.md").is_file() and (f.path / "diff.png").is_file()
+        text = "\n".join(finding_lines(f))
+        assert "levels" in text and "worst: image 0" in text
