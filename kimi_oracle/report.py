@@ -443,7 +443,7 @@ def finding_lines(finding: Finding | Mapping[str, Any]) -> list[str]:
     else:
         case = dict(finding)
         stats = case.get("stats", {})
-    lines = [f"{case['check']}: {case['message']}"]
+    lines = [f"{case.get('group') or case['check']}: {case['message']}"]
     lines.append(f"candidate {case['candidate']} vs reference, tolerance {case['tolerance']}, "
                  f"profile {case.get('profile')}")
     from .generators import CaseParams, config_label
@@ -490,7 +490,7 @@ def finding_lines(finding: Finding | Mapping[str, Any]) -> list[str]:
 def finding_markdown(finding: Finding, *, directory: Path | None = None, has_diff: bool = False) -> str:
     """The finding's report.md."""
     case = finding.case_dict()
-    out = [f"# {finding.check}: {finding.id}", "", finding.message, ""]
+    out = [f"# {finding.extra.get('group') or finding.check}: {finding.id}", "", finding.message, ""]
     out += ["| | |", "|---|---|"]
     out.append(f"| candidate | `{finding.candidate}` |")
     out.append(f"| tolerance | `{finding.tolerance}` |")

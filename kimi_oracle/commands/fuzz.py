@@ -296,7 +296,6 @@ def register(group: click.Group) -> None:
             table.add_row(Path(r["image"]).name if r["size"] != "batch" else r["image"], r["size"], r["mode"],
                           result, r["detail"])
         console.print(table)
-        first = {f.check: 1 for f in findings}
         _print_findings_table("findings per check", findings, RUN_CHECKS, {}, f"{len(rows)} row(s), "
                               f"{len(findings)} finding(s), {len(errors)} unreadable, {elapsed:.1f} s")
         for line in errors:
@@ -310,7 +309,6 @@ def register(group: click.Group) -> None:
                           "path": str(f.path) if f.path else None, "sources": f.sources} for f in findings],
             "versions": versions(),
         }
-        del first
         _write_outputs(summary, findings, RUN_CHECKS, "kimi-oracle check", json_path, junit_path, elapsed)
         if findings:
             return 1

@@ -113,7 +113,8 @@ def test_database_replays_failures_first(tmp_path):
     from kimi_oracle.candidates import Candidate
 
     mutant = Candidate("fill_before_resize", BY_NAME["fill_before_resize"])
-    options = dict(examples=300, max_side=48, db_dir=tmp_path / "db", invariance=False, keep_searching=False)
+    options = dict(examples=300, max_side=48, db_dir=tmp_path / "db", invariance=False, keep_searching=False,
+                   split_by_mode=False)
     first = fuzz(mutant, PreprocessConfig.k3(), FuzzOptions(seed=11, **options))
     assert first.first_found.get("pixel_mismatch", 0) > 1
     second = fuzz(mutant, PreprocessConfig.k3(), FuzzOptions(seed=12345, **options))

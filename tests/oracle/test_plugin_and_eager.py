@@ -73,3 +73,32 @@ def test_eager_divergences_show_up_as_findings(tmp_path):
         assert (f.path / "report.md").is_file() and (f.path / "diff.png").is_file()
         text = "\n".join(finding_lines(f))
         assert "levels" in text and "worst: image 0" in text
+
+
+def test_gpu_candidate_tiny_case_under_the_interpreter(tmp_path):
+    # One resampled RGBA image through the real GPU pipeline (Triton interpreter on CPU), via
+    # the CLI in a subprocess: TRITON_INTERPRET must be set before the kernels are imported.
+    import os
+
+    env = dict(os.environ)
+    if env.get("KIMI_GPU_TESTS_ON_CUDA") != "1":
+        env["TRITON_INTERPRET"] = "1"
+    script = (
+        "import sys\n"
+        "from kimi_oracle.candidates import load_candidate\n"
+        "from kimi_oracle.errors import CandidateError\n"
+        "from kimi_oracle.config import PreprocessConfig\n"
+        "from kimi_oracle.fuzzing import evaluate\n"
+        "from kimi_oracle.generators import CaseParams, make_image\n"
+        "try:\n"
+        "    gpu = load_candidate('gpu')\n"
+        "except CandidateError as exc:\n"
+        "    print('SKIP', exc); sys.exit(0)\n"
+        "img = make_image(CaseParams(70, 45, 'RGBA', 'checker', 'noise', seed=1, square=8))\n"
+        "v = evaluate(gpu, [img], PreprocessConfig.k3_small(), invariance=False)\n"
+        "print('VERDICT', v.check, v.message)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    if "SKIP" in proc.stdout or "BackendError" in proc.stderr:
+        pytest.skip(proc.stdout + proc.stderr[-500:])
+    assert "VERDICT None all checks passed" in proc.stdout, proc.stdout + proc.stderr[-2000:]
