@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Iterable
 
 import numpy as np
@@ -73,7 +74,11 @@ def composite(rgba: np.ndarray, bg: TransparentBgConfig) -> np.ndarray:
 
 def _convert(img: Image.Image, mode: str) -> Image.Image:
     try:
-        return img.convert(mode)
+        with warnings.catch_warnings():
+            # Pillow's advice to convert palette images with byte transparency to RGBA: that is
+            # what the checkpoint does next anyway; the warning only adds noise to reports.
+            warnings.filterwarnings("ignore", message="Palette images with Transparency", category=UserWarning)
+            return img.convert(mode)
     except (ValueError, OSError) as exc:
         raise InputError(f"mode {img.mode!r}: the checkpoint's conversion to {mode} fails: {exc}") from None
 
