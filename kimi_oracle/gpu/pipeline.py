@@ -24,7 +24,7 @@ from PIL import Image
 from ..config import PreprocessConfig, TransparentBgConfig
 from ..errors import BackendError, InputError
 from ..geometry import plan
-from ..images import ImageSource, load_images, resample_kind
+from ..images import MODES_16BIT, ImageSource, load_images, resample_kind
 from ..reference import background, composite, fill_conversion, normalization_lut
 from ..result import PreprocessResult
 from . import resample as rs
@@ -38,7 +38,7 @@ _ITEM = {U8: 1, U16: 2, I32: 4, F32: 4}
 MODES_8BIT_1 = ("L", "P", "1")
 MODES_8BIT_2 = ("LA", "PA")
 MODES_8BIT_3_TABLE = ("LAB", "HSV", "YCbCr")
-MODES_16 = ("I;16", "I;16L", "I;16B", "I;16N")
+MODES_16 = tuple(sorted(MODES_16BIT))  # one definition of Pillow's 16-bit family, in kimi_oracle.images
 SUPPORTED_MODES = frozenset(
     MODES_8BIT_1 + MODES_8BIT_2 + MODES_8BIT_3_TABLE + MODES_16
     + ("RGB", "RGBA", "RGBX", "CMYK", "I", "F")
