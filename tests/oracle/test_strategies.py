@@ -1,0 +1,69 @@
+"""Hypothesis strategies: built once (not per draw), and still weighted the way the fuzzer needs."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import strategies as st
+
+from kimi_oracle.config import PreprocessConfig
+from kimi_oracle.geometry import plan
+from kimi_oracle.strategies import case_params, configs, fuzz_cases
+
+
+def _draw_cases(strategy, n: int, at_seed: int = 3) -> list:
+    out: list = []
+
+    @settings(max_examples=n, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @seed(at_seed)
+    @given(strategy)
+    def collect(case):
+        out.append(case)
+
+    collect()
+    return out
+
+
+def test_the_same_arguments_give_the_same_strategy_object():
+    base = PreprocessConfig.k3()
+    assert fuzz_cases(base, max_side=48) is fuzz_cases(base, max_side=48)
+    assert fuzz_cases(base, max_side=48, modes=["RGB", "P"]) is fuzz_cases(base, max_side=48, modes=("RGB", "P"))
+    assert configs(base) is configs(base)
+    assert case_params(base) is case_params(base)
+
+
+def test_drawing_builds_no_new_composite_strategies(monkeypatch):
+    # Decorating a function with @st.composite inspects its source (the cost that dominated fuzz
+    # runs); drawing cases must not do it per example.
+    strategy = fuzz_cases(PreprocessConfig.k3(), max_side=48)
+    decorated = []
+    real = st.composite
+
+    def counting(f):
+        decorated.append(f)
+        return real(f)
+
+    monkeypatch.setattr(st, "composite", counting)
+    cases = _draw_cases(strategy, 60)
+    assert len(cases) == 60
+    assert decorated == []
+
+
+def test_drawn_cases_keep_their_weights():
+    base = PreprocessConfig.k3()
+    cases = _draw_cases(fuzz_cases(base, max_side=48), 300)
+    modes = Counter(p.mode for c in cases for p in c.images)
+    # RGBA and palette images (special resize paths) are drawn about twice as often as RGB.
+    assert modes["RGBA"] > modes["RGB"] and modes["P"] > modes["RGB"]
+    stages = Counter(c.config.transparent_bg_fill_stage for c in cases)
+    # The profile's own fill stage gets about half of the draws.
+    assert stages[base.transparent_bg_fill_stage] >= 0.35 * len(cases)
+    resampled = sum(
+        1 for c in cases
+        if (lambda p: (p.new_w, p.new_h) != (c.images[0].width, c.images[0].height))(
+            plan(c.images[0].width, c.images[0].height, c.config))
+    )
+    # Many first images resample (small budgets, and a budget forced below their patch count).
+    assert resampled >= 0.25 * len(cases)
