@@ -373,8 +373,6 @@ def _finding_entry(path: Path, engine: str | None = None) -> dict[str, Any] | No
     if check == "invariance":
         inv = case.get("invariance") or {}
         detail = f"invariance:{inv.get('kind')}" if inv.get("kind") else check
-    elif check == "crash" and str(case.get("message", "")).startswith("candidate raised CallTimedOut"):
-        kind = detail = "timeout"
     return {
         "id": case.get("id", path.name),
         "engine": case.get("engine") or engine or "unknown",
@@ -649,7 +647,6 @@ def merge_database(source: Path, target: Path) -> int:
 def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
     from .fuzzing import FuzzOptions, fuzz
     from .harnesses import signature
-    from .report import write_finding
     from .sandbox import IsolatedCandidate
 
     config = _base_config(spec)
@@ -708,16 +705,6 @@ def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
             data["iterations"] = iteration
             for finding in run.findings:
                 verdict = SimpleNamespace(check=finding.check, stats=finding.stats)
-                if finding.check == "crash" and str(finding.stats.get("exception", "")).startswith("CallTimedOut"):
-                    # Same finding, filed under its real kind (fuzzing.py reports every candidate
-                    # failure as `crash`).
-                    old = finding.path
-                    finding.check = "timeout"
-                    verdict.check = "timeout"
-                    finding.path = None
-                    write_finding(out, finding)
-                    if old is not None and old.name not in before and old != finding.path:
-                        shutil.rmtree(old, ignore_errors=True)
                 sig = signature(verdict, finding.images, finding.config)
                 if sig in signatures and signatures[sig] != finding.id:
                     data["duplicates"] += 1

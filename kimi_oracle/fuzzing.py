@@ -23,12 +23,12 @@ from .config import PreprocessConfig
 from .errors import InputError, KimiOracleError
 from .generators import MODES, FuzzCase
 from .images import has_alpha
-from .oracle import CHECKS, CRASH, INVARIANCE, PIXEL_MISMATCH, Tolerance, Verdict, check_invariance, compare
+from .oracle import CHECKS, CRASH, INVARIANCE, PIXEL_MISMATCH, TIMEOUT, Tolerance, Verdict, check_invariance, compare
 from .report import Finding, summary_markdown, versions, write_finding
 from .strategies import DEFAULT_MAX_SIDE, fuzz_cases
 
 # Checks a fuzz run reports on, in report order.
-RUN_CHECKS = CHECKS + (INVARIANCE, CRASH)
+RUN_CHECKS = CHECKS + (INVARIANCE, CRASH, TIMEOUT)
 
 # Example counts per `--hypothesis-profile` when neither --examples nor --budget is given.
 HYPOTHESIS_PROFILES = {
@@ -145,7 +145,8 @@ class FuzzRun:
 
 
 def _crash_verdict(exc: CandidateCrash) -> Verdict:
-    return Verdict(CRASH, f"candidate raised {exc.exc_type}: {exc.exc_message}"[:500], {
+    # A candidate failure names its own check when it has one: the sandbox's timeout is `timeout`.
+    return Verdict(getattr(exc, "check", CRASH), f"candidate raised {exc.exc_type}: {exc.exc_message}"[:500], {
         "exception": f"{exc.exc_type}: {exc.exc_message}"[:2000],
         "traceback": exc.traceback[-6000:],
     })

@@ -488,7 +488,6 @@ class Harness:
             return Outcome("rejected", images=images, config=config, params=params, reason=str(exc))
         if verdict.ok:
             return Outcome("ok", verdict, images, config, params)
-        _mark_timeout(verdict)
         return Outcome("finding", verdict, images, config, params)
 
     def test_one_input(self, data: bytes) -> None:
@@ -588,21 +587,11 @@ class Harness:
         write_json(self.settings.status_path, self.status())
 
 
-def _mark_timeout(verdict: Any) -> None:
-    # fuzzing.evaluate reports every CandidateCrash as `crash`; an executor timeout is `timeout`.
-    from .sandbox import crash_kind
-
-    if verdict.check == "crash":
-        exc = str(verdict.stats.get("exception", ""))
-        if crash_kind(exc.split(":", 1)[0]) == "timeout":
-            verdict.check = "timeout"
-
-
 def write_fuzz_finding(out_dir: str | os.PathLike, outcome: Outcome, data: bytes, *, harness: str,
                        candidate: str, tolerance: str, signature: str, engine: str = "atheris") -> Path:
     """`out_dir/findings/<id>/` in report.py's format, plus `fuzz-input.bin` (the raw bytes)."""
     from .fuzzing import finding_from
-    from .report import atomic_write_bytes
+    from .report import atomic_write_bytes, write_finding
 
     verdict = outcome.verdict
     raw = [bytes(data)] if harness == "decoder" else []
@@ -618,18 +607,11 @@ def write_fuzz_finding(out_dir: str | os.PathLike, outcome: Outcome, data: bytes
         "replay": f"python -m kimi_oracle.harnesses {harness} --replay fuzz-input.bin",
     }
     finding.extra["signature"] = signature
-    path = _write_finding_with_kind(out_dir, finding, verdict.check)
+    path = write_finding(out_dir, finding)
     target = path / "fuzz-input.bin"
     if not target.exists():
         atomic_write_bytes(target, bytes(data))
     return path
-
-
-def _write_finding_with_kind(out_dir: str | os.PathLike, finding: Any, check: str) -> Path:
-    from .report import write_finding
-
-    finding.check = check
-    return write_finding(out_dir, finding)
 
 
 # ---------------------------------------------------------------------------------------------

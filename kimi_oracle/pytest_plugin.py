@@ -123,5 +123,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         Tolerance.parse(opts["tolerance"])
     except KimiOracleError as exc:
         raise pytest.UsageError(f"kimi-oracle: {exc}") from None
-    for check in RUN_CHECKS:
+    # The candidate runs in this process (no sandbox), so a hang is never a `timeout` finding.
+    for check in (c for c in RUN_CHECKS if c != "timeout"):
         items.append(KimiItem.from_parent(session, name=f"kimi-oracle::{check}", check=check))

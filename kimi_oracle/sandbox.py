@@ -421,19 +421,11 @@ class IsolatedCandidate(Candidate):
                                stack or "(no Python stack was recorded)", timeout_s=self.timeout_s)
 
 
-def crash_kind(exc_type: str | None, message: str | None = None) -> str:
-    """`timeout` for an executor timeout, else `crash` (from a finding's exception text)."""
-    if exc_type == "CallTimedOut" or (message or "").startswith("candidate raised CallTimedOut"):
-        return "timeout"
-    return "crash"
-
-
 __all__ = [
     "CandidateDied",
     "CandidateRaised",
     "CandidateTimeout",
     "IsolatedCandidate",
-    "crash_kind",
     "pack_image",
     "signal_name",
     "unpack_image",

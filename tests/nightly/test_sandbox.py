@@ -62,3 +62,20 @@ def test_bad_spec_is_a_harness_error():
         IsolatedCandidate("/nonexistent/cand.py:fn").start()
     with pytest.raises(CandidateError):
         IsolatedCandidate("kimi_oracle.reference:no_such_function").start()
+
+
+def test_fuzzing_files_a_hang_as_a_timeout_finding(tmp_path):
+    import json
+
+    from kimi_oracle.fuzzing import FuzzOptions, fuzz
+
+    with IsolatedCandidate(planted("hanging"), timeout_s=1.0) as cand:
+        run = fuzz(cand, CFG, FuzzOptions(examples=20, seed=2, shrink=False, keep_searching=False, invariance=False),
+                   out_dir=tmp_path)
+    assert [f.check for f in run.findings] == ["timeout"]
+    assert run.counts()["timeout"] == 1 and run.counts()["crash"] == 0
+    (path,) = (tmp_path / "findings").iterdir()
+    assert path.name.startswith("timeout-")
+    case = json.loads((path / "case.json").read_text())
+    assert case["check"] == "timeout" and "CallTimedOut" in case["message"]
+    assert any(img["size"][0] > 20 for img in case["images"])  # the input it hung on
