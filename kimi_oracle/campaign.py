@@ -902,7 +902,7 @@ def write_harness_finding(out: Path, name: str, raw: bytes, kind: str, message: 
     """A finding for an input that killed the harness process (no verdict, maybe no image)."""
     import hashlib
 
-    from .report import Finding, atomic_write_bytes, write_finding
+    from .report import Finding, write_finding
 
     config = _base_config(spec)
     images: list[Any] = []
@@ -931,10 +931,7 @@ def write_harness_finding(out: Path, name: str, raw: bytes, kind: str, message: 
                                                   "bytes": len(raw),
                                                   "replay": f"python -m kimi_oracle.harnesses {name} --replay fuzz-input.bin"},
                                    "harness_level": True})
-    path = write_finding(out, finding)
-    if not (path / "fuzz-input.bin").exists():
-        atomic_write_bytes(path / "fuzz-input.bin", raw)
-    return path
+    return write_finding(out, finding, extra_files={"fuzz-input.bin": raw})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -591,7 +591,7 @@ def write_fuzz_finding(out_dir: str | os.PathLike, outcome: Outcome, data: bytes
                        candidate: str, tolerance: str, signature: str, engine: str = "atheris") -> Path:
     """`out_dir/findings/<id>/` in report.py's format, plus `fuzz-input.bin` (the raw bytes)."""
     from .fuzzing import finding_from
-    from .report import atomic_write_bytes, write_finding
+    from .report import write_finding
 
     verdict = outcome.verdict
     raw = [bytes(data)] if harness == "decoder" else []
@@ -607,11 +607,7 @@ def write_fuzz_finding(out_dir: str | os.PathLike, outcome: Outcome, data: bytes
         "replay": f"python -m kimi_oracle.harnesses {harness} --replay fuzz-input.bin",
     }
     finding.extra["signature"] = signature
-    path = write_finding(out_dir, finding)
-    target = path / "fuzz-input.bin"
-    if not target.exists():
-        atomic_write_bytes(target, bytes(data))
-    return path
+    return write_finding(out_dir, finding, extra_files={"fuzz-input.bin": bytes(data)})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -275,9 +275,27 @@ class Finding:
         return out
 
 
-def write_finding(out_dir: str | os.PathLike, finding: Finding) -> Path:
+# Names write_finding itself uses: extra files may not take them.
+_RESERVED_NAMES = ("case.json", "stats.json", "diff.png", "report.md")
+
+
+def _check_extra_names(extra_files: Mapping[str, bytes]) -> None:
+    for name in extra_files:
+        if (not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith(".")
+                or name in _RESERVED_NAMES or name.startswith(("input.", "input-", "original-"))):
+            raise ValueError(f"extra finding file {name!r}: a plain file name that write_finding does not "
+                             f"use itself (not {', '.join(_RESERVED_NAMES)}, input*, original-*)")
+
+
+def write_finding(out_dir: str | os.PathLike, finding: Finding, *,
+                  extra_files: Mapping[str, bytes] | None = None) -> Path:
     """Write `out_dir/findings/<id>/` atomically; an existing finding with that id is kept as is
-    (the same case failing the same check again) and its path returned."""
+    (the same case failing the same check again) and its path returned.
+
+    `extra_files` (name -> bytes, e.g. a fuzzer's raw input as `fuzz-input.bin`) are written into
+    the same temporary directory before the rename, so they appear together with the finding."""
+    extra_files = dict(extra_files or {})
+    _check_extra_names(extra_files)
     root = Path(out_dir) / "findings"
     root.mkdir(parents=True, exist_ok=True)
     final = root / finding.id
@@ -286,6 +304,8 @@ def write_finding(out_dir: str | os.PathLike, finding: Finding) -> Path:
         return final
     tmp = Path(tempfile.mkdtemp(prefix=f".{finding.id}.", dir=root))
     try:
+        for name, data in extra_files.items():
+            (tmp / name).write_bytes(bytes(data))
         files = []
         for i, img in enumerate(finding.images):
             ext, data = encode_input(img)

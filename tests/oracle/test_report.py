@@ -140,3 +140,36 @@ def test_finding_id_depends_on_what_was_run():
     b = _finding(check_params=CaseParams(70, 50, "CMYK", "opaque", "noise", seed=10))
     assert a.id != b.id and a.id.startswith("pixel_mismatch-")
     assert isinstance(a, Finding)
+
+
+def _files_at_rename(monkeypatch) -> dict[str, dict[str, bytes]]:
+    """Spy on the rename that publishes a finding: what its directory held at that moment."""
+    seen: dict[str, dict[str, bytes]] = {}
+    real = os.rename
+
+    def spy(src, dst):
+        if os.path.isdir(src):
+            seen[os.path.basename(dst)] = {n: open(os.path.join(src, n), "rb").read() for n in os.listdir(src)}
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "rename", spy)
+    return seen
+
+
+def test_extra_files_are_published_with_the_finding(tmp_path, monkeypatch):
+    seen = _files_at_rename(monkeypatch)
+    f = _finding()
+    raw = b"\x00\x01fuzzer bytes\xff"
+    path = write_finding(tmp_path, f, extra_files={"fuzz-input.bin": raw})
+    assert seen[f.id]["fuzz-input.bin"] == raw  # there before the directory had its final name
+    assert (path / "fuzz-input.bin").read_bytes() == raw
+    assert {"case.json", "report.md", "stats.json"} <= set(seen[f.id])
+
+
+@pytest.mark.parametrize("name", ["../escape.bin", "sub/x.bin", "case.json", "report.md", "input.png", ".hidden", ""])
+def test_extra_files_may_not_clash_or_escape(tmp_path, name):
+    with pytest.raises(ValueError):
+        write_finding(tmp_path, _finding(), extra_files={name: b"x"})
+    assert not (tmp_path / "escape.bin").exists()
+    assert not (tmp_path / "findings").exists() or list((tmp_path / "findings").iterdir()) == []
+
