@@ -900,8 +900,7 @@ def _harness_artifact_finding(spec: dict[str, Any], name: str, art: Path, settin
 def write_harness_finding(out: Path, name: str, raw: bytes, kind: str, message: str, detail: str,
                           spec: dict[str, Any], settings: Any) -> Path:
     """A finding for an input that killed the harness process (no verdict, maybe no image)."""
-    import hashlib
-
+    from .harnesses import FUZZ_INPUT_FILE, fuzz_input_record
     from .report import Finding, write_finding
 
     config = _base_config(spec)
@@ -917,21 +916,12 @@ def write_harness_finding(out: Path, name: str, raw: bytes, kind: str, message: 
             params = [p.to_dict() for p in case.images]
         except Exception:
             images, params = [], []
-    digest = hashlib.sha256(raw).hexdigest()
-
-    class _InputFinding(Finding):
-        @property
-        def id(self) -> str:  # no verdict, maybe no image: the input's digest names it
-            return f"{self.check}-{digest[:12]}"
-
-    finding = _InputFinding(check=kind, message=message, candidate=spec["candidate"], config=config, images=images,
-                            params=params, tolerance=spec["tolerance"], engine="atheris",
-                            stats={"exception": message, "traceback": detail},
-                            extra={"fuzz_input": {"harness": name, "file": "fuzz-input.bin", "sha256": digest,
-                                                  "bytes": len(raw),
-                                                  "replay": f"python -m kimi_oracle.harnesses {name} --replay fuzz-input.bin"},
-                                   "harness_level": True})
-    return write_finding(out, finding, extra_files={"fuzz-input.bin": raw})
+    # Without images the raw input's digest names the finding (report.Finding.id).
+    finding = Finding(check=kind, message=message, candidate=spec["candidate"], config=config, images=images,
+                      params=params, tolerance=spec["tolerance"], engine="atheris",
+                      stats={"exception": message, "traceback": detail}, raw_inputs=[] if images else [raw],
+                      extra={"fuzz_input": fuzz_input_record(name, raw), "harness_level": True})
+    return write_finding(out, finding, extra_files={FUZZ_INPUT_FILE: raw})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

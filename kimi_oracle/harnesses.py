@@ -587,6 +587,20 @@ class Harness:
         write_json(self.settings.status_path, self.status())
 
 
+FUZZ_INPUT_FILE = "fuzz-input.bin"
+
+
+def fuzz_input_record(harness: str, data: bytes) -> dict[str, Any]:
+    """case.json's `fuzz_input` entry: which harness, the file holding the raw bytes, and how to replay."""
+    return {
+        "harness": harness,
+        "file": FUZZ_INPUT_FILE,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "bytes": len(data),
+        "replay": f"python -m kimi_oracle.harnesses {harness} --replay {FUZZ_INPUT_FILE}",
+    }
+
+
 def write_fuzz_finding(out_dir: str | os.PathLike, outcome: Outcome, data: bytes, *, harness: str,
                        candidate: str, tolerance: str, signature: str, engine: str = "atheris") -> Path:
     """`out_dir/findings/<id>/` in report.py's format, plus `fuzz-input.bin` (the raw bytes)."""
@@ -596,18 +610,11 @@ def write_fuzz_finding(out_dir: str | os.PathLike, outcome: Outcome, data: bytes
     verdict = outcome.verdict
     raw = [bytes(data)] if harness == "decoder" else []
     finding = finding_from(verdict, candidate, outcome.config, outcome.images, params=outcome.params,
-                           tolerance=tolerance, engine=engine, sources=["fuzz-input.bin"] if raw else [],
+                           tolerance=tolerance, engine=engine, sources=[FUZZ_INPUT_FILE] if raw else [],
                            raw_inputs=raw)
-    digest = hashlib.sha256(data).hexdigest()
-    finding.extra["fuzz_input"] = {
-        "harness": harness,
-        "file": "fuzz-input.bin",
-        "sha256": digest,
-        "bytes": len(data),
-        "replay": f"python -m kimi_oracle.harnesses {harness} --replay fuzz-input.bin",
-    }
+    finding.extra["fuzz_input"] = fuzz_input_record(harness, data)
     finding.extra["signature"] = signature
-    return write_finding(out_dir, finding, extra_files={"fuzz-input.bin": bytes(data)})
+    return write_finding(out_dir, finding, extra_files={FUZZ_INPUT_FILE: bytes(data)})
 
 
 # ---------------------------------------------------------------------------------------------

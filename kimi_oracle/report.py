@@ -225,7 +225,10 @@ class Finding:
 
     @property
     def id(self) -> str:
-        """Stable id: check plus a digest of what was run (config, inputs, candidate, policy)."""
+        """Stable id: check plus a digest of what was run (config, inputs, candidate, policy).
+
+        A finding without images (an input that killed a harness before it became one) is named
+        by its raw input bytes, so that different inputs never share an id."""
         h = hashlib.sha256()
         h.update(json.dumps([self.check, self.candidate, self.tolerance, self.config.to_hf_json()],
                             sort_keys=True, default=str).encode())
@@ -236,6 +239,10 @@ class Finding:
             else:
                 h.update(f"{img.mode}{img.size}".encode())
                 h.update(hashlib.sha256(img.tobytes()).digest())
+        if not self.images:
+            for raw in self.raw_inputs:
+                if raw is not None:
+                    h.update(hashlib.sha256(raw).digest())
         if "invariance" in self.extra:
             h.update(json.dumps(self.extra["invariance"], sort_keys=True).encode())
         return f"{self.check}-{h.hexdigest()[:12]}"

@@ -173,3 +173,13 @@ def test_extra_files_may_not_clash_or_escape(tmp_path, name):
     assert not (tmp_path / "escape.bin").exists()
     assert not (tmp_path / "findings").exists() or list((tmp_path / "findings").iterdir()) == []
 
+
+def test_findings_without_images_are_named_by_their_raw_input():
+    def harness_level(raw: bytes) -> Finding:
+        return Finding(check="crash", message="the harness process died", candidate="reference", config=CFG,
+                       raw_inputs=[raw], engine="atheris")
+
+    a, b = harness_level(b"\x89PNG first input"), harness_level(b"\x89PNG other input")
+    assert a.id != b.id
+    assert a.id == harness_level(b"\x89PNG first input").id
+    assert a.id.startswith("crash-")
