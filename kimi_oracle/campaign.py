@@ -16,7 +16,6 @@ budget's end or by Ctrl-C still contributes what it ran; the summary is always w
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -606,29 +605,6 @@ def _base_config(spec: dict[str, Any]) -> Any:
     return PreprocessConfig.profile(spec["profile"])
 
 
-@contextlib.contextmanager
-def _seed_keeps_database() -> Any:
-    """hypothesis' `@seed` turns the example database off (by design: a seeded run is a replay).
-    fuzzing.fuzz() always seeds, so its database would never be written; the nightly needs both
-    a recorded seed and the database, so during the run `hypothesis.seed` only sets the seed."""
-    import hypothesis
-
-    original = hypothesis.seed
-
-    def seed(value: Any) -> Any:
-        def accept(test: Any) -> Any:
-            test._hypothesis_internal_use_seed = value
-            return test
-
-        return accept
-
-    hypothesis.seed = seed
-    try:
-        yield
-    finally:
-        hypothesis.seed = original
-
-
 def merge_database(source: Path, target: Path) -> int:
     """Copy a hypothesis directory database's entries into another (atomic files); count added."""
     from . import corpus as corpus_mod
@@ -694,8 +670,8 @@ def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
                                   tolerance=spec["tolerance"], vary_config=bool(spec["vary_config"]),
                                   db_dir=db_dir)
             try:
-                with _seed_keeps_database():
-                    run = fuzz(candidate, config, options, out_dir=out, on_example=live)
+                # fuzz() seeds without switching the database off (tests/oracle/test_fuzz_cli.py).
+                run = fuzz(candidate, config, options, out_dir=out, on_example=live)
             finally:
                 if iteration > 0:
                     merge_database(db_dir, Path(spec["db"]))
