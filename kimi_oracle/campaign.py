@@ -38,24 +38,6 @@ ENGINES = ("hypothesis", "atheris")
 FINDING_KINDS = ("grid_mismatch", "feature_length", "shape_dtype", "pixel_mismatch", "invariance", "crash", "timeout")
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?!s))?\s*(?:(\d+(?:\.\d+)?)\s*s?)?\s*$")
-
-
-def parse_duration(text: str | float | int) -> float:
-    """Seconds from `90`, `90s`, `30m`, `1h`, `1h30m`, `2m30s`."""
-    if isinstance(text, (int, float)):
-        value = float(text)
-    else:
-        m = _DURATION.match(str(text).lower())
-        if not m or not any(m.groups()):
-            raise ValueError(f"bad duration {text!r}: use e.g. 90s, 30m, 1h30m")
-        h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-        value = h * 3600 + mi * 60 + s
-    if value <= 0:
-        raise ValueError(f"duration must be positive, got {text!r}")
-    return value
-
-
 def atheris_available() -> bool:
     """True when atheris can be imported (the `fuzz` extra)."""
     try:

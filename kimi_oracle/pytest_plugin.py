@@ -49,8 +49,7 @@ class KimiItem(pytest.Item):
     def _run(self) -> Any:
         run = self.config.stash.get(_RUN_KEY, None)
         if run is None:
-            from .commands.common import resolve_config
-            from .commands.fuzz import parse_duration
+            from .commands.common import parse_duration, resolve_config
             from .fuzzing import FuzzOptions, fuzz
 
             opts = _options(self.config)

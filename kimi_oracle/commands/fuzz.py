@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from pathlib import Path
@@ -14,26 +13,10 @@ from ..config import PreprocessConfig
 from ..errors import InputError, KimiOracleError
 from ..generators import MODES
 from ..oracle import Tolerance, ToleranceError
-from .common import profile_options, resolve_config
+from .common import parse_duration, profile_options, resolve_config
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm",
                   ".pnm", ".ico", ".tga", ".jp2", ".avif", ".heic", ".psd", ".im", ".pcx", ".sgi", ".dds"}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from `90`, `30s`, `10m`, `1h`, `1h30m`, `2.5m`."""
-    value = text.strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", value):
-        seconds = float(value)
-    else:
-        parts = re.findall(r"(\d+(?:\.\d+)?)\s*(h|m|s|ms)", value)
-        if not parts or re.sub(r"(\d+(?:\.\d+)?)\s*(h|m|s|ms)", "", value).strip():
-            raise click.BadParameter(f"{text!r} is not a duration (e.g. 90, 30s, 10m, 1h30m)")
-        unit = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-        seconds = sum(float(n) * unit[u] for n, u in parts)
-    if seconds <= 0:
-        raise click.BadParameter(f"{text!r}: the budget must be positive")
-    return seconds
 
 
 def _tolerance(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -325,4 +308,4 @@ def _expand(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
-__all__ = ["parse_duration", "register"]
+__all__ = ["register"]

@@ -8,6 +8,7 @@ import click
 
 from ..config import PROFILES
 from ..errors import ConfigError, KimiOracleError
+from .common import parse_duration
 
 
 class _UsageError(KimiOracleError):
@@ -15,14 +16,8 @@ class _UsageError(KimiOracleError):
 
 
 def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    from ..campaign import parse_duration
-
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+    # The CLI's one duration syntax (click.BadParameter names the option on a bad value).
+    return None if value is None else parse_duration(value)
 
 
 def register(group: click.Group) -> None:
@@ -33,7 +28,7 @@ def register(group: click.Group) -> None:
 
 @click.command()
 @click.option("--budget", default="30m", show_default=True, callback=_duration,
-              help="Wall-clock budget of the whole campaign (90s, 30m, 1h30m).")
+              help="Wall-clock budget of the whole campaign (90s, 30m, 1.5h).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Output directory: summary.json, summary.md, junit.xml, findings/.")
 @click.option("--candidate", default="reference", show_default=True,

@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from kimi_oracle.campaign import FINDING_KINDS, parse_duration, plan_jobs
+import click
+
+from kimi_oracle.campaign import FINDING_KINDS, plan_jobs
+from kimi_oracle.commands.nightly import _duration
 from nightly_helpers import REPO, planted, run_nightly
 
 REQUIRED_VERSIONS = {"python", "kimi-oracle", "Pillow", "numpy", "torch", "triton", "atheris"}
@@ -44,12 +47,14 @@ def _check_complete(out: Path, s: dict) -> None:
     assert s["candidate"] in md and f"findings: **{len(s['findings'])}**" in md
 
 
-def test_parse_duration():
-    assert parse_duration("90") == 90 and parse_duration("90s") == 90
-    assert parse_duration("30m") == 1800 and parse_duration("1h30m") == 5400 and parse_duration("2m30s") == 150
+def test_nightly_durations():
+    # --budget and --case-timeout take the CLI's common duration syntax.
+    assert _duration(None, None, "90") == 90 and _duration(None, None, "90s") == 90
+    assert _duration(None, None, "30m") == 1800 and _duration(None, None, "1.5h") == 5400
+    assert _duration(None, None, None) is None
     for bad in ("", "abc", "0s", "-5"):
-        with pytest.raises(ValueError):
-            parse_duration(bad)
+        with pytest.raises(click.BadParameter):
+            _duration(None, None, bad)
 
 
 def test_plan_jobs_shares_the_budget():

@@ -77,7 +77,7 @@ def test_repro_reproduces_pixel_statistics_exactly(tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["--candidate", "nope"], "bad candidate spec"),
     (["--candidate", "reference", "--tolerance", "levels:x"], "levels:K"),
-    (["--candidate", "reference", "--budget", "soon"], "not a duration"),
+    (["--candidate", "reference", "--budget", "soon"], "'soon': expected a duration"),
     (["--candidate", "reference", "--modes", "RGB,XYZ"], "unknown mode"),
     (["--candidate", "reference", "--profile", "k4"], "k4"),
 ])
