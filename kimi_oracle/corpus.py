@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterable
 
@@ -22,6 +21,7 @@ import numpy as np
 from PIL import Image, features
 
 from .generators import CaseParams, make_image
+from .report import atomic_write_bytes
 
 # Tokens libFuzzer splices into inputs: PNG signature and chunk names, JPEG markers, and the
 # magic numbers of the other formats the seed corpus uses.
@@ -169,19 +169,8 @@ def add_entry(directory: str | os.PathLike, data: bytes, name: str | None = None
     target = directory / (name or entry_name(data))
     if target.exists():
         return False
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    # The temporary file's name starts with a dot: entries() never lists a half-written one.
+    atomic_write_bytes(target, data)
     return True
 
 

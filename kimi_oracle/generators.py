@@ -47,6 +47,8 @@ CONTENTS = ("flat", "noise", "gradient", "edges")
 
 # in_patch_limit values small enough that test-sized images are resampled.
 SMALL_PATCH_LIMITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 100, 256, 1024)
+# Largest side the fuzzers draw by default (ratio sizes reach about four times that).
+DEFAULT_MAX_SIDE = 64
 REAL_WORLD_SIZES = (
     (640, 480),
     (480, 640),

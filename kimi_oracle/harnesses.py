@@ -42,6 +42,7 @@ from .config import FILL_STAGES, PATTERNS, PreprocessConfig
 from .errors import InputError
 from .generators import (
     CONTENTS,
+    DEFAULT_MAX_SIDE,
     MODES,
     PRIME_SIDES,
     SMALL_PATCH_LIMITS,
@@ -59,7 +60,6 @@ from .generators import (
 )
 
 HARNESSES = ("structured", "decoder")
-DEFAULT_MAX_SIDE = 64
 # Decoder harness pixel cap: far below Pillow's bomb limit, so one input stays fast.
 DEFAULT_FUZZ_MAX_PIXELS = 1 << 22
 SQUARES = (1, 2, 3, 5, 8, 16)
@@ -272,8 +272,7 @@ def decode_input(data: bytes, max_pixels: int = DEFAULT_FUZZ_MAX_PIXELS) -> Imag
 
 def signature(verdict: Any, images: Sequence[Image.Image], config: PreprocessConfig) -> str:
     """What makes two findings "the same bug" for de-duplication within a campaign."""
-    from .images import alpha_class, resample_kind
-    from .geometry import plan
+    from .images import alpha_class
 
     check = str(verdict.check)
     stats = verdict.stats or {}
@@ -293,13 +292,21 @@ def signature(verdict: Any, images: Sequence[Image.Image], config: PreprocessCon
     img = images[index] if index < len(images) else (images[0] if images else None)
     if img is None:
         return check
+    bg = config.transparent_bg_config
+    return f"{check}|{img.mode}|{alpha_class(img)}|{resize_class(img, config)}|{config.fill_stage if bg else '-'}"
+
+
+def resize_class(img: Image.Image, config: PreprocessConfig) -> str:
+    """How the reference resizes `img` under `config` (images.resample_kind of its plan), or
+    `unplanned` when there is no plan; part of finding signatures and executor behaviours."""
+    from .geometry import plan
+    from .images import resample_kind
+
     try:
         p = plan(img.width, img.height, config)
-        kind = resample_kind(img.mode, img.size, (p.new_w, p.new_h))
+        return resample_kind(img.mode, img.size, (p.new_w, p.new_h))
     except Exception:
-        kind = "?"
-    bg = config.transparent_bg_config
-    return f"{check}|{img.mode}|{alpha_class(img)}|{kind}|{config.fill_stage if bg else '-'}"
+        return "unplanned"
 
 
 def minimize_bytes(data: bytes, still_fails: Callable[[bytes], bool], *, budget_s: float = 10.0,

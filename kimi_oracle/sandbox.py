@@ -348,17 +348,13 @@ class IsolatedCandidate(Candidate):
     # -- calls
 
     def _note(self, images: Sequence[Image.Image], config: PreprocessConfig) -> None:
-        from .images import alpha_class, resample_kind
-        from .geometry import plan
+        from .harnesses import resize_class
+        from .images import alpha_class
 
         bg = config.transparent_bg_config
         for img in images:
-            try:
-                p = plan(img.width, img.height, config)
-                kind = resample_kind(img.mode, img.size, (p.new_w, p.new_h))
-            except Exception:
-                kind = "unplanned"
-            self.behaviours.add((img.mode, alpha_class(img), kind, config.fill_stage if bg else "none",
+            self.behaviours.add((img.mode, alpha_class(img), resize_class(img, config),
+                                 config.fill_stage if bg else "none",
                                  bg.pattern if bg else "none"))
 
     def __call__(self, images: Sequence[Image.Image], config: PreprocessConfig) -> PreprocessResult:

@@ -16,6 +16,7 @@ from .config import FILL_STAGES, PATTERNS, PreprocessConfig
 from .generators import (
     ALPHA_PATTERNS,
     CONTENTS,
+    DEFAULT_MAX_SIDE,
     MODES,
     SMALL_PATCH_LIMITS,
     CaseParams,
@@ -32,7 +33,6 @@ from .generators import (
     vary_config,
 )
 
-DEFAULT_MAX_SIDE = 64
 MODE_WEIGHTS = {"RGB": 2, "RGBA": 4, "LA": 2, "P": 4, "1": 2, "CMYK": 2, "I;16": 2}
 
 

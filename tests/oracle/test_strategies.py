@@ -55,8 +55,10 @@ def test_drawn_cases_keep_their_weights():
     base = PreprocessConfig.k3()
     cases = _draw_cases(fuzz_cases(base, max_side=48), 300)
     modes = Counter(p.mode for c in cases for p in c.images)
-    # RGBA and palette images (special resize paths) are drawn about twice as often as RGB.
-    assert modes["RGBA"] > modes["RGB"] and modes["P"] > modes["RGB"]
+    # RGBA and palette images (special resize paths) are drawn more often than the rare modes
+    # (RGB, the simplest choice, is over-represented by hypothesis' own bias towards it).
+    rare = max(modes[m] for m in ("I", "F", "LAB", "PA", "I;16B"))
+    assert modes["RGBA"] > 1.5 * rare and modes["P"] > 1.5 * rare
     stages = Counter(c.config.transparent_bg_fill_stage for c in cases)
     # The profile's own fill stage gets about half of the draws.
     assert stages[base.transparent_bg_fill_stage] >= 0.35 * len(cases)
