@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
@@ -37,23 +38,20 @@ def resolve_config(profile: str | None, config_path: Path | None) -> PreprocessC
     return PreprocessConfig.profile(profile or "k3")
 
 
-_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|min|m|h)?")
+_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
 def parse_duration(text: str | float | int) -> float:
-    """Seconds from `90`, `90s`, `10m`, `1.5h`; a clear usage error otherwise."""
+    """Seconds from `90`, `90s`, `10m`, `1.5h`, `1h30m`; a clear usage error otherwise."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         value = float(text)
     else:
-        raw = str(text).strip().lower()
-        number = raw.rstrip("abcdefghijklmnopqrstuvwxyz")
-        unit = raw[len(number):]
-        if unit not in _UNITS or not number:
-            raise click.BadParameter(f"{text!r}: expected a duration such as 90s, 10m or 1h")
-        try:
-            value = float(number) * _UNITS[unit]
-        except ValueError:
-            raise click.BadParameter(f"{text!r}: expected a duration such as 90s, 10m or 1h") from None
+        raw = str(text).strip().lower().replace(" ", "")
+        parts = list(_DURATION.finditer(raw))
+        if not raw or "".join(p.group(0) for p in parts) != raw:
+            raise click.BadParameter(f"{text!r}: expected a duration such as 90s, 10m, 1.5h or 1h30m")
+        value = sum(float(p.group(1)) * _UNITS[p.group(2)] for p in parts)
     if not value > 0:
         raise click.BadParameter(f"{text!r}: the duration must be positive")
     return value
