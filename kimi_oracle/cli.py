@@ -59,6 +59,10 @@ def main(argv: list[str] | None = None) -> None:
     except KimiOracleError as exc:
         click.echo(f"error: {exc}", err=True)
         code = exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - last resort: one line and exit 2, never exit 1
+        # Exit 1 means "a check failed"; an unexpected failure of the tool itself must not read so.
+        click.echo(f"internal error: {type(exc).__name__}: {exc}", err=True)
+        code = 2
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -22,13 +22,15 @@ from .config import PROFILES, PreprocessConfig
 from .errors import KimiOracleError
 from .fuzzing import FuzzOptions, fuzz
 from .generators import CaseParams, make_image
-from .oracle import check_invariance
+from .oracle import Tolerance, check_invariance, compare
 from .report import atomic_write_text, diff_image, utc_now, versions, write_json
 
 SCHEMA = "kimi-oracle.gate-report"
 SCHEMA_VERSION = 1
 # Shares of the budget: fuzzing gets what the goldens and invariances leave, minus the timing.
 PERF_SHARE = 0.3
+# Kept for the invariance stage, which runs after fuzzing (a few batches, each run ~10 times).
+INVARIANCE_SHARE = 0.05
 # Inputs of the A/B timing, cheapest first; as many as the timing share allows are run.
 PERF_INPUTS = ("rgb-640x480", "rgba-1920x1080-chessboard", "batch16-mixed", "rgb-4032x3024-k25",
                "rgb-1920x1080", "rgb-7680x4320")
@@ -120,6 +122,25 @@ def _invariance_batches(seed: int) -> list[list[CaseParams]]:
     ]
 
 
+class BaselineCrash(KimiOracleError):
+    """The baseline raised: the A/B timing cannot be made (a harness error, not NEW's fault)."""
+
+
+def _guarded(candidate: Candidate) -> Callable[..., Any]:
+    """The candidate's function, uncopied inputs (for timing), exceptions turned into crashes."""
+    func = candidate.func
+
+    def call(images: Any, config: PreprocessConfig) -> Any:
+        try:
+            return func(images, config)
+        except (KimiOracleError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            raise CandidateCrash(candidate.spec, exc) from exc
+
+    return call
+
+
 class Gate:
     """Runs the stages and builds the report."""
 
@@ -133,6 +154,8 @@ class Gate:
         self.new = load_candidate(new)
         self.new.func = self.clock.wrap(self.new.func, "candidate_s")
         self.old: Candidate | None = load_candidate(baseline) if baseline else None
+        if self.old is not None:
+            self.old.func = self.clock.wrap(self.old.func, "candidate_s")
         self.config = PreprocessConfig.profile(options.profile)
         self.stages: list[Stage] = []
         self.findings: list[dict[str, Any]] = []
@@ -144,35 +167,58 @@ class Gate:
         stage = Stage("goldens")
         report = golden.check_pixels(self.new, self.options.golden_dir, profiles=PROFILES)
         changes = [(f, c) for f in report.files for c in f.changes]
+        tolerated = []
+        if Tolerance.parse(self.options.tolerance).kind != "exact":
+            # Digests are exact by nature: re-judge each changed case under the gate's policy.
+            kept = []
+            for file_report, change in changes:
+                (tolerated if self._within_tolerance(file_report.profile, change) else kept).append(
+                    (file_report, change))
+            changes = kept
         files = []
         for f in report.files:
             d = f.to_dict()
             d["changes"] = d["changes"][:50]  # the .md and the reasons name them; keep the JSON small
             files.append(d)
-        stage.details = {"files": files, "warnings": report.warnings}
+        stage.details = {"files": files, "warnings": report.warnings, "tolerance": self.options.tolerance,
+                         "differing_within_tolerance": len(tolerated)}
         counted = len(changes)
         stage.summary = (f"{counted} pixel golden cases differ" if counted else "all pixel goldens match") + \
+            (f" ({len(tolerated)} more differ within {self.options.tolerance})" if tolerated else "") + \
             f" (profiles {', '.join(f.profile for f in report.files)})"
         for f in report.files:
             stage.reasons += [f"golden {f.profile}: {problem}" for problem in f.problems]
-        stage.status = "pass" if report.ok else "fail"
         for file_report, change in changes[:20]:
             stage.reasons.append(f"golden {file_report.profile}: {change.describe()}")
         if len(changes) > 20:
             stage.reasons.append(f"... and {len(changes) - 20} more golden differences")
+        stage.status = "fail" if stage.reasons else "pass"
         self._golden_diff_images(changes)
         return stage
+
+    def _golden_case(self, profile: str, change: Any) -> tuple[Any, PreprocessConfig]:
+        case = golden.PixelCase.from_entry(profile, change.new or change.old)
+        return case.make_image(), case.config()
+
+    def _within_tolerance(self, profile: str, change: Any) -> bool:
+        """A changed golden case whose output passes the oracle under the gate's tolerance."""
+        if change.change != "changed":
+            return False  # an added or removed case is a catalogue difference, never tolerated
+        try:
+            img, config = self._golden_case(profile, change)
+            expected = reference.preprocess([img], config)
+            actual = self.new([img], config)
+        except (KimiOracleError, CandidateCrash, ValueError, KeyError, TypeError):
+            return False
+        return compare(expected, actual, config, self.options.tolerance, sizes=[img.size]).ok
 
     def _golden_diff_images(self, changes: list[Any]) -> None:
         made = 0
         for file_report, change in changes:
             if made >= MAX_DIFF_IMAGES:
                 break
-            entry = change.new or change.old
             try:
-                case = golden.PixelCase.from_entry(file_report.profile, entry)
-                img = case.make_image()
-                config = case.config()
+                img, config = self._golden_case(file_report.profile, change)
                 expected = reference.preprocess([img], config)
                 actual = self.new([img], config)
                 picture = diff_image(expected, actual, config)
@@ -243,8 +289,8 @@ class Gate:
             spec = BENCH_INPUTS[name]
             images = spec.images()
             config = spec.config()
-            new_fn = self.new.func
-            old_fn = self.old.func
+            new_fn = _guarded(self.new)
+            old_fn = _guarded(self.old)
             t_pair = time.monotonic()
             new_fn(images, config)
             old_fn(images, config)
@@ -284,7 +330,15 @@ class Gate:
         try:
             stage = func()
         except CandidateCrash as exc:
-            stage = Stage(name, "fail", summary=f"the candidate crashed: {exc}", reasons=[str(exc)])
+            if self.old is not None and exc.spec == self.old.spec and exc.spec != self.new.spec:
+                stage = Stage(name, "error", summary=f"the baseline crashed: {exc}", reasons=[str(exc)])
+            else:
+                stage = Stage(name, "fail", summary=f"the candidate crashed: {exc}", reasons=[str(exc)])
+        except KimiOracleError as exc:
+            stage = Stage(name, "error", summary=str(exc), reasons=[f"{name}: {exc}"])
+        except Exception as exc:  # noqa: BLE001 - a stage must never take the report down with it
+            stage = Stage(name, "error", summary=f"internal error: {type(exc).__name__}: {exc}",
+                          reasons=[f"{name}: internal error: {type(exc).__name__}: {exc}"])
         stage.elapsed_s = time.monotonic() - t0
         self.stages.append(stage)
         self.progress(f"gate: {name}: {stage.status} ({stage.elapsed_s:.1f}s) {stage.summary}")
@@ -298,14 +352,19 @@ class Gate:
         budget = self.options.budget_s
         with self.clock.reference_timed():
             self._run_stage("goldens", self.goldens)
-            self._run_stage("invariance", self.invariance)
             perf_budget = PERF_SHARE * budget if self.old is not None else 0.0
-            fuzz_budget = budget - (time.monotonic() - t0) - perf_budget
+            fuzz_budget = budget - (time.monotonic() - t0) - perf_budget - INVARIANCE_SHARE * budget
             self._run_stage("fuzz", lambda: self.fuzzing(fuzz_budget))
+            self._run_stage("invariance", self.invariance)
             self._run_stage("performance", lambda: self.performance(max(budget - (time.monotonic() - t0), 0.0)))
         elapsed = time.monotonic() - t0
         reasons = [r for s in self.stages for r in s.reasons]
-        verdict = "fail" if any(s.status == "fail" for s in self.stages) else "pass"
+        if any(s.status == "error" for s in self.stages):
+            verdict = "error"
+        elif any(s.status == "fail" for s in self.stages):
+            verdict = "fail"
+        else:
+            verdict = "pass"
         overhead = max(elapsed - self.clock.candidate_s - self.clock.reference_s, 0.0)
         report = {
             "schema": SCHEMA,

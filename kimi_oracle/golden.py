@@ -1038,6 +1038,16 @@ def regen(
     if not accept or not failing:
         return report
     total = report.num_changes
+    unreadable = [f for f in failing if f.problems and not f.changes]
+    if unreadable and not force:
+        # An unreadable or missing file has no entries to count: replacing it would rewrite the
+        # whole file without anyone reviewing it, so it always needs --force.
+        report.messages.append(
+            "refused: " + ", ".join(_display(f.path) for f in unreadable) + " could not be compared entry "
+            "by entry (" + "; ".join(f.problems[0] for f in unreadable) + "); review the .obtained "
+            "files, then rerun with --force"
+        )
+        return report
     if total > max_changes and not force:
         report.messages.append(
             f"refused: {total} changed entries is more than --max-changes {max_changes}; review the "

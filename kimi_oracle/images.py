@@ -33,7 +33,9 @@ _PIL_LIMIT_LOCK = threading.Lock()
 
 def default_max_pixels() -> int:
     """Pillow's own refusal threshold: DecompressionBombError above 2 × MAX_IMAGE_PIXELS."""
-    limit = Image.MAX_IMAGE_PIXELS
+    # Under the lock: `_open_bytes` sets Pillow's limit to None while it opens a file.
+    with _PIL_LIMIT_LOCK:
+        limit = Image.MAX_IMAGE_PIXELS
     return 2 * int(limit) if limit else 0
 
 

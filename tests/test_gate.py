@@ -78,3 +78,31 @@ def test_bad_options_exit_2(tmp_path):
     assert proc.returncode == 2 and "duration" in proc.stderr
     proc, _ = run_gate(tmp_path, "--candidate", "reference", "--tolerance", "levels:x")
     assert proc.returncode == 2
+
+
+def test_tolerance_applies_to_golden_cases():
+    import tempfile
+
+    sys.path.insert(0, str(TESTS))
+    with tempfile.TemporaryDirectory() as tmp:
+        exact = Gate("tests/gate_candidates.py:nudged_reference", None,
+                     GateOptions(budget_s=4.0, seed=4), Path(tmp) / "exact").run()
+        loose = Gate("tests/gate_candidates.py:nudged_reference", None,
+                     GateOptions(budget_s=4.0, seed=4, tolerance="levels:1"), Path(tmp) / "loose").run()
+    assert exact["stages"]["goldens"]["status"] == "fail"
+    goldens = loose["stages"]["goldens"]
+    assert goldens["status"] == "pass", goldens["reasons"][:3]
+    # Every case's digest differs, and every one is within one level.
+    assert goldens["details"]["differing_within_tolerance"] >= 300
+    assert loose["verdict"] == "pass", loose["reasons"][:3]
+
+
+def test_candidate_crashing_in_the_timing_stage_fails_with_a_report(tmp_path):
+    proc, report = run_gate(tmp_path, "--candidate", "tests/gate_candidates.py:crashes_on_large",
+                            "--baseline", "reference", "--budget", "8s", "--seed", "5")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert report["verdict"] == "fail"
+    perf = report["stages"]["performance"]
+    assert perf["status"] == "fail" and "planted: cannot handle large images" in perf["summary"]
+    assert (tmp_path / "out" / "gate-report.md").exists()

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from ..bench import BENCH_INPUTS, compare_medians, load_benchmark_json
+from ..candidates import load_candidate
 from ..errors import KimiOracleError
 
 DEFAULT_STORAGE = Path(".benchmarks")
@@ -87,6 +88,9 @@ def register(group: click.Group) -> None:
     def bench_cmd(candidates, quick, inputs, save_name, compare_to, fail_above, storage) -> int:
         """Run the benchmark suite (pytest-benchmark JSON with machine information)."""
         specs = list(candidates) or ["reference", "eager", "gpu"]
+        for spec in specs:
+            if spec != "gpu":  # without CUDA the gpu rows are skipped, by design
+                load_candidate(spec)  # a broken spec is a usage error (exit 2), not a skipped row
         baseline = _resolve_baseline(compare_to, storage) if compare_to else None
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "bench.json"
@@ -100,6 +104,10 @@ def register(group: click.Group) -> None:
                 shutil.copyfile(out, partial)
                 os.replace(partial, target)
                 click.echo(f"saved: {target}")
+            if code not in (0, 1):
+                # pytest's own errors (2 interrupted/usage, 3 internal, 4 usage, 5 no tests) are
+                # harness errors, not a slower kernel.
+                raise KimiOracleError(f"the benchmark suite did not run cleanly (pytest exit {code})")
             failed = code != 0
             if baseline is not None:
                 rows, slower = compare_medians(load_benchmark_json(out), load_benchmark_json(baseline), fail_above)

@@ -91,6 +91,18 @@ def test_force_overrides_the_guard(golden_copy, capsys):
     assert code == 0 and golden.check(golden_copy, write_obtained=False).ok
 
 
+def test_unreadable_golden_file_needs_force(golden_copy, capsys):
+    path = golden_copy / "grids" / "k3.jsonl"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])  # truncated mid-line: no entry can be compared
+    code, out, _ = run_cli(["golden", "regen", "--golden-dir", str(golden_copy), "--accept",
+                            "--max-changes", "1000000"], capsys)
+    assert code == 1 and "refused:" in out and "--force" in out
+    assert path.read_bytes() == data[: len(data) // 3]
+    code, out, _ = run_cli(["golden", "regen", "--golden-dir", str(golden_copy), "--accept", "--force"], capsys)
+    assert code == 0 and path.read_bytes() == data
+
+
 def test_default_guard_refuses_a_full_regeneration(tmp_path, capsys):
     code, out, _ = run_cli(["golden", "regen", "--golden-dir", str(tmp_path / "fresh"), "--accept",
                             "--kind", "pixels", "--profile", "k3"], capsys)

@@ -99,6 +99,8 @@ def test_gpu_candidate_tiny_case_under_the_interpreter(tmp_path):
         "print('VERDICT', v.check, v.message)\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    if "SKIP" in proc.stdout or "BackendError" in proc.stderr:
+    # Skip only when the candidate cannot be loaded at all; a BackendError raised while it runs
+    # (the pipeline's own consistency checks) is a failure, not a skip.
+    if proc.stdout.startswith("SKIP"):
         pytest.skip(proc.stdout + proc.stderr[-500:])
     assert "VERDICT None all checks passed" in proc.stdout, proc.stdout + proc.stderr[-2000:]
