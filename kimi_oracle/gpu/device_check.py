@@ -172,7 +172,7 @@ def benchmarks(results: dict) -> None:
     for label, imgs in inputs.items():
         cfg = dataclasses.replace(k3, in_patch_limit=16384) if "16384" in label else k3
         t = time.perf_counter()
-        launches, stats, res = prepare_launches(imgs, cfg, device="cuda")
+        launches, stats, _finish = prepare_launches(imgs, cfg, device="cuda")
         torch.cuda.synchronize()
         host_and_h2d = time.perf_counter() - t
 

@@ -28,6 +28,12 @@ PASS_NMETA = 11
  T_TRNSVAL, T_DST) = range(25)
 T_NMETA = 25
 
+# What each program of the tail records (int32, one row per program): output elements it
+# wrote (pixels of the patch planes), patch rows and patch columns it reached (max index + 1),
+# image rows and columns it filled from the source (max y + 1, max x + 1 of non-padding pixels).
+EXT_WRITTEN, EXT_PATCH_ROWS, EXT_PATCH_COLS, EXT_ROWS, EXT_COLS = range(5)
+EXT_N = 5
+
 FETCH_DIRECT, FETCH_H, FETCH_V, FETCH_NEAREST = 0, 1, 2, 3
 CONV_DIRECT, CONV_TABLE1, CONV_TABLE2, CONV_TABLE3, CONV_CMYK, CONV_I32, CONV_F32 = range(7)
 
@@ -288,9 +294,13 @@ def convert_kernel(src_ptr, dst_ptr, meta_ptr, tiles_ptr, coef_ptr, bound_ptr, n
 
 @triton.jit
 def tail_kernel(src_ptr, out_ptr, meta_ptr, tiles_ptr, coef_ptr, bound_ptr, nidx_ptr, conv_ptr,
-                comp_ptr, lut_ptr, NMETA: tl.constexpr, DT: tl.constexpr, P: tl.constexpr,
-                BLOCK: tl.constexpr):
-    """Pixels in patch order -> padded, normalized (LUT) patches written into the output."""
+                comp_ptr, lut_ptr, ext_ptr, NMETA: tl.constexpr, DT: tl.constexpr,
+                P: tl.constexpr, BLOCK: tl.constexpr):
+    """Pixels in patch order -> padded, normalized (LUT) patches written into the output.
+
+    Each program also stores, at `ext_ptr + EXT_N * pid`, the extent of what it wrote (see
+    EXT_*): the host builds `grid_thws` from these, not from its plan.
+    """
     pid = tl.program_id(0)
     slot = tl.load(tiles_ptr + 2 * pid)
     blk = tl.load(tiles_ptr + 2 * pid + 1)
@@ -321,3 +331,10 @@ def tail_kernel(src_ptr, out_ptr, meta_ptr, tiles_ptr, coef_ptr, bound_ptr, nidx
     tl.store(o, tl.load(lut_ptr + r, mask=inside, other=0.0), mask=inside)
     tl.store(o + P * P, tl.load(lut_ptr + 256 + g, mask=inside, other=0.0), mask=inside)
     tl.store(o + 2 * P * P, tl.load(lut_ptr + 512 + b, mask=inside, other=0.0), mask=inside)
+    # The extent of the stores above, from the same masks that bound them.
+    ext = ext_ptr + pid.to(tl.int64) * 5
+    tl.store(ext + 0, tl.sum(inside.to(tl.int32), axis=0))
+    tl.store(ext + 1, tl.max(tl.where(inside, gy + 1, 0), axis=0))
+    tl.store(ext + 2, tl.max(tl.where(inside, gx + 1, 0), axis=0))
+    tl.store(ext + 3, tl.max(tl.where(ok, y + 1, 0), axis=0))
+    tl.store(ext + 4, tl.max(tl.where(ok, x + 1, 0), axis=0))

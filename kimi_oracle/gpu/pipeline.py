@@ -256,6 +256,7 @@ class _Job:
     alpha_ch: int
     bg_on: bool
     trns: int | None
+    plan_grid: tuple[int, int, int] = (1, 0, 0)  # geometry.plan's grid: sizes the output, checks
     # filled in by the planner
     src_off: int = 0
     conv_off: int = 0
@@ -338,7 +339,8 @@ def _make_job(kern: Any, index: int, img: Image.Image, config: PreprocessConfig)
     conv, key, table, alpha_ch, trns = _conversion(kern, img, bg, resized)
     bg_on = _fill_uses_alpha(img, bg)
     return _Job(index, np.ascontiguousarray(arr), dt, nch, img.width, img.height, p.new_w, p.new_h,
-                pre, kind, passes, conv, key, table, alpha_ch, bg_on, trns)
+                pre, kind, passes, conv, key, table, alpha_ch, bg_on, trns,
+                plan_grid=tuple(int(v) for v in p.grid_thw))
 
 
 # ------------------------------------------------------------------------------------------
@@ -438,17 +440,59 @@ def _split_chunks(jobs: list[_Job], per_job_bytes: list[int], chunk_bytes: int |
     return chunks
 
 
-def _produced_size(job: _Job) -> tuple[int, int]:
-    """(h, w) of the image the kernels produce, from the tables they are given."""
-    h, w = job.src_h, job.src_w
-    if job.resample == "nearest":
-        return rs.nearest_index(job.src_h, job.out_h).size, rs.nearest_index(job.src_w, job.out_w).size
-    for p in job.passes:
-        if p == "h":
-            w = rs.bicubic_coeffs(w, job.out_w)[0].size
-        else:
-            h = rs.bicubic_coeffs(h, job.out_h)[0].size
-    return h, w
+@dataclasses.dataclass
+class _Extent:
+    """What one tail launch recorded: `ext` (programs, EXT_N) int32 on the device, filled by
+    the kernel, and `owner` (programs,), the image index each program worked for."""
+
+    ext: torch.Tensor
+    owner: np.ndarray
+
+
+def _produced_grids(jobs: Sequence[_Job], extents: Sequence[_Extent], total_rows: int,
+                    ps: int) -> list[tuple[int, int, int]]:
+    """`grid_thws` rows built from what the tail kernels recorded writing (one device read).
+
+    Per image: patches written = elements written / p², grid = (1, patch rows reached, patch
+    columns reached). Raises BackendError when the writes do not form a full grid, when the
+    produced grid or image size differs from `geometry.plan`'s (both values named), or when
+    the grids do not account for every row of `pixel_values`.
+    """
+    kern = _kernels()
+    n = len(jobs)
+    if extents:
+        ext = torch.cat([e.ext for e in extents]).cpu().numpy().astype(np.int64)
+        owner = np.concatenate([e.owner for e in extents])
+    else:
+        ext, owner = np.zeros((0, kern.EXT_N), np.int64), np.zeros(0, np.int64)
+    written = np.zeros(n, np.int64)
+    np.add.at(written, owner, ext[:, kern.EXT_WRITTEN])
+    reach = np.zeros((n, 4), np.int64)
+    cols = [kern.EXT_PATCH_ROWS, kern.EXT_PATCH_COLS, kern.EXT_ROWS, kern.EXT_COLS]
+    np.maximum.at(reach, owner, ext[:, cols])
+    grids = []
+    for j in jobs:
+        i = j.index
+        gh, gw, h, w = (int(v) for v in reach[i])
+        nel = int(written[i])
+        produced = (1, gh, gw)
+        if nel != gh * gw * ps * ps:
+            raise BackendError(
+                f"image {i}: the tail kernel wrote {nel} patch pixels, not a full {gh}x{gw} grid "
+                f"of {ps}x{ps} patches ({gh * gw * ps * ps})")
+        if produced != tuple(j.plan_grid):
+            raise BackendError(
+                f"image {i}: the kernels produced grid {list(produced)} ({w}x{h} pixels), "
+                f"geometry.plan says {list(j.plan_grid)} ({j.out_w}x{j.out_h})")
+        if (h, w) != (j.out_h, j.out_w):
+            raise BackendError(
+                f"image {i}: the kernels produced a {w}x{h} image, geometry.plan says "
+                f"{j.out_w}x{j.out_h}")
+        grids.append(produced)
+    rows = sum(g[1] * g[2] for g in grids)
+    if rows != total_rows:
+        raise BackendError(f"the produced grids cover {rows} patches, pixel_values has {total_rows}")
+    return grids
 
 
 def _job_bytes(job: _Job, factor: int, patch: int, out_item: int) -> int:
@@ -483,11 +527,9 @@ def _setup(images, config, device, out_dtype, out_device, blocks):
 
     ps = config.patch_size
     factor = int(config.factor)
-    sizes = [_produced_size(j) for j in jobs]
-    grids = []
-    for h, w in sizes:
-        hp, wp = h + (-h) % factor, w + (-w) % factor
-        grids.append((1, hp // ps, wp // ps))
+    # The plan sizes the output and the tail's launch; the returned grids are read back from
+    # what the tail wrote (`_produced_grids`) and checked against these.
+    grids = [j.plan_grid for j in jobs]
     npatch = [g[1] * g[2] for g in grids]
     starts = np.concatenate([[0], np.cumsum(npatch)]).astype(np.int64)
     total = int(starts[-1])
@@ -504,7 +546,7 @@ def _setup(images, config, device, out_dtype, out_device, blocks):
         lambda: torch.from_numpy(np.array(lut, dtype=np.float32)).to(dev).to(out_dtype).contiguous(),
     )
     bg = config.transparent_bg_config
-    return kern, jobs, dev, out, odev, starts, grids, sizes, lut_t, pass_block, tail_block, per_job, bg
+    return kern, jobs, dev, out, odev, starts, grids, lut_t, pass_block, tail_block, per_job, bg
 
 
 def prepare_launches(
@@ -514,17 +556,23 @@ def prepare_launches(
     device: str | torch.device | None = None,
     out_dtype: torch.dtype = torch.float32,
     blocks: tuple[int, int] | None = None,
-) -> tuple[list, dict, PreprocessResult]:
-    """Benchmark hook: do all host work and uploads, return (launches, byte counts, result).
+) -> tuple[list, dict, Any]:
+    """Benchmark hook: do all host work and uploads, return (launches, byte counts, finish).
 
-    Calling every launch in order fills `result.pixel_values`; launches are idempotent, so
-    they can be timed repeatedly from uint8 planes already on the device.
+    Calling every launch in order fills the output; launches are idempotent, so they can be
+    timed repeatedly from uint8 planes already on the device. `finish()`, after the launches,
+    returns the `PreprocessResult` (grids read back from what the tail recorded).
     """
     state = _setup(images, config, device, out_dtype, None, blocks)
-    kern, jobs, dev, out, odev, starts, grids, sizes, lut_t, pass_block, tail_block, per_job, bg = state
-    launches, stats = _prepare_chunk(kern, jobs, config, bg, dev, out, odev, starts, grids, sizes,
-                                     lut_t, pass_block, tail_block)
-    return launches, stats, PreprocessResult(out, torch.tensor(grids, dtype=torch.int64))
+    kern, jobs, dev, out, odev, starts, grids, lut_t, pass_block, tail_block, per_job, bg = state
+    launches, stats, extents = _prepare_chunk(kern, jobs, config, bg, dev, out, odev, starts,
+                                              grids, lut_t, pass_block, tail_block)
+
+    def finish() -> PreprocessResult:
+        produced = _produced_grids(jobs, extents, int(out.shape[0]), config.patch_size)
+        return PreprocessResult(out, torch.tensor(produced, dtype=torch.int64))
+
+    return launches, stats, finish
 
 
 def preprocess(
@@ -539,24 +587,30 @@ def preprocess(
 ) -> PreprocessResult:
     """The checkpoint's preprocessing with Pillow-exact kernels: same bytes as the reference."""
     state = _setup(images, config, device, out_dtype, out_device, blocks)
-    kern, jobs, dev, out, odev, starts, grids, sizes, lut_t, pass_block, tail_block, per_job, bg = state
+    kern, jobs, dev, out, odev, starts, grids, lut_t, pass_block, tail_block, per_job, bg = state
+    extents: list[_Extent] = []
     for chunk in _split_chunks(jobs, per_job, chunk_bytes):
-        _run_chunk(kern, chunk, config, bg, dev, out, odev, starts, grids, sizes, lut_t,
-                   pass_block, tail_block)
+        extents += _run_chunk(kern, chunk, config, bg, dev, out, odev, starts, grids, lut_t,
+                              pass_block, tail_block)
+    # One read of the tails' records (it also waits for the kernels, and for the copies to a
+    # pinned host output, which were queued before it on the same stream).
+    produced = _produced_grids(jobs, extents, int(out.shape[0]), config.patch_size)
     if out.device != dev:
         torch.cuda.current_stream(dev).synchronize()  # pinned host output: wait for the copies
-    return PreprocessResult(out, torch.tensor(grids, dtype=torch.int64))
+    return PreprocessResult(out, torch.tensor(produced, dtype=torch.int64))
 
 
-def _run_chunk(kern, chunk, *args) -> None:
-    launches, _ = _prepare_chunk(kern, chunk, *args)
+def _run_chunk(kern, chunk, *args) -> list[_Extent]:
+    launches, _, extents = _prepare_chunk(kern, chunk, *args)
     for launch in launches:
         launch()
+    return extents
 
 
-def _prepare_chunk(kern, chunk, config, bg, dev, out, odev, starts, grids, sizes, lut_t,
-                   pass_block, tail_block) -> tuple[list, dict]:
-    """Host work and uploads for one chunk; returns the launches (in order) and byte counts."""
+def _prepare_chunk(kern, chunk, config, bg, dev, out, odev, starts, grids, lut_t,
+                   pass_block, tail_block) -> tuple[list, dict, list[_Extent]]:
+    """Host work and uploads for one chunk: the launches (in order), byte counts, and the
+    tails' extent records (filled when the launches run)."""
     ps = config.patch_size
     launches: list = []
     bank = _CoefBank()
@@ -691,9 +745,6 @@ def _prepare_chunk(kern, chunk, config, bg, dev, out, odev, starts, grids, sizes
             fetch = kern.FETCH_NEAREST
             h, w = j.out_h, j.out_w
         grid = grids[j.index]
-        ph, pw = sizes[j.index]
-        if (h, w) != (ph, pw):
-            raise BackendError(f"internal: image {j.index} would produce {w}x{h}, expected {pw}x{ph}")
         npix = grid[1] * grid[2] * ps * ps
         row = tail_meta(j, src_off, nch, row_len, fetch, coef, nys, nxs, h, w, converted,
                         grid[2], npix, 0)
@@ -717,17 +768,23 @@ def _prepare_chunk(kern, chunk, config, bg, dev, out, odev, starts, grids, sizes
         first = int(starts[chunk[0].index])
         last = int(starts[chunk[-1].index + 1])
         target, base = torch.empty((last - first, 3, ps, ps), dtype=out.dtype, device=dev), first
+    extents: list[_Extent] = []
     for dt, items in tail_rows.items():
         rows = []
         for j, row in items:
             row[kern.T_PATCH0] = int(starts[j.index]) - base
             rows.append(row)
         meta = torch.tensor(rows, dtype=torch.int64, device=dev)
-        tiles = torch.from_numpy(_tiles([(i, r[kern.T_NPIX]) for i, r in enumerate(rows)], tail_block)).to(dev)
+        tiles_np = _tiles([(i, r[kern.T_NPIX]) for i, r in enumerate(rows)], tail_block)
+        tiles = torch.from_numpy(tiles_np).to(dev)
+        ext = torch.zeros((tiles_np.shape[0], kern.EXT_N), dtype=torch.int32, device=dev)
+        owner = np.array([items[s][0].index for s in tiles_np[:, 0]], dtype=np.int64)
+        extents.append(_Extent(ext, owner))
         launches.append(functools.partial(
             kern.tail_kernel[(tiles.shape[0],)],
             arenas[dt], target, meta, tiles, c8 if dt == U8 else c64, bounds, nidx, conv_t,
-            comp_t, lut_t, NMETA=kern.T_NMETA, DT=dt, P=ps, BLOCK=tail_block, **_launch_opts(dev),
+            comp_t, lut_t, ext, NMETA=kern.T_NMETA, DT=dt, P=ps, BLOCK=tail_block,
+            **_launch_opts(dev),
         ))
     if not same_dev:
         launches.append(lambda: out[base : base + target.shape[0]].copy_(target, non_blocking=True))
@@ -738,7 +795,7 @@ def _prepare_chunk(kern, chunk, config, bg, dev, out, odev, starts, grids, sizes
         * 3 * ps * ps * out.element_size(),
         "launches": len(launches),
     }
-    return launches, stats
+    return launches, stats, extents
 
 
 def _launch_opts(dev: torch.device) -> dict[str, Any]:

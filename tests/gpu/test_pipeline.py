@@ -176,7 +176,7 @@ def test_batch_equals_one_by_one_and_chunks(gpu_kwargs, monkeypatch):
 
     calls = []
     real = pipeline._run_chunk
-    monkeypatch.setattr(pipeline, "_run_chunk", lambda kern, chunk, *a: (calls.append(len(chunk)), real(kern, chunk, *a)))
+    monkeypatch.setattr(pipeline, "_run_chunk", lambda kern, chunk, *a: (calls.append(len(chunk)), real(kern, chunk, *a))[1])
     chunked = preprocess(images, cfg, chunk_bytes=20_000, **gpu_kwargs)
     assert len(calls) > 2 and sum(calls) == len(images), calls
     assert_same(chunked, whole, "chunked")
@@ -193,14 +193,119 @@ def test_bf16_output_rounds_like_torch(gpu_kwargs):
 
 
 def test_grids_come_from_produced_shapes(gpu_kwargs):
+    cfg = k3(16)
+    images = [gen(47, 31, "RGB"), gen(31, 47, "RGB"), gen(1, 1, "RGB")]
+    got, exp = _check(images, cfg, gpu_kwargs, "grids")
+    assert got.grid_thws.dtype == torch.int64
+    assert int((got.grid_thws.prod(dim=1)).sum()) == got.pixel_values.shape[0]
+
+
+class _FaultyTail:
+    """Stands in for `kernels.tail_kernel`: the launch of image slot `slot` gets a metadata row
+    changed by `fault(row)` (the real kernel then writes what that row bounds)."""
+
+    def __init__(self, real, slot, fault):
+        self.real, self.slot, self.fault, self.calls = real, slot, fault, 0
+
+    def __getitem__(self, grid):
+        def launch(src, out, meta, *args, **kwargs):
+            self.calls += 1
+            meta = meta.clone()
+            self.fault(meta[self.slot])
+            return self.real[grid](src, out, meta, *args, **kwargs)
+
+        return launch
+
+
+def _plant(monkeypatch, slot, fault) -> _FaultyTail:
+    from kimi_oracle.gpu import kernels
+
+    faulty = _FaultyTail(kernels.tail_kernel, slot, fault)
+    monkeypatch.setattr(kernels, "tail_kernel", faulty)
+    return faulty
+
+
+def test_grid_follows_a_tail_that_writes_one_patch_row_fewer(gpu_kwargs, monkeypatch):
+    # The plan says image 1 is a 3 x 2 grid; the planted fault makes the tail write its first
+    # 2 patch rows only. The grid must come from that write (2 x 2), and disagreeing with the
+    # plan it is an error that names both.
     from kimi_oracle.geometry import plan
+    from kimi_oracle.gpu import kernels
 
     cfg = k3(16)
-    images = [gen(47, 31, "RGB"), gen(31, 47, "RGB")]
-    got = preprocess(images, cfg, **gpu_kwargs)
-    assert got.grid_thws.dtype == torch.int64
-    assert got.grid_thws.tolist() == [list(plan(47, 31, cfg).grid_thw), list(plan(31, 47, cfg).grid_thw)]
-    assert int((got.grid_thws.prod(dim=1)).sum()) == got.pixel_values.shape[0]
+    images = [gen(47, 31, "RGB", seed=1), gen(31, 47, "RGB", seed=2)]
+    g = plan(31, 47, cfg).grid_thw
+    assert g[1] >= 2, g
+
+    def one_row_fewer(row):
+        row[kernels.T_NPIX] -= int(row[kernels.T_GW]) * cfg.patch_size ** 2
+
+    faulty = _plant(monkeypatch, 1, one_row_fewer)
+    with pytest.raises(BackendError) as err:
+        preprocess(images, cfg, **gpu_kwargs)
+    assert faulty.calls == 1
+    msg = str(err.value)
+    assert msg.startswith("image 1: "), msg
+    assert f"produced grid {[1, g[1] - 1, g[2]]}" in msg, msg
+    assert f"plan says {list(g)}" in msg, msg
+
+
+def test_image_size_follows_a_tail_that_fills_one_row_fewer(gpu_kwargs, monkeypatch):
+    # Same patch grid, one image row fewer filled from the source (padding instead): the
+    # recorded extent (not the plan) is what is checked.
+    from kimi_oracle.geometry import plan
+    from kimi_oracle.gpu import kernels
+
+    cfg = k3(16)
+    p = plan(31, 47, cfg)
+    assert p.new_h % 14 != 1, p  # one row fewer keeps the same patch grid
+
+    def one_image_row_fewer(row):
+        row[kernels.T_H] -= 1
+
+    _plant(monkeypatch, 0, one_image_row_fewer)
+    with pytest.raises(BackendError, match=rf"produced a {p.new_w}x{p.new_h - 1} image, "
+                                           rf"geometry.plan says {p.new_w}x{p.new_h}"):
+        preprocess([gen(31, 47, "RGB", seed=2)], cfg, **gpu_kwargs)
+
+
+def test_produced_grids_are_built_from_the_records():
+    # The host side alone: grids come from the recorded extents, per owning image, and every
+    # inconsistency is a BackendError.
+    from kimi_oracle.gpu import pipeline
+
+    def job(i, grid, w, h):
+        return pipeline._Job(i, np.zeros((1, 1, 3), np.uint8), pipeline.U8, 3, w, h, w, h, False,
+                             "none", (), 0, None, None, -1, False, None, plan_grid=grid)
+
+    jobs = [job(0, (1, 2, 2), 28, 20), job(1, (1, 1, 2), 20, 14)]
+    # image 0 split over two programs (one patch row each), image 1 in one
+    rec = [[2 * 196, 1, 2, 14, 28], [2 * 196, 2, 2, 20, 28], [2 * 196, 1, 2, 14, 20]]
+    ext = pipeline._Extent(torch.tensor(rec, dtype=torch.int32), np.array([0, 0, 1]))
+    assert pipeline._produced_grids(jobs, [ext], 6, 14) == [(1, 2, 2), (1, 1, 2)]
+    with pytest.raises(BackendError, match="pixel_values has 7"):
+        pipeline._produced_grids(jobs, [ext], 7, 14)
+    short = pipeline._Extent(torch.tensor(rec[:2] + [[196, 1, 1, 14, 14]], dtype=torch.int32),
+                             np.array([0, 0, 1]))
+    with pytest.raises(BackendError, match=r"image 1: the kernels produced grid \[1, 1, 1\]"):
+        pipeline._produced_grids(jobs, [short], 5, 14)
+    partial = pipeline._Extent(torch.tensor(rec[:2] + [[2 * 196 - 1, 1, 2, 14, 20]], dtype=torch.int32),
+                               np.array([0, 0, 1]))
+    with pytest.raises(BackendError, match="not a full 1x2 grid"):
+        pipeline._produced_grids(jobs, [partial], 6, 14)
+
+
+def test_prepare_launches_then_finish(gpu_kwargs):
+    from kimi_oracle.gpu.pipeline import prepare_launches
+
+    cfg = k3(LIMIT)
+    images = [gen(47, 31, "RGB", seed=1), rgba_hidden(16, 70, seed=40)]
+    launches, stats, finish = prepare_launches(images, cfg, **gpu_kwargs)
+    assert stats["launches"] == len(launches)
+    for _ in range(2):  # idempotent: the records are overwritten, not accumulated
+        for fn in launches:
+            fn()
+    assert_same(finish(), reference.preprocess(images, cfg), "prepare_launches")
 
 
 def test_solid_image_and_transpose(gpu_kwargs):
