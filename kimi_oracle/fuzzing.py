@@ -390,6 +390,21 @@ def fuzz(
     target = options.max_examples()
     # Hypothesis stops generating soon after its first failure; further rounds (new seeds, the
     # groups found so far masked) keep searching until the example count or budget is spent.
+    def publish() -> None:
+        """Write what was found so far (also when a harness error ends the run early)."""
+        run.elapsed_s = time.monotonic() - start
+        order = {c: i for i, c in enumerate(RUN_CHECKS)}
+        for group in sorted(records, key=lambda g: (order.get(g.split("[")[0], 99), first_by_group[g], g)):
+            case, verdict, example = records[group]
+            finding = finding_from(verdict, candidate.spec, case.config, case.make_images(),
+                                   params=[p.to_dict() for p in case.images], tolerance=str(tol),
+                                   seed=seed, example=example)
+            finding.extra["group"] = group
+            if out_dir is not None:
+                write_finding(out_dir, finding)
+            run.findings.append(finding)
+        records.clear()
+
     for round_index in range(64):
         remaining = target - run.examples
         if remaining <= 0 or run.stopped in ("budget", "interrupted"):
@@ -422,12 +437,14 @@ def fuzz(
         except _Stop:
             pass
         except _HarnessAbort as abort:
+            publish()
             raise abort.error from None
         except KeyboardInterrupt:
             run.stopped = "interrupted"
         except BaseException as exc:  # hypothesis raises our failures (or a group of them)
             if not _only_our_failures(exc):
                 harness = _find_harness(exc)
+                publish()
                 if harness is not None:
                     raise harness from None
                 raise
@@ -438,17 +455,7 @@ def fuzz(
             break  # nothing ran: the search space is exhausted
         if records and not options.keep_searching:
             break
-    run.elapsed_s = time.monotonic() - start
-    order = {c: i for i, c in enumerate(RUN_CHECKS)}
-    for group in sorted(records, key=lambda g: (order.get(g.split("[")[0], 99), first_by_group[g], g)):
-        case, verdict, example = records[group]
-        finding = finding_from(verdict, candidate.spec, case.config, case.make_images(),
-                               params=[p.to_dict() for p in case.images], tolerance=str(tol),
-                               seed=seed, example=example)
-        finding.extra["group"] = group
-        if out_dir is not None:
-            write_finding(out_dir, finding)
-        run.findings.append(finding)
+    publish()
     return run
 
 

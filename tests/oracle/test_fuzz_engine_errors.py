@@ -1,0 +1,27 @@
+"""A harness error in the middle of a run must not lose the findings already made."""
+
+import pytest
+
+from kimi_oracle import reference
+from kimi_oracle.candidates import Candidate
+from kimi_oracle.config import PreprocessConfig
+from kimi_oracle.errors import CandidateError
+from kimi_oracle.fuzzing import FuzzOptions, fuzz
+
+
+def test_findings_are_written_before_a_harness_error_ends_the_run(tmp_path):
+    calls = {"n": 0}
+
+    def flaky_harness(images, config):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            out = reference.preprocess(images, config)
+            out.grid_thws = out.grid_thws + 2  # a wrong grid: a finding
+            return out
+        return "not a result"  # from then on: a harness error (CandidateError)
+
+    with pytest.raises(CandidateError):
+        fuzz(Candidate("flaky", flaky_harness), PreprocessConfig.k3_small(),
+             FuzzOptions(examples=20, seed=1, invariance=False), out_dir=tmp_path)
+    written = list((tmp_path / "findings").glob("grid_mismatch*/case.json"))
+    assert len(written) == 1
