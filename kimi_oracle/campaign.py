@@ -666,7 +666,9 @@ def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
                 sig = signature(verdict, finding.images, finding.config)
                 if sig in signatures and signatures[sig] != finding.id:
                     data["duplicates"] += 1
-                    if finding.path is not None and finding.path.name not in before:
+                    # Only a folder this worker created: with --jobs N another worker may have
+                    # written (and reported) the same id.
+                    if finding.path is not None and finding.written_here and finding.path.name not in before:
                         shutil.rmtree(finding.path, ignore_errors=True)
                     continue
                 if sig not in signatures:

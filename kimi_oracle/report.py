@@ -216,6 +216,7 @@ class Finding:
     actual: PreprocessResult | None = field(default=None, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
+    written_here: bool = False  # set by write_finding: True when that call created the folder
     created: str = field(default_factory=utc_now)
 
     @property
@@ -306,6 +307,7 @@ def write_finding(out_dir: str | os.PathLike, finding: Finding, *,
     root = Path(out_dir) / "findings"
     root.mkdir(parents=True, exist_ok=True)
     final = root / finding.id
+    finding.written_here = False
     if final.exists():
         finding.path = final
         return final
@@ -344,6 +346,7 @@ def write_finding(out_dir: str | os.PathLike, finding: Finding, *,
                 os.fsync(fh.fileno())
         try:
             os.rename(tmp, final)
+            finding.written_here = True
         except OSError:
             if final.exists():  # another writer got there first: keep theirs
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -25,3 +25,19 @@ def test_findings_are_written_before_a_harness_error_ends_the_run(tmp_path):
              FuzzOptions(examples=20, seed=1, invariance=False), out_dir=tmp_path)
     written = list((tmp_path / "findings").glob("grid_mismatch*/case.json"))
     assert len(written) == 1
+
+
+def test_write_finding_says_whether_it_created_the_folder(tmp_path):
+    from kimi_oracle.generators import CaseParams, make_image
+    from kimi_oracle.oracle import Verdict
+    from kimi_oracle.fuzzing import finding_from
+
+    img = make_image(CaseParams(9, 9, "RGB", seed=1))
+    verdict = Verdict("grid_mismatch", "planted", {})
+    first = finding_from(verdict, "x", PreprocessConfig.k3(), [img])
+    second = finding_from(verdict, "x", PreprocessConfig.k3(), [img])
+    from kimi_oracle.report import write_finding
+
+    write_finding(tmp_path, first)
+    write_finding(tmp_path, second)  # same id: the existing folder is kept, not rewritten
+    assert first.written_here and not second.written_here and first.path == second.path
