@@ -22,7 +22,7 @@ from .config import PROFILES, PreprocessConfig
 from .errors import KimiOracleError
 from .fuzzing import FuzzOptions, fuzz
 from .generators import CaseParams, make_image
-from .oracle import Tolerance, check_invariance, compare
+from .oracle import Verdict, check_invariance, compare
 from .report import atomic_write_text, diff_image, utc_now, versions, write_json
 
 SCHEMA = "kimi-oracle.gate-report"
@@ -122,8 +122,26 @@ def _invariance_batches(seed: int) -> list[list[CaseParams]]:
     ]
 
 
-class BaselineCrash(KimiOracleError):
-    """The baseline raised: the A/B timing cannot be made (a harness error, not NEW's fault)."""
+def _max_level(verdict: Verdict | None) -> float:
+    if verdict is None or verdict.check != "pixel_mismatch":
+        return float("inf")  # grids, lengths, dtypes, crashes: worse than any pixel difference
+    return float(verdict.stats.get("max_level_diff", float("inf")))
+
+
+def _describe_golden(change: Any, verdict: Verdict | None) -> str:
+    entry = change.new or change.old or {}
+    label = str(entry.get("id", change.key))
+    try:
+        label += f" ({CaseParams.from_dict(entry['params']).describe()})"
+    except (KeyError, TypeError, ValueError):
+        pass
+    if verdict is None:
+        return change.describe()
+    if verdict.check == "pixel_mismatch":
+        st = verdict.stats
+        return (f"{label}: max {st.get('max_level_diff', 0):.3g} levels, mean {st.get('mean_level_diff', 0):.3g}, "
+                f"{100 * st.get('share_differing', 0):.1f}% of values differ")
+    return f"{label}: {verdict.check}: {verdict.message}"
 
 
 def _guarded(candidate: Candidate) -> Callable[..., Any]:
@@ -166,51 +184,65 @@ class Gate:
     def goldens(self) -> Stage:
         stage = Stage("goldens")
         report = golden.check_pixels(self.new, self.options.golden_dir, profiles=PROFILES)
-        changes = [(f, c) for f in report.files for c in f.changes]
-        tolerated = []
-        if Tolerance.parse(self.options.tolerance).kind != "exact":
-            # Digests are exact by nature: re-judge each changed case under the gate's policy.
-            kept = []
-            for file_report, change in changes:
-                (tolerated if self._within_tolerance(file_report.profile, change) else kept).append(
-                    (file_report, change))
-            changes = kept
+        judged = []  # (file report, change, verdict or None when it could not be re-run)
+        tolerated = 0
+        for file_report in report.files:
+            for change in file_report.changes:
+                # Digests only say "different": re-run the case against the reference to say by
+                # how much, and to apply the gate's tolerance (digests are exact by nature).
+                verdict = self._rejudge(file_report.profile, change)
+                if verdict is not None and verdict.ok:
+                    tolerated += 1
+                else:
+                    judged.append((file_report, change, verdict))
+        judged.sort(key=lambda item: -_max_level(item[2]))
         files = []
         for f in report.files:
             d = f.to_dict()
             d["changes"] = d["changes"][:50]  # the .md and the reasons name them; keep the JSON small
             files.append(d)
+        levels = [_max_level(v) for _, _, v in judged]
         stage.details = {"files": files, "warnings": report.warnings, "tolerance": self.options.tolerance,
-                         "differing_within_tolerance": len(tolerated)}
-        counted = len(changes)
-        stage.summary = (f"{counted} pixel golden cases differ" if counted else "all pixel goldens match") + \
-            (f" ({len(tolerated)} more differ within {self.options.tolerance})" if tolerated else "") + \
-            f" (profiles {', '.join(f.profile for f in report.files)})"
+                         "differing_within_tolerance": tolerated, "failing_cases": len(judged),
+                         "failing_below_one_level": sum(1 for x in levels if x < 1.0),
+                         "max_level_diff": max(levels, default=0.0)}
+        if judged:
+            below = stage.details["failing_below_one_level"]
+            stage.summary = (f"{len(judged)} pixel golden cases differ ({below} by less than one level, "
+                             f"worst {max(levels):.3g} levels)")
+        else:
+            stage.summary = "all pixel goldens match"
+        if tolerated:
+            stage.summary += f"; {tolerated} more differ within {self.options.tolerance}"
+        stage.summary += f" (profiles {', '.join(f.profile for f in report.files)})"
         for f in report.files:
             stage.reasons += [f"golden {f.profile}: {problem}" for problem in f.problems]
-        for file_report, change in changes[:20]:
-            stage.reasons.append(f"golden {file_report.profile}: {change.describe()}")
-        if len(changes) > 20:
-            stage.reasons.append(f"... and {len(changes) - 20} more golden differences")
+        for file_report, change, verdict in judged[:20]:
+            stage.reasons.append(f"golden {file_report.profile}: {_describe_golden(change, verdict)}")
+        if len(judged) > 20:
+            stage.reasons.append(f"... and {len(judged) - 20} more golden differences")
         stage.status = "fail" if stage.reasons else "pass"
-        self._golden_diff_images(changes)
+        self._golden_diff_images([(f, c) for f, c, _ in judged])
         return stage
 
     def _golden_case(self, profile: str, change: Any) -> tuple[Any, PreprocessConfig]:
         case = golden.PixelCase.from_entry(profile, change.new or change.old)
         return case.make_image(), case.config()
 
-    def _within_tolerance(self, profile: str, change: Any) -> bool:
-        """A changed golden case whose output passes the oracle under the gate's tolerance."""
+    def _rejudge(self, profile: str, change: Any) -> Verdict | None:
+        """The oracle's verdict on a changed golden case under the gate's tolerance (None when
+        the case cannot be re-run, e.g. it was added to or removed from the catalogue)."""
         if change.change != "changed":
-            return False  # an added or removed case is a catalogue difference, never tolerated
+            return None
         try:
             img, config = self._golden_case(profile, change)
             expected = reference.preprocess([img], config)
             actual = self.new([img], config)
-        except (KimiOracleError, CandidateCrash, ValueError, KeyError, TypeError):
-            return False
-        return compare(expected, actual, config, self.options.tolerance, sizes=[img.size]).ok
+        except CandidateCrash as exc:
+            return Verdict("crash", str(exc))
+        except (KimiOracleError, ValueError, KeyError, TypeError):
+            return None
+        return compare(expected, actual, config, self.options.tolerance, sizes=[img.size])
 
     def _golden_diff_images(self, changes: list[Any]) -> None:
         made = 0
