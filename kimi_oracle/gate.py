@@ -190,18 +190,18 @@ class Gate:
             for change in file_report.changes:
                 # Digests only say "different": re-run the case against the reference to say by
                 # how much, and to apply the gate's tolerance (digests are exact by nature).
-                verdict = self._rejudge(file_report.profile, change)
+                verdict, config = self._rejudge(file_report.profile, change)
                 if verdict is not None and verdict.ok:
                     tolerated += 1
                 else:
-                    judged.append((file_report, change, verdict))
+                    judged.append((file_report, change, verdict, config))
         judged.sort(key=lambda item: -_max_level(item[2]))
         files = []
         for f in report.files:
             d = f.to_dict()
             d["changes"] = d["changes"][:50]  # the .md and the reasons name them; keep the JSON small
             files.append(d)
-        levels = [_max_level(v) for _, _, v in judged]
+        levels = [_max_level(v) for _, _, v, _ in judged]
         stage.details = {"files": files, "warnings": report.warnings, "tolerance": self.options.tolerance,
                          "differing_within_tolerance": tolerated, "failing_cases": len(judged),
                          "failing_below_one_level": sum(1 for x in levels if x < 1.0),
@@ -217,44 +217,41 @@ class Gate:
         stage.summary += f" (profiles {', '.join(f.profile for f in report.files)})"
         for f in report.files:
             stage.reasons += [f"golden {f.profile}: {problem}" for problem in f.problems]
-        for file_report, change, verdict in judged[:20]:
+        for file_report, change, verdict, _ in judged[:20]:
             stage.reasons.append(f"golden {file_report.profile}: {_describe_golden(change, verdict)}")
         if len(judged) > 20:
             stage.reasons.append(f"... and {len(judged) - 20} more golden differences")
         stage.status = "fail" if stage.reasons else "pass"
-        self._golden_diff_images([(f, c) for f, c, _ in judged])
+        self._golden_diff_images(judged)
         return stage
 
-    def _golden_case(self, profile: str, change: Any) -> tuple[Any, PreprocessConfig]:
-        case = golden.PixelCase.from_entry(profile, change.new or change.old)
-        return case.make_image(), case.config()
-
-    def _rejudge(self, profile: str, change: Any) -> Verdict | None:
-        """The oracle's verdict on a changed golden case under the gate's tolerance (None when
-        the case cannot be re-run, e.g. it was added to or removed from the catalogue)."""
+    def _rejudge(self, profile: str, change: Any) -> tuple[Verdict | None, PreprocessConfig | None]:
+        """The oracle's verdict on a changed golden case under the gate's tolerance, and the case's
+        config (verdict None when the case cannot be re-run, e.g. it was added or removed)."""
         if change.change != "changed":
-            return None
+            return None, None
         try:
-            img, config = self._golden_case(profile, change)
+            case = golden.PixelCase.from_entry(profile, change.new or change.old)
+            img, config = case.make_image(), case.config()
             expected = reference.preprocess([img], config)
             actual = self.new([img], config)
         except CandidateCrash as exc:
-            return Verdict("crash", str(exc))
+            return Verdict("crash", str(exc)), None
         except (KimiOracleError, ValueError, KeyError, TypeError):
-            return None
-        return compare(expected, actual, config, self.options.tolerance, sizes=[img.size])
+            return None, None
+        return compare(expected, actual, config, self.options.tolerance, sizes=[img.size]), config
 
-    def _golden_diff_images(self, changes: list[Any]) -> None:
+    def _golden_diff_images(self, judged: list[Any]) -> None:
+        """Diff images of the worst cases, from the results the re-judging already computed."""
         made = 0
-        for file_report, change in changes:
+        for file_report, change, verdict, config in judged:
             if made >= MAX_DIFF_IMAGES:
                 break
+            if verdict is None or verdict.expected is None or verdict.actual is None:
+                continue
             try:
-                img, config = self._golden_case(file_report.profile, change)
-                expected = reference.preprocess([img], config)
-                actual = self.new([img], config)
-                picture = diff_image(expected, actual, config)
-            except (KimiOracleError, CandidateCrash, ValueError, KeyError, TypeError):
+                picture = diff_image(verdict.expected, verdict.actual, config)
+            except (ValueError, KeyError, TypeError, IndexError):  # e.g. outputs of different shapes
                 continue
             if picture is None:
                 continue

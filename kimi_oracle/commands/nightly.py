@@ -6,9 +6,8 @@ from pathlib import Path
 
 import click
 
-from ..config import PROFILES
-from ..errors import ConfigError, KimiOracleError
-from .common import parse_duration
+from ..errors import KimiOracleError
+from .common import parse_duration, profile_options, resolve_config
 
 
 class _UsageError(KimiOracleError):
@@ -33,9 +32,7 @@ def register(group: click.Group) -> None:
               help="Output directory: summary.json, summary.md, junit.xml, findings/.")
 @click.option("--candidate", default="reference", show_default=True,
               help="Candidate spec: reference, gpu, eager, package.module:function or file.py:function.")
-@click.option("--profile", type=click.Choice(PROFILES), default=None, help="Built-in profile (default k3).")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="A checkpoint's preprocessor_config.json (instead of --profile).")
+@profile_options
 @click.option("--corpus", "corpus_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Persistent atheris corpus (default OUT/corpus); new entries are added atomically.")
 @click.option("--db", "db_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -71,8 +68,8 @@ def nightly(budget: float, out_dir: Path, candidate: str, profile: str | None, c
     from ..harnesses import parse_shard
     from ..oracle import Tolerance
 
-    if profile and config_path:
-        raise ConfigError("--config", "give either --profile or --config, not both")
+    # Both checked before any work: --profile with --config, and a bad config file, are usage errors.
+    resolve_config(profile, config_path)
     names = tuple(e.strip() for e in engines.split(",") if e.strip())
     try:
         shard_tuple = parse_shard(shard)
@@ -86,10 +83,6 @@ def nightly(budget: float, out_dir: Path, candidate: str, profile: str | None, c
         )
     except ValueError as exc:
         raise _UsageError(str(exc)) from None
-    if config_path is not None:
-        from ..config import PreprocessConfig
-
-        PreprocessConfig.from_hf_json(config_path)  # a bad file is a usage error, before any work
     click.echo(f"nightly: candidate {candidate}, {options.profile if not config_path else config_path}, "
                f"budget {budget:.0f} s, engines {','.join(names)}, shard {shard_tuple[0]}/{shard_tuple[1]}, "
                f"jobs {jobs}", err=True)
