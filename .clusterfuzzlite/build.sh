@@ -10,8 +10,8 @@ python3 -m pip install --no-cache-dir '.[fuzz]'
 for fuzzer in fuzz/*_fuzzer.py; do
   name=$(basename "$fuzzer" .py)
   compile_python_fuzzer "$fuzzer" \
-    --hidden-import=kimi_oracle.harnesses --hidden-import=kimi_oracle.fuzzing \
-    --hidden-import=kimi_oracle.reference --hidden-import=kimi_oracle.candidates \
+    --hidden-import=kimi_oracle.fuzzers.harnesses --hidden-import=kimi_oracle.fuzzers.fuzzing \
+    --hidden-import=kimi_oracle.pipelines.reference --hidden-import=kimi_oracle.oracle.candidates \
     --collect-submodules=PIL
   # Seed corpus, dictionary and libFuzzer options next to the target, as the engine expects.
   corpus_dir="fuzz/corpus/${name%_fuzzer}"

@@ -5,12 +5,12 @@
 
 Undecodable and over-cap inputs are rejected, not findings. Settings come from KIMI_FUZZ_*
 variables (see kimi_oracle/harnesses.py). Replay without atheris:
-`python -m kimi_oracle.harnesses decoder --replay FILE`.
+`python -m kimi_oracle.fuzzers.atheris_entry decoder --replay FILE`.
 """
 
 import sys
 
-from kimi_oracle.fuzz_entry import run
+from kimi_oracle.fuzzers.atheris_entry import run
 
 if __name__ == "__main__":
     run("decoder", sys.argv)

@@ -5,12 +5,12 @@
 
 Settings come from KIMI_FUZZ_* variables (see kimi_oracle/harnesses.py); by default the
 candidate is `reference` under the k3 profile and a finding raises (libFuzzer saves the input).
-Replay an input without atheris: `python -m kimi_oracle.harnesses structured --replay FILE`.
+Replay an input without atheris: `python -m kimi_oracle.fuzzers.atheris_entry structured --replay FILE`.
 """
 
 import sys
 
-from kimi_oracle.fuzz_entry import run
+from kimi_oracle.fuzzers.atheris_entry import run
 
 if __name__ == "__main__":
     run("structured", sys.argv)

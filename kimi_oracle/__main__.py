@@ -1,5 +1,5 @@
 """`python -m kimi_oracle` runs the CLI."""
 
-from .cli import main
+from kimi_oracle.cli import main
 
 main()

@@ -17,7 +17,7 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 "$PY" - "$OUT" <<'PYEOF'
 import json, sys
 sys.path.insert(0, ".")
-from kimi_oracle.gpu.device_check import versions
+from kimi_oracle.workflows.device_check import versions
 v = versions()
 print(json.dumps(v, indent=2))
 if v["missing"]:
@@ -27,7 +27,7 @@ if v["missing"]:
 PYEOF
 rc=$?
 if [ $rc -ne 0 ]; then exit $rc; fi
-cd "$ROOT" && "$PY" -m kimi_oracle.gpu.device_check "$OUT"
+cd "$ROOT" && "$PY" -m kimi_oracle.workflows.device_check "$OUT"
 rc=$?
 echo "results in $OUT (device_check.json, device_check.md); exit $rc"
 exit $rc

@@ -2,7 +2,7 @@
 
 import time
 
-from kimi_oracle import reference
+from kimi_oracle.pipelines import reference
 
 
 def slow_reference(images, config):

@@ -2,7 +2,7 @@ import json
 import subprocess
 import sys
 
-from kimi_oracle.bench import compare_medians, interleaved_ratio
+from kimi_oracle.workflows.bench import compare_medians, interleaved_ratio
 
 
 def test_compare_medians_by_hand():

@@ -1,7 +1,7 @@
 import click
 import pytest
 
-from kimi_oracle.commands.common import parse_duration, parse_percent
+from kimi_oracle.cli.common import parse_duration, parse_percent
 
 
 @pytest.mark.parametrize("text, seconds", [

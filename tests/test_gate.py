@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_oracle.gate import Gate, GateOptions
+from kimi_oracle.workflows.gate import Gate, GateOptions
 
 TESTS = Path(__file__).parent
 

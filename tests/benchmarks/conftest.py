@@ -37,12 +37,12 @@ def pytest_generate_tests(metafunc):
         specs = [s.strip() for s in metafunc.config.getoption("--kimi-bench-candidates").split(",") if s.strip()]
         metafunc.parametrize("candidate_spec", specs)
     if "bench_input_name" in metafunc.fixturenames:
-        from kimi_oracle.bench import select_inputs
+        from kimi_oracle.workflows.bench import select_inputs
 
         inputs = select_inputs(metafunc.config.getoption("--kimi-bench-quick"))
         only = [n for n in metafunc.config.getoption("--kimi-bench-inputs").split(",") if n]
         if only:
-            from kimi_oracle.bench import BENCH_INPUTS
+            from kimi_oracle.workflows.bench import BENCH_INPUTS
 
             inputs = [BENCH_INPUTS[n] for n in only]
         metafunc.parametrize("bench_input_name", [b.name for b in inputs])
@@ -55,6 +55,6 @@ def quick(request) -> bool:
 
 @pytest.fixture
 def bench_input(bench_input_name):
-    from kimi_oracle.bench import BENCH_INPUTS
+    from kimi_oracle.workflows.bench import BENCH_INPUTS
 
     return BENCH_INPUTS[bench_input_name]

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from kimi_oracle import bench, reference
-from kimi_oracle.candidates import load_candidate
-from kimi_oracle.errors import CandidateError
-from kimi_oracle.geometry import plan
+from kimi_oracle.workflows import bench
+from kimi_oracle.pipelines import reference
+from kimi_oracle.oracle.candidates import load_candidate
+from kimi_oracle.core.errors import CandidateError
+from kimi_oracle.core.geometry import plan
 
 
 def _cuda():

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from kimi_oracle.config import PreprocessConfig, TransparentBgConfig
-from kimi_oracle.errors import ConfigError
+from kimi_oracle.core.config import PreprocessConfig, TransparentBgConfig
+from kimi_oracle.core.errors import ConfigError
 
 # The checkpoint's media_proc_cfg values as the spec's table (§1) lists them.
 K3_JSON = {

@@ -8,9 +8,9 @@ import torch
 from PIL import Image
 
 from checkpoint_model import spec_preprocess
-from kimi_oracle import reference
-from kimi_oracle.config import PreprocessConfig
-from kimi_oracle.errors import InputError
+from kimi_oracle.pipelines import reference
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import InputError
 
 CORPUS = Path(__file__).parent.parent / "data" / "corpus"
 DECODABLE = sorted((CORPUS / "decodable").iterdir())

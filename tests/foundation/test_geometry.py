@@ -3,9 +3,9 @@ import dataclasses
 import pytest
 
 from checkpoint_model import spec_plan
-from kimi_oracle.config import PreprocessConfig
-from kimi_oracle.errors import InputError, PlanError
-from kimi_oracle.geometry import plan
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import InputError, PlanError
+from kimi_oracle.core.geometry import plan
 
 K25 = PreprocessConfig.k25()
 K3 = PreprocessConfig.k3()

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import pytest
 
-from kimi_oracle import golden
+from kimi_oracle.workflows import golden
 
 FILES = [(kind, profile) for kind in golden.KINDS for profile in ("k3", "k25", "k3-small")]
 

@@ -11,9 +11,11 @@ import torch
 
 from golden_testlib import FILES, edit_entry, edit_meta, entries, golden_copy, key_of, mutate, read_lines, \
     snapshot, write_lines  # noqa: F401  (fixture)
-from kimi_oracle import cli, golden, reference
-from kimi_oracle.errors import CandidateError
-from kimi_oracle.result import PreprocessResult
+from kimi_oracle import cli
+from kimi_oracle.workflows import golden
+from kimi_oracle.pipelines import reference
+from kimi_oracle.core.errors import CandidateError
+from kimi_oracle.core.result import PreprocessResult
 
 
 def run_cli(args, capsys):

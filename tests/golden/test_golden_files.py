@@ -18,9 +18,9 @@ from PIL import Image
 
 from checkpoint_model import spec_plan, spec_preprocess
 from golden_testlib import FILES, entries
-from kimi_oracle import golden
-from kimi_oracle.config import FILL_STAGES, PATTERNS, PreprocessConfig
-from kimi_oracle import generators
+from kimi_oracle.workflows import golden
+from kimi_oracle.core.config import FILL_STAGES, PATTERNS, PreprocessConfig
+from kimi_oracle.inputs import generators
 
 GOLDEN = golden.package_golden_dir()
 
@@ -173,7 +173,7 @@ def test_pixel_entry_of_a_flat_image_by_hand():
     """A flat colour survives bicubic exactly; the padding is level 0 -> -1.0."""
     params = generators.CaseParams(97, 73, mode="RGB", content="flat", seed=5)
     case = golden.PixelCase("flat", "k3-small", params, {})
-    from kimi_oracle import reference
+    from kimi_oracle.pipelines import reference
 
     entry = golden.pixel_entry(case, reference.preprocess([case.make_image()], case.config()))
     colour = Image.Image.getpixel(generators.make_image(params), (0, 0))

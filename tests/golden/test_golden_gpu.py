@@ -1,12 +1,12 @@
 """The pixel goldens of the small-limit profile, run with the GPU pipeline.
 
 Without CUDA the Triton kernels run under the interpreter (TRITON_INTERPRET=1, set here before
-anything imports `kimi_oracle.gpu`, as tests/gpu/conftest.py does); KIMI_GPU_TESTS_ON_CUDA=1
+anything imports `kimi_oracle.pipelines.gpu`, as tests/gpu/conftest.py does); KIMI_GPU_TESTS_ON_CUDA=1
 runs them on the device instead. The interpreter costs about 0.15 s per image on a 2-core
 machine, so the default test runs a SUBSET of the k3-small pixel cases (about 60 of 328):
 every mode x alpha pattern under the profile's own config (after_resize, chessboard), and
 RGBA/random, LA/gradient and P/checker under each of the other 7 stage x pattern configs.
-The slow test runs all 328. Both are skipped, with the reason, while `kimi_oracle.gpu` does
+The slow test runs all 328. Both are skipped, with the reason, while `kimi_oracle.pipelines.gpu` does
 not exist or does not import.
 """
 
@@ -22,16 +22,16 @@ ON_CUDA = os.environ.get("KIMI_GPU_TESTS_ON_CUDA") == "1"
 if not ON_CUDA:
     os.environ["TRITON_INTERPRET"] = "1"
 
-from kimi_oracle import golden  # noqa: E402
+from kimi_oracle.workflows import golden  # noqa: E402
 
 try:
-    _gpu = importlib.import_module("kimi_oracle.gpu")
+    _gpu = importlib.import_module("kimi_oracle.pipelines.gpu")
     _preprocess = getattr(_gpu, "preprocess")
     importlib.import_module("triton")
     _SKIP = None
 except Exception as exc:  # the GPU pipeline is not part of this tree (yet), or triton is missing
     _preprocess = None
-    _SKIP = f"kimi_oracle.gpu is not importable here ({type(exc).__name__}: {exc})"
+    _SKIP = f"kimi_oracle.pipelines.gpu is not importable here ({type(exc).__name__}: {exc})"
 
 pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
 

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from golden_testlib import edit_entry, entries, golden_copy, snapshot  # noqa: F401  (fixture)
-from kimi_oracle import cli, golden
+from kimi_oracle import cli
+from kimi_oracle.core import files
+from kimi_oracle.workflows import golden
 
 GOLDEN_FILES = [f"{k}/{p}.jsonl" for k in ("grids", "pixels") for p in ("k3", "k25", "k3-small")]
 
@@ -112,8 +114,8 @@ def test_default_guard_refuses_a_full_regeneration(tmp_path, capsys):
 
 def _failing_write(fail_on: str):
     """A `_stage` that dies half-way through writing the temporary file of `fail_on`."""
-    real_stage = golden._stage
-    real_write = golden._write_chunks
+    real_stage = files._stage
+    real_write = files._write_chunks
 
     def stage(path, text):
         if Path(path).name != fail_on:
@@ -124,11 +126,11 @@ def _failing_write(fail_on: str):
             fh.flush()
             raise KeyboardInterrupt("simulated interruption mid-write")
 
-        golden._write_chunks = half
+        files._write_chunks = half
         try:
             return real_stage(path, text)
         finally:
-            golden._write_chunks = real_write
+            files._write_chunks = real_write
 
     return stage
 
@@ -138,7 +140,7 @@ def test_interrupted_accept_leaves_every_golden_intact(golden_copy, monkeypatch)
     before = {name: (golden_copy / name).read_bytes() for name in GOLDEN_FILES}
     # The second of the two files to replace dies mid-write: since every file is staged before
     # any is renamed, neither golden changes, and no temporary file is left behind.
-    monkeypatch.setattr(golden, "_stage", _failing_write("k3.jsonl"))
+    monkeypatch.setattr(files, "_stage", _failing_write("k3.jsonl"))
     with pytest.raises(KeyboardInterrupt):
         golden.regen(golden_copy, accept=True)
     assert {name: (golden_copy / name).read_bytes() for name in GOLDEN_FILES} == before
@@ -176,16 +178,17 @@ def test_killed_accept_never_truncates(golden_copy):
     script = textwrap.dedent(f"""
         import os, signal
         from pathlib import Path
-        from kimi_oracle import golden
-        real_stage, real_write = golden._stage, golden._write_chunks
+        from kimi_oracle.workflows import golden
+        from kimi_oracle.core import files
+        real_stage, real_write = files._stage, files._write_chunks
         def stage(path, text):
             if Path(path).name == "k25.jsonl":
                 def half(fh, data):
                     real_write(fh, data[: len(data) // 2]); fh.flush(); os.fsync(fh.fileno())
                     os.kill(os.getpid(), signal.SIGKILL)
-                golden._write_chunks = half
+                files._write_chunks = half
             return real_stage(path, text)
-        golden._stage = stage
+        files._stage = stage
         golden.regen({str(golden_copy)!r}, accept=True)
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
@@ -204,7 +207,7 @@ def test_atomic_write_keeps_the_file_mode(tmp_path):
     target = tmp_path / "x.jsonl"
     target.write_text("old\n")
     target.chmod(0o640)
-    golden.atomic_write_text(target, "new\n")
+    files.atomic_write_text(target, "new\n")
     assert target.read_text() == "new\n"
     assert stat.S_IMODE(target.stat().st_mode) == 0o640
     assert [p.name for p in tmp_path.iterdir()] == ["x.jsonl"]

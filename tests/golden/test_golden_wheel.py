@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from golden_testlib import edit_entry
-from kimi_oracle import golden
+from kimi_oracle.workflows import golden
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,7 +51,7 @@ def test_check_from_an_installed_wheel(tmp_path):
         return subprocess.run([sys.executable, *args], cwd=run_dir, env=env, capture_output=True,
                               text=True, timeout=300)
 
-    where = run("-c", "import kimi_oracle.golden as g; print(g.default_golden_dir())")
+    where = run("-c", "import kimi_oracle.workflows.golden as g; print(g.default_golden_dir())")
     assert where.returncode == 0, where.stderr
     assert Path(where.stdout.strip()) == site / "kimi_oracle" / "golden_data"
     ok = run("-m", "kimi_oracle", "golden", "check", "--kind", "grids")

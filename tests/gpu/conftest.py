@@ -1,6 +1,6 @@
 """GPU-pipeline tests run on CPU tensors under the Triton interpreter unless CUDA is present.
 
-TRITON_INTERPRET must be set before `kimi_oracle.gpu.kernels` is imported (Triton decides
+TRITON_INTERPRET must be set before `kimi_oracle.pipelines.gpu.kernels` is imported (Triton decides
 at decoration time whether a kernel is interpreted), hence at the top of this conftest.
 """
 
@@ -18,8 +18,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from kimi_oracle.config import PreprocessConfig, TransparentBgConfig  # noqa: E402
-from kimi_oracle.generators import CaseParams, make_image  # noqa: E402
+from kimi_oracle.core.config import PreprocessConfig, TransparentBgConfig  # noqa: E402
+from kimi_oracle.inputs.generators import CaseParams, make_image  # noqa: E402
 
 DEVICE = "cuda" if os.environ.get("KIMI_GPU_TESTS_ON_CUDA") == "1" else "cpu"
 # Few, large programs: the interpreter's cost is per program instance.

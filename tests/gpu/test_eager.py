@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from kimi_oracle import reference
-from kimi_oracle.config import PreprocessConfig
-from kimi_oracle.gpu import eager, eager_preprocess
+from kimi_oracle.pipelines import reference
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.pipelines.gpu import eager_preprocess
+from kimi_oracle.pipelines import eager
 
 from conftest import gen, k3, rgba_hidden
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 from PIL import Image
 
-from kimi_oracle import reference
-from kimi_oracle.errors import BackendError, InputError
-from kimi_oracle.gpu import preprocess
+from kimi_oracle.pipelines import reference
+from kimi_oracle.core.errors import BackendError, InputError
+from kimi_oracle.pipelines.gpu import preprocess
 
 from conftest import PATTERNS, assert_same, full_range, gen, k3, k25, rgba_hidden
 
@@ -67,8 +67,8 @@ LIMIT = 2  # patch budget small enough that nearly every zoo image is resampled
 
 
 def _paths(images, config):
-    from kimi_oracle.geometry import plan
-    from kimi_oracle.gpu import resample as rs
+    from kimi_oracle.core.geometry import plan
+    from kimi_oracle.pipelines.gpu import resample as rs
 
     out = set()
     for im in images:
@@ -130,8 +130,8 @@ def test_composite_is_exhaustive(gpu_kwargs):
 
 
 def test_composite_table_equals_reference_formula():
-    from kimi_oracle.config import TransparentBgConfig
-    from kimi_oracle.gpu.pipeline import composite_table
+    from kimi_oracle.core.config import TransparentBgConfig
+    from kimi_oracle.pipelines.gpu.pipeline import composite_table
 
     a, c = np.meshgrid(np.arange(256), np.arange(256), indexing="ij")
     rgba = np.stack([c, c, c, a], -1).astype(np.uint8)
@@ -141,8 +141,8 @@ def test_composite_table_equals_reference_formula():
 
 
 def test_pass_order_boundary_and_extreme_shapes(gpu_kwargs):
-    from kimi_oracle.geometry import plan
-    from kimi_oracle.gpu import resample as rs
+    from kimi_oracle.core.geometry import plan
+    from kimi_oracle.pipelines.gpu import resample as rs
 
     cfg = k3(16)
     sizes = [(300, 2), (2, 300), (1500, 3), (3, 1500), (1, 1), (1, 90), (90, 1)]
@@ -172,7 +172,7 @@ def test_batch_equals_one_by_one_and_chunks(gpu_kwargs, monkeypatch):
     for i, one in enumerate(singles):
         assert torch.equal(whole.image(i).pixel_values, one.pixel_values), i
         assert torch.equal(whole.image(i).grid_thws, one.grid_thws), i
-    from kimi_oracle.gpu import pipeline
+    from kimi_oracle.pipelines.gpu import pipeline
 
     calls = []
     real = pipeline._run_chunk
@@ -218,7 +218,7 @@ class _FaultyTail:
 
 
 def _plant(monkeypatch, slot, fault) -> _FaultyTail:
-    from kimi_oracle.gpu import kernels
+    from kimi_oracle.pipelines.gpu import kernels
 
     faulty = _FaultyTail(kernels.tail_kernel, slot, fault)
     monkeypatch.setattr(kernels, "tail_kernel", faulty)
@@ -229,8 +229,8 @@ def test_grid_follows_a_tail_that_writes_one_patch_row_fewer(gpu_kwargs, monkeyp
     # The plan says image 1 is a 3 x 2 grid; the planted fault makes the tail write its first
     # 2 patch rows only. The grid must come from that write (2 x 2), and disagreeing with the
     # plan it is an error that names both.
-    from kimi_oracle.geometry import plan
-    from kimi_oracle.gpu import kernels
+    from kimi_oracle.core.geometry import plan
+    from kimi_oracle.pipelines.gpu import kernels
 
     cfg = k3(16)
     images = [gen(47, 31, "RGB", seed=1), gen(31, 47, "RGB", seed=2)]
@@ -253,8 +253,8 @@ def test_grid_follows_a_tail_that_writes_one_patch_row_fewer(gpu_kwargs, monkeyp
 def test_image_size_follows_a_tail_that_fills_one_row_fewer(gpu_kwargs, monkeypatch):
     # Same patch grid, one image row fewer filled from the source (padding instead): the
     # recorded extent (not the plan) is what is checked.
-    from kimi_oracle.geometry import plan
-    from kimi_oracle.gpu import kernels
+    from kimi_oracle.core.geometry import plan
+    from kimi_oracle.pipelines.gpu import kernels
 
     cfg = k3(16)
     p = plan(31, 47, cfg)
@@ -272,7 +272,7 @@ def test_image_size_follows_a_tail_that_fills_one_row_fewer(gpu_kwargs, monkeypa
 def test_produced_grids_are_built_from_the_records():
     # The host side alone: grids come from the recorded extents, per owning image, and every
     # inconsistency is a BackendError.
-    from kimi_oracle.gpu import pipeline
+    from kimi_oracle.pipelines.gpu import pipeline
 
     def job(i, grid, w, h):
         return pipeline._Job(i, np.zeros((1, 1, 3), np.uint8), pipeline.U8, 3, w, h, w, h, False,
@@ -296,7 +296,7 @@ def test_produced_grids_are_built_from_the_records():
 
 
 def test_prepare_launches_then_finish(gpu_kwargs):
-    from kimi_oracle.gpu.pipeline import prepare_launches
+    from kimi_oracle.pipelines.gpu.pipeline import prepare_launches
 
     cfg = k3(LIMIT)
     images = [gen(47, 31, "RGB", seed=1), rgba_hidden(16, 70, seed=40)]
@@ -332,9 +332,9 @@ def test_no_backend_is_a_clear_error():
     # raises BackendError.
     code = (
         "import torch, sys\n"
-        "import kimi_oracle.gpu as g\n"
-        "from kimi_oracle.config import PreprocessConfig\n"
-        "from kimi_oracle.errors import BackendError\n"
+        "import kimi_oracle.pipelines.gpu as g\n"
+        "from kimi_oracle.core.config import PreprocessConfig\n"
+        "from kimi_oracle.core.errors import BackendError\n"
         "from PIL import Image\n"
         "if torch.cuda.is_available(): sys.exit(0)\n"
         "try:\n"

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from kimi_oracle.errors import BackendError
-from kimi_oracle.gpu import resample as rs
+from kimi_oracle.core.errors import BackendError
+from kimi_oracle.pipelines.gpu import resample as rs
 
 from conftest import full_range
 

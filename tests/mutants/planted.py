@@ -21,11 +21,11 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from kimi_oracle.config import PreprocessConfig
-from kimi_oracle.geometry import ResizePlan, plan
-from kimi_oracle.images import has_alpha
-from kimi_oracle.reference import background, composite, normalization_lut
-from kimi_oracle.result import PreprocessResult
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.geometry import ResizePlan, plan
+from kimi_oracle.core.images import has_alpha
+from kimi_oracle.pipelines.reference import background, composite, normalization_lut
+from kimi_oracle.core.result import PreprocessResult
 
 
 class Pipeline:

@@ -5,7 +5,7 @@ import time
 
 import torch
 
-from kimi_oracle import reference
+from kimi_oracle.pipelines import reference
 
 
 def aborting(images, config):

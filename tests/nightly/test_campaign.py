@@ -17,8 +17,8 @@ import pytest
 
 import click
 
-from kimi_oracle.campaign import FINDING_KINDS, plan_jobs
-from kimi_oracle.commands.nightly import _duration
+from kimi_oracle.workflows.nightly import FINDING_KINDS, plan_jobs
+from kimi_oracle.cli.nightly import _duration
 from nightly_helpers import REPO, planted, run_nightly
 
 REQUIRED_VERSIONS = {"python", "kimi-oracle", "Pillow", "numpy", "torch", "triton", "atheris"}

@@ -8,10 +8,10 @@ import random
 import pytest
 from PIL import Image
 
-from kimi_oracle.config import PreprocessConfig
-from kimi_oracle.corpus import DICTIONARY, dictionary_text, seed_files
-from kimi_oracle.generators import MODES
-from kimi_oracle.harnesses import (
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.inputs.corpus import DICTIONARY, dictionary_text, seed_files
+from kimi_oracle.inputs.generators import MODES
+from kimi_oracle.fuzzers.harnesses import (
     PyFuzzedDataProvider,
     decoder_config,
     minimize_bytes,
@@ -152,10 +152,10 @@ def test_kimi_oracle_imports_without_atheris():
     import sys
 
     code = ("import sys; sys.modules['atheris'] = None\n"
-            "import kimi_oracle.cli, kimi_oracle.harnesses, kimi_oracle.campaign, kimi_oracle.corpus\n"
-            "from kimi_oracle.harnesses import provider, PyFuzzedDataProvider\n"
+            "import kimi_oracle.cli, kimi_oracle.fuzzers.harnesses, kimi_oracle.workflows.nightly, kimi_oracle.inputs.corpus\n"
+            "from kimi_oracle.fuzzers.harnesses import provider, PyFuzzedDataProvider\n"
             "assert isinstance(provider(b'ab'), PyFuzzedDataProvider)\n"
-            "assert not kimi_oracle.campaign.atheris_available()\n")
+            "assert not kimi_oracle.workflows.nightly.atheris_available()\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kimi_oracle.campaign import write_harness_finding
-from kimi_oracle.corpus import entries
-from kimi_oracle.harnesses import Harness, HarnessSettings, PyFuzzedDataProvider, write_fuzz_finding
+from kimi_oracle.workflows.nightly import write_harness_finding
+from kimi_oracle.inputs.corpus import entries
+from kimi_oracle.fuzzers.harnesses import Harness, HarnessSettings, PyFuzzedDataProvider, write_fuzz_finding
 from nightly_helpers import FUZZ, planted
 
 SPEC = {"candidate": "reference", "profile": "k3-small", "config_path": None, "tolerance": "exact", "shard": [1, 1]}
@@ -17,12 +17,13 @@ SPEC = {"candidate": "reference", "profile": "k3-small", "config_path": None, "t
 def _no_write_after_publishing(monkeypatch) -> None:
     # The input is one of write_finding's extra files (written before its atomic rename; see
     # tests/oracle/test_report.py), never a separate file added to a published finding.
-    import kimi_oracle.report as report
+    # Every other file the tool records goes through core.files.atomic_write_many.
+    import kimi_oracle.core.files as files
 
-    def refuse(path, data):
-        raise AssertionError(f"{path} written outside the finding's atomic rename")
+    def refuse(mapping):
+        raise AssertionError(f"{list(mapping)} written outside the finding's atomic rename")
 
-    monkeypatch.setattr(report, "atomic_write_bytes", refuse)
+    monkeypatch.setattr(files, "atomic_write_many", refuse)
 
 
 def test_oracle_finding_holds_its_fuzz_input_when_published(tmp_path, monkeypatch):

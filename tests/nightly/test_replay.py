@@ -9,12 +9,12 @@ import pytest
 import torch
 from PIL import Image
 
-from kimi_oracle import reference
-from kimi_oracle.candidates import load_candidate
-from kimi_oracle.config import PreprocessConfig
-from kimi_oracle.corpus import entries
-from kimi_oracle.harnesses import Harness, HarnessSettings, PyFuzzedDataProvider
-from kimi_oracle.sandbox import pack_image, unpack_image
+from kimi_oracle.pipelines import reference
+from kimi_oracle.oracle.candidates import load_candidate
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.inputs.corpus import entries
+from kimi_oracle.fuzzers.harnesses import Harness, HarnessSettings, PyFuzzedDataProvider
+from kimi_oracle.fuzzers.sandbox import pack_image, unpack_image
 from nightly_helpers import FUZZ, planted
 
 STRUCTURED = entries(FUZZ / "corpus" / "structured")
@@ -104,7 +104,7 @@ def test_replay_module_entry_point(tmp_path):
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "kimi_oracle.harnesses", "decoder", "--replay",
+    proc = subprocess.run([sys.executable, "-m", "kimi_oracle.fuzzers.atheris_entry", "decoder", "--replay",
                            *[str(p) for p in DECODER[:5]]], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("\n") == 5

@@ -7,11 +7,11 @@ import time
 import pytest
 import torch
 
-from kimi_oracle import reference
-from kimi_oracle.config import PreprocessConfig
-from kimi_oracle.errors import CandidateError
-from kimi_oracle.generators import CaseParams, make_image
-from kimi_oracle.sandbox import CandidateDied, CandidateRaised, CandidateTimeout, IsolatedCandidate
+from kimi_oracle.pipelines import reference
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import CandidateError
+from kimi_oracle.inputs.generators import CaseParams, make_image
+from kimi_oracle.fuzzers.sandbox import CandidateDied, CandidateRaised, CandidateTimeout, IsolatedCandidate
 from nightly_helpers import planted
 
 CFG = PreprocessConfig.k3_small()
@@ -48,9 +48,9 @@ def test_python_exception_is_candidate_raised():
     with IsolatedCandidate(planted("drops_last_row")) as cand:
         out = cand([_img(10)], CFG)  # a wrong result is not an exception
         assert out.pixel_values.shape[0] == reference.preprocess([_img(10)], CFG).pixel_values.shape[0] - 1
-    import kimi_oracle.sandbox as sb
+    import kimi_oracle.fuzzers.sandbox as sb
 
-    with IsolatedCandidate("kimi_oracle.geometry:plan") as cand:  # wrong signature: TypeError inside
+    with IsolatedCandidate("kimi_oracle.core.geometry:plan") as cand:  # wrong signature: TypeError inside
         with pytest.raises(CandidateRaised) as info:
             cand([_img(3)], CFG)
         assert info.value.exc_type == "TypeError"
@@ -61,13 +61,13 @@ def test_bad_spec_is_a_harness_error():
     with pytest.raises(CandidateError):
         IsolatedCandidate("/nonexistent/cand.py:fn").start()
     with pytest.raises(CandidateError):
-        IsolatedCandidate("kimi_oracle.reference:no_such_function").start()
+        IsolatedCandidate("kimi_oracle.pipelines.reference:no_such_function").start()
 
 
 def test_fuzzing_files_a_hang_as_a_timeout_finding(tmp_path):
     import json
 
-    from kimi_oracle.fuzzing import FuzzOptions, fuzz
+    from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
 
     with IsolatedCandidate(planted("hanging"), timeout_s=1.0) as cand:
         run = fuzz(cand, CFG, FuzzOptions(examples=20, seed=2, shrink=False, keep_searching=False, invariance=False),

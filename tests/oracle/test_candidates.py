@@ -9,25 +9,25 @@ import numpy as np
 import pytest
 import torch
 
-from kimi_oracle import reference
-from kimi_oracle.candidates import CandidateCrash, as_result, load_candidate
-from kimi_oracle.config import PreprocessConfig
-from kimi_oracle.errors import CandidateError
-from kimi_oracle.fuzzing import evaluate
-from kimi_oracle.generators import CaseParams, make_image
+from kimi_oracle.pipelines import reference
+from kimi_oracle.oracle.candidates import CandidateCrash, as_result, load_candidate
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import CandidateError
+from kimi_oracle.fuzzers.fuzzing import evaluate
+from kimi_oracle.inputs.generators import CaseParams, make_image
 
 CFG = PreprocessConfig.k3_small()
 IMG = make_image(CaseParams(40, 30, "RGBA", "random", "noise", seed=3))
 
 
 def test_reference_builtin_and_module_spec():
-    for spec in ("reference", "kimi_oracle.reference:preprocess"):
+    for spec in ("reference", "kimi_oracle.pipelines.reference:preprocess"):
         cand = load_candidate(spec)
         out = cand([IMG], CFG)
         assert torch.equal(out.pixel_values, reference.preprocess([IMG], CFG).pixel_values)
 
 
-@pytest.mark.parametrize("name, module", [("eager", "kimi_oracle.gpu.eager"), ("gpu", "kimi_oracle.gpu")])
+@pytest.mark.parametrize("name, module", [("eager", "kimi_oracle.pipelines.eager"), ("gpu", "kimi_oracle.pipelines.gpu")])
 def test_unavailable_builtin_is_a_clear_candidate_error(monkeypatch, name, module):
     monkeypatch.setitem(sys.modules, module, None)  # makes `import module` raise ImportError
     with pytest.raises(CandidateError, match=f"built-in candidate '{name}' is not available"):
@@ -57,8 +57,8 @@ def test_file_spec_with_sibling_import(tmp_path):
     ("", "empty candidate spec"),
     ("nope", "bad candidate spec 'nope'"),
     ("no_such_module_kimi:f", "no module named 'no_such_module_kimi'"),
-    ("kimi_oracle.reference:nothing_here", "has no attribute 'nothing_here'"),
-    ("kimi_oracle.reference:PATTERN_VALUES", "is not callable"),
+    ("kimi_oracle.pipelines.reference:nothing_here", "has no attribute 'nothing_here'"),
+    ("kimi_oracle.pipelines.reference:PATTERN_VALUES", "is not callable"),
     ("/no/such/file.py:f", "no such file"),
 ])
 def test_bad_specs(spec, message):

@@ -11,9 +11,9 @@ import pytest
 from PIL import Image
 
 from kimi_oracle.cli import main
-from kimi_oracle.config import PreprocessConfig
-from kimi_oracle.fuzzing import FuzzOptions, fuzz
-from kimi_oracle.generators import CaseParams, make_image
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
+from kimi_oracle.inputs.generators import CaseParams, make_image
 
 PLANTED = str(Path(__file__).resolve().parents[1] / "mutants" / "planted.py")
 
@@ -111,7 +111,7 @@ def test_budget_stops_the_run(tmp_path, capsys):
 def test_database_replays_failures_first(tmp_path):
     from mutants.planted import BY_NAME
 
-    from kimi_oracle.candidates import Candidate
+    from kimi_oracle.oracle.candidates import Candidate
 
     mutant = Candidate("fill_before_resize", BY_NAME["fill_before_resize"])
     options = dict(examples=300, max_side=48, db_dir=tmp_path / "db", invariance=False, keep_searching=False,

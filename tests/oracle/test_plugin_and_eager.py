@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kimi_oracle.config import PreprocessConfig
-from kimi_oracle.errors import CandidateError
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import CandidateError
 
 PLANTED = str(Path(__file__).resolve().parents[1] / "mutants" / "planted.py")
 
@@ -18,7 +18,7 @@ def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_own.py").write_text("def test_own():\n    assert True\n")
     # -p loads the plugin whether or not the package was reinstalled with its entry point.
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "kimi_oracle.pytest_plugin", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-p", "kimi_oracle.cli.pytest_plugin", "-p", "no:cacheprovider",
          "--rootdir", str(tmp_path), "-q", *args],
         cwd=tmp_path, capture_output=True, text=True, timeout=240,
     )
@@ -47,7 +47,7 @@ def test_plugin_is_inert_without_a_candidate(tmp_path):
 
 
 def _eager_or_skip():
-    from kimi_oracle.candidates import load_candidate
+    from kimi_oracle.oracle.candidates import load_candidate
 
     try:
         return load_candidate("eager")
@@ -56,8 +56,8 @@ def _eager_or_skip():
 
 
 def test_eager_divergences_show_up_as_findings(tmp_path):
-    from kimi_oracle.fuzzing import FuzzOptions, fuzz
-    from kimi_oracle.report import finding_lines
+    from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
+    from kimi_oracle.results.report import finding_lines
 
     eager = _eager_or_skip()
     # levels:12 hides the serving engine's resampling noise (a few levels) so that the
@@ -85,11 +85,11 @@ def test_gpu_candidate_tiny_case_under_the_interpreter(tmp_path):
         env["TRITON_INTERPRET"] = "1"
     script = (
         "import sys\n"
-        "from kimi_oracle.candidates import load_candidate\n"
-        "from kimi_oracle.errors import CandidateError\n"
-        "from kimi_oracle.config import PreprocessConfig\n"
-        "from kimi_oracle.fuzzing import evaluate\n"
-        "from kimi_oracle.generators import CaseParams, make_image\n"
+        "from kimi_oracle.oracle.candidates import load_candidate\n"
+        "from kimi_oracle.core.errors import CandidateError\n"
+        "from kimi_oracle.core.config import PreprocessConfig\n"
+        "from kimi_oracle.fuzzers.fuzzing import evaluate\n"
+        "from kimi_oracle.inputs.generators import CaseParams, make_image\n"
         "try:\n"
         "    gpu = load_candidate('gpu')\n"
         "except CandidateError as exc:\n"

@@ -7,9 +7,9 @@ from collections import Counter
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from kimi_oracle.config import PreprocessConfig
-from kimi_oracle.geometry import plan
-from kimi_oracle.strategies import case_params, configs, fuzz_cases
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.geometry import plan
+from kimi_oracle.inputs.strategies import case_params, configs, fuzz_cases
 
 
 def _draw_cases(strategy, n: int, at_seed: int = 3) -> list:

@@ -1,0 +1,70 @@
+"""The `kimi-oracle` command: a click group whose subcommands live in `kimi_oracle.cli`."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import click
+
+from kimi_oracle import __version__
+from kimi_oracle.core.errors import KimiOracleError
+
+# Each module defines `register(group)`. Modules are listed here once; a module that is not
+# part of this installation yet is skipped, but one that exists and fails to import is an error.
+COMMAND_MODULES = (
+    "kimi_oracle.cli.explain",
+    "kimi_oracle.cli.fuzz",
+    "kimi_oracle.cli.golden",
+    "kimi_oracle.cli.nightly",
+    "kimi_oracle.cli.bench",
+    "kimi_oracle.cli.gate",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="kimi-oracle")
+def cli() -> None:
+    """Test oracle and fuzzing suite for Kimi-K3 / K2.5 image preprocessing kernels.
+
+    Exit codes: 0 success / nothing found, 1 a check failed or a finding was made,
+    2 bad usage, bad input or a harness error.
+    """
+
+
+def _register_all() -> None:
+    for name in COMMAND_MODULES:
+        if importlib.util.find_spec(name) is None:
+            continue
+        importlib.import_module(name).register(cli)
+
+
+_register_all()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI, turning our typed errors into one line on stderr and exit 2."""
+    try:
+        code = cli.main(args=argv, prog_name="kimi-oracle", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        code = 130
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        code = 130
+    except click.ClickException as exc:
+        exc.show()
+        code = exc.exit_code
+    except KimiOracleError as exc:
+        click.echo(f"error: {exc}", err=True)
+        code = exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - last resort: one line and exit 2, never exit 1
+        # Exit 1 means "a check failed"; an unexpected failure of the tool itself must not read so.
+        click.echo(f"internal error: {type(exc).__name__}: {exc}", err=True)
+        code = 2
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,116 @@
+"""`kimi-oracle bench`: run the benchmark suite, save it, compare it with a stored run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from kimi_oracle.workflows.bench import BENCH_INPUTS, compare_medians, load_benchmark_json
+from kimi_oracle.oracle.candidates import load_candidate
+from kimi_oracle.core.errors import KimiOracleError
+
+DEFAULT_STORAGE = Path(".benchmarks")
+
+
+def suite_dir() -> Path:
+    """tests/benchmarks of the checkout this package runs from."""
+    here = Path(__file__).resolve().parents[2] / "tests" / "benchmarks"
+    if not (here / "test_benchmarks.py").is_file():
+        raise KimiOracleError(
+            f"benchmark suite not found at {here}: `kimi-oracle bench` runs from a source checkout "
+            "(pip install -e .)"
+        )
+    return here
+
+
+def run_suite(candidates: list[str], quick: bool, json_out: Path, inputs: list[str] | None = None) -> int:
+    """Run tests/benchmarks under pytest-benchmark; returns pytest's exit code."""
+    cmd = [
+        sys.executable, "-m", "pytest", str(suite_dir()), "-m", "bench", "--benchmark-enable",
+        f"--benchmark-json={json_out}", "--kimi-bench-candidates", ",".join(candidates),
+        "-p", "no:cacheprovider", "-q", "--benchmark-columns=min,median,max,rounds",
+    ]
+    if quick:
+        cmd.append("--kimi-bench-quick")
+    if inputs:
+        cmd += ["--kimi-bench-inputs", ",".join(inputs)]
+    return subprocess.call(cmd, cwd=str(suite_dir().parents[1]), env=dict(os.environ))
+
+
+def _resolve_baseline(name_or_file: str, storage: Path) -> Path:
+    path = Path(name_or_file)
+    if path.is_file():
+        return path
+    stored = storage / f"{name_or_file}.json"
+    if stored.is_file():
+        return stored
+    raise KimiOracleError(f"no stored benchmark run {name_or_file!r} (looked for {path} and {stored})")
+
+
+def _print_comparison(rows, threshold) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="benchmark comparison (median seconds)", title_justify="left")
+    for col in ("benchmark", "baseline", "current", "change", "verdict"):
+        table.add_column(col)
+    for r in rows:
+        fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
+        change = "-" if r["change_pct"] is None else f"{r['change_pct']:+.1f}%"
+        verdict = "[red]SLOWER[/red]" if r["failed"] else "ok"
+        table.add_row(escape(r["name"]), fmt(r["baseline_s"]), fmt(r["current_s"]), change, verdict)
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    if threshold is not None:
+        click.echo(f"threshold: a benchmark fails when its median is more than {threshold:g}% slower")
+
+
+def register(group: click.Group) -> None:
+    """Attach `bench` to the CLI group."""
+
+    @group.command("bench")
+    @click.option("--candidate", "candidates", multiple=True,
+                  help="Candidate spec to benchmark (repeatable; default: reference, eager, gpu).")
+    @click.option("--quick", is_flag=True, help="Fewer inputs and rounds (a CPU run stays under 2 minutes).")
+    @click.option("--input", "inputs", multiple=True, type=click.Choice(sorted(BENCH_INPUTS)),
+                  help="Only this benchmark input (repeatable; default: all, or the quick set).")
+    @click.option("--save", "save_name", default=None, help="Store this run as NAME under --storage.")
+    @click.option("--compare", "compare_to", default=None, help="Stored run NAME or a pytest-benchmark JSON file.")
+    @click.option("--fail-above", type=float, default=None, help="Exit 1 when a median is more than PCT % slower.")
+    @click.option("--storage", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_STORAGE,
+                  show_default=True, help="Directory of saved runs.")
+    def bench_cmd(candidates, quick, inputs, save_name, compare_to, fail_above, storage) -> int:
+        """Run the benchmark suite (pytest-benchmark JSON with machine information)."""
+        specs = list(candidates) or ["reference", "eager", "gpu"]
+        for spec in specs:
+            if spec != "gpu":  # without CUDA the gpu rows are skipped, by design
+                load_candidate(spec)  # a broken spec is a usage error (exit 2), not a skipped row
+        baseline = _resolve_baseline(compare_to, storage) if compare_to else None
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "bench.json"
+            code = run_suite(specs, quick, out, list(inputs))
+            if not out.is_file():
+                raise KimiOracleError(f"the benchmark suite produced no results (pytest exit {code})")
+            if save_name:
+                storage.mkdir(parents=True, exist_ok=True)
+                target = storage / f"{save_name}.json"
+                partial = target.with_suffix(".json.tmp")
+                shutil.copyfile(out, partial)
+                os.replace(partial, target)
+                click.echo(f"saved: {target}")
+            if code not in (0, 1):
+                # pytest's own errors (2 interrupted/usage, 3 internal, 4 usage, 5 no tests) are
+                # harness errors, not a slower kernel.
+                raise KimiOracleError(f"the benchmark suite did not run cleanly (pytest exit {code})")
+            failed = code != 0
+            if baseline is not None:
+                rows, slower = compare_medians(load_benchmark_json(out), load_benchmark_json(baseline), fail_above)
+                _print_comparison(rows, fail_above)
+                failed |= slower
+        return 1 if failed else 0

@@ -1,0 +1,313 @@
+"""`kimi-oracle fuzz`, `repro` and `check`: differential testing of a candidate against the reference."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import click
+
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import InputError, KimiOracleError
+from kimi_oracle.inputs.generators import MODES
+from kimi_oracle.oracle.checks import FINDING_KINDS, Tolerance, ToleranceError
+from kimi_oracle.cli.common import parse_duration, profile_options, resolve_config
+
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm",
+                  ".pnm", ".ico", ".tga", ".jp2", ".avif", ".heic", ".psd", ".im", ".pcx", ".sgi", ".dds"}
+
+
+def _tolerance(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return str(Tolerance.parse(value))
+    except ToleranceError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _stdout_console():
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 140, highlight=False)
+
+
+def _print_findings_table(title: str, findings: Sequence[Any], checks: Sequence[str], first_found: dict[str, int],
+                          footer: str) -> None:
+    from rich.table import Table
+
+    console = _stdout_console()
+    table = Table(title=title, title_justify="left")
+    for column in ("check", "result", "findings", "found after", "finding"):
+        table.add_column(column, overflow="fold")
+    for check in checks:
+        mine = [f for f in findings if f.check == check]
+        result = "[red]FAIL[/red]" if mine else "[green]pass[/green]"
+        after = f"{first_found[check]} examples" if check in first_found else ""
+        where = str(mine[0].path) if mine and mine[0].path else ("" if not mine else "(not written)")
+        table.add_row(check, result, str(len(mine)), after, where)
+    console.print(table)
+    console.print(footer)
+    from kimi_oracle.results.report import finding_lines
+
+    for f in findings:
+        console.print()
+        lines = finding_lines(f)
+        console.print(f"[bold red]{lines[0]}[/bold red]", markup=True, highlight=False, soft_wrap=True)
+        for line in lines[1:]:
+            console.print("  " + line, markup=False, soft_wrap=True)
+        if f.path is not None:
+            console.print(f"  reproduce: kimi-oracle repro {f.path}", markup=False)
+
+
+def _write_outputs(summary: dict[str, Any], findings: Sequence[Any], checks: Sequence[str], suite: str,
+                   json_path: Path | None, junit_path: Path | None, elapsed: float) -> None:
+    from kimi_oracle.results.report import junit_cases_for, write_junit
+    from kimi_oracle.core.files import write_json
+
+    if json_path is not None:
+        write_json(json_path, summary)
+    if junit_path is not None:
+        write_junit(junit_path, suite, junit_cases_for(findings, checks), time=elapsed,
+                    properties={"candidate": summary.get("candidate"), "profile": summary.get("profile"),
+                                "seed": summary.get("seed")})
+
+
+def register(group: click.Group) -> None:
+    """Attach `fuzz`, `repro` and `check` to the CLI group."""
+
+    @group.command("fuzz")
+    @click.option("--candidate", "candidate_spec", required=True, metavar="SPEC",
+                  help="reference | gpu | eager | package.module:function | path/to/file.py:function")
+    @profile_options
+    @click.option("--examples", type=click.IntRange(min=1), default=None,
+                  help="Number of examples (default: from --hypothesis-profile).")
+    @click.option("--budget", default=None, metavar="DURATION",
+                  help="Time budget instead of (or as well as) an example count, e.g. 90s, 10m.")
+    @click.option("--hypothesis-profile", type=click.Choice(["dev", "ci", "nightly"]), default="ci",
+                  show_default=True, help="Example count when neither --examples nor --budget is given "
+                                          "(dev 25, ci 100, nightly 2000).")
+    @click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed (default: random, printed).")
+    @click.option("--tolerance", default="exact", show_default=True, callback=_tolerance,
+                  help="exact | levels:K | bf16")
+    @click.option("--fixed-config", is_flag=True,
+                  help="Use the profile/config as is (default: vary budget, side cap, background, fill stage).")
+    @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+                  default=Path("kimi-oracle-out"), show_default=True, help="Findings go to OUT/findings/<id>/.")
+    @click.option("--db", "db_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                  help="Hypothesis example database (default OUT/hypothesis-db; failures replay first).")
+    @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                  help="Write a machine-readable summary here.")
+    @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                  help="Write JUnit XML (one test case per check) here.")
+    @click.option("--max-images", type=click.IntRange(1, 16), default=3, show_default=True,
+                  help="Largest batch drawn.")
+    @click.option("--max-side", type=click.IntRange(1, 20000), default=64, show_default=True,
+                  help="Longest side drawn (ratio sizes reach about 4x).")
+    @click.option("--modes", default=None, metavar="M1,M2", help=f"Restrict modes (default all: {','.join(MODES)}).")
+    @click.option("--no-invariance", is_flag=True, help="Skip the batch/subset/permutation/determinism checks.")
+    @click.option("--no-shrink", is_flag=True, help="Report failures as found, without shrinking them.")
+    @click.option("--group-by", type=click.Choice(["mode", "check"]), default="mode", show_default=True,
+                  help="One pixel_mismatch/crash finding per mode class of the failing image, or per check.")
+    @click.option("--stop-early", is_flag=True,
+                  help="End after the first search round that found something (default: spend all examples).")
+    def fuzz_cmd(candidate_spec: str, profile: str | None, config_path: Path | None, examples: int | None,
+                 budget: str | None, hypothesis_profile: str, seed: int | None, tolerance: str, fixed_config: bool,
+                 out_dir: Path, db_dir: Path | None, json_path: Path | None, junit_path: Path | None,
+                 max_images: int, max_side: int, modes: str | None, no_invariance: bool, no_shrink: bool,
+                 group_by: str, stop_early: bool) -> int:
+        """Differential fuzzing of a candidate against the reference; findings written under --out.
+
+        Exit 0 when nothing was found, 1 when something was, 2 on usage or harness errors.
+        """
+        from kimi_oracle.oracle.candidates import load_candidate
+        from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
+
+        config = resolve_config(profile, config_path)
+        budget_s = parse_duration(budget) if budget else None
+        mode_list = tuple(MODES)
+        if modes:
+            mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
+            bad = [m for m in mode_list if m not in MODES]
+            if bad or not mode_list:
+                raise click.BadParameter(f"unknown mode(s) {', '.join(bad) or '(none)'}; known: {', '.join(MODES)}",
+                                         param_hint="--modes")
+        candidate = load_candidate(candidate_spec)
+        options = FuzzOptions(
+            examples=examples, budget_s=budget_s, seed=seed, tolerance=tolerance, vary_config=not fixed_config,
+            max_images=max_images, max_side=max_side, modes=mode_list, invariance=not no_invariance,
+            shrink=not no_shrink, hypothesis_profile=hypothesis_profile,
+            split_by_mode=group_by == "mode", keep_searching=not stop_early,
+            db_dir=db_dir if db_dir is not None else out_dir / "hypothesis-db",
+        )
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        err = _stderr_console()
+        total = float(budget_s) if budget_s is not None and examples is None else float(options.max_examples())
+        by_time = budget_s is not None and examples is None
+        started = time.monotonic()
+        with Progress(TextColumn("[bold]fuzz[/bold] {task.description}"), BarColumn(),
+                      TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=err,
+                      transient=False, disable=not err.is_terminal) as progress:
+            task = progress.add_task(candidate.spec, total=total, detail="")
+            last = [0.0]
+
+            def on_example(run: Any) -> None:
+                now = time.monotonic()
+                if now - last[0] < 0.1:
+                    return
+                last[0] = now
+                done = min(now - started, total) if by_time else min(run.examples, total)
+                progress.update(task, completed=done,
+                                detail=f"{run.examples} examples, {len(run.first_found)} failing check(s)")
+
+            run = fuzz(candidate, config, options, out_dir=out_dir, on_example=on_example)
+            progress.update(task, completed=total, detail=f"{run.examples} examples, {len(run.findings)} finding(s)")
+        summary = run.summary()
+        _write_outputs(summary, run.findings, FINDING_KINDS, "kimi-oracle fuzz", json_path, junit_path, run.elapsed_s)
+        footer = (f"{run.examples} examples ({run.calls} runs incl. shrinking, {run.rejected} rejected) in "
+                  f"{run.elapsed_s:.1f} s; seed {run.seed}; stopped: {run.stopped}; "
+                  f"{len(run.findings)} finding(s)" + (f" under {out_dir / 'findings'}" if run.findings else ""))
+        _print_findings_table(f"kimi-oracle fuzz: {candidate.spec} vs reference ({config.describe()}, "
+                              f"tolerance {tolerance}, config variation {'off' if fixed_config else 'on'})",
+                              run.findings, FINDING_KINDS, run.first_found, footer)
+        return 1 if run.findings else 0
+
+    @group.command("repro")
+    @click.argument("finding", type=click.Path(exists=True, path_type=Path))
+    @click.option("--candidate", "candidate_spec", default=None, metavar="SPEC",
+                  help="Candidate to replay against (default: the one recorded in case.json).")
+    @click.option("--tolerance", default=None, callback=_tolerance, help="Override the recorded tolerance.")
+    @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                  help="Write the verdict as JSON here.")
+    def repro_cmd(finding: Path, candidate_spec: str | None, tolerance: str | None, json_path: Path | None) -> int:
+        """Replay one finding (its directory or case.json). Exit 1 while it still fails, 0 once fixed."""
+        from kimi_oracle.oracle.candidates import load_candidate
+        from kimi_oracle.fuzzers.fuzzing import finding_from, replay_case
+        from kimi_oracle.results.report import finding_lines, read_case
+        from kimi_oracle.core.files import write_json
+
+        case, directory = read_case(finding)
+        spec = candidate_spec or case.get("candidate")
+        if not spec:
+            raise InputError("case.json names no candidate; give --candidate", source=str(finding))
+        candidate = load_candidate(spec)
+        verdict, images, config, notes = replay_case(case, directory, candidate, tolerance=tolerance)
+        console = _stdout_console()
+        for note in notes:
+            console.print(f"note: {note}", markup=False)
+        was = case.get("check")
+        tol = tolerance or case.get("tolerance") or "exact"
+        if verdict.ok:
+            console.print(f"[green]fixed[/green]: {directory.name} ({was}) now passes every check "
+                          f"with candidate {spec}, tolerance {tol}", highlight=False)
+            code = 0
+        else:
+            f = finding_from(verdict, spec, config, images,
+                             params=[e.get("params") for e in case["images"]], tolerance=tol,
+                             engine=case.get("engine", "hypothesis"), seed=case.get("seed"),
+                             sources=[e.get("source") for e in case["images"]])
+            lines = finding_lines(f)
+            head = "still fails" if verdict.check == was else f"fails a different check now (was {was})"
+            console.print(f"[bold red]{head}[/bold red]: {lines[0]}", highlight=False, soft_wrap=True)
+            for line in lines[1:]:
+                console.print("  " + line, markup=False, soft_wrap=True)
+            code = 1
+        if json_path is not None:
+            write_json(json_path, {"finding": str(directory), "candidate": spec, "was": was,
+                                   "verdict": verdict.to_dict(), "notes": notes})
+        return code
+
+    @group.command("check")
+    @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+    @click.option("--candidate", "candidate_spec", required=True, metavar="SPEC",
+                  help="reference | gpu | eager | package.module:function | path/to/file.py:function")
+    @profile_options
+    @click.option("--tolerance", default="exact", show_default=True, callback=_tolerance,
+                  help="exact | levels:K | bf16")
+    @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+                  default=Path("kimi-oracle-out"), show_default=True, help="Findings go to OUT/findings/<id>/.")
+    @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None)
+    @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None)
+    @click.option("--no-invariance", is_flag=True, help="Skip the batch/subset/permutation/determinism checks.")
+    def check_cmd(paths: tuple[Path, ...], candidate_spec: str, profile: str | None, config_path: Path | None,
+                  tolerance: str, out_dir: Path, json_path: Path | None, junit_path: Path | None,
+                  no_invariance: bool) -> int:
+        """Run the oracle over real image files or folders (searched recursively).
+
+        Exit 0 all pass, 1 findings, 2 when an input could not be read (and nothing failed).
+        """
+        from rich.table import Table
+
+        from kimi_oracle.oracle.candidates import load_candidate
+        from kimi_oracle.fuzzers.fuzzing import check_images
+        from kimi_oracle.core.images import decode
+        from kimi_oracle.core.files import utc_now, versions
+
+        config = resolve_config(profile, config_path)
+        candidate = load_candidate(candidate_spec)
+        files = _expand(paths)
+        if not files:
+            raise InputError("no image files found", source=" ".join(str(p) for p in paths))
+        loaded: list[tuple[str, Any, bytes | None]] = []
+        errors: list[str] = []
+        for path in files:
+            try:
+                raw = path.read_bytes()
+                loaded.append((str(path), decode(raw, name=str(path)), raw))
+            except OSError as exc:
+                errors.append(f"{path}: cannot read: {exc.strerror or exc}")
+            except InputError as exc:
+                errors.append(str(exc))
+        started = time.monotonic()
+        findings, rows = check_images(candidate, loaded, config, tolerance or "exact",
+                                      invariance=not no_invariance, out_dir=out_dir)
+        elapsed = time.monotonic() - started
+        console = _stdout_console()
+        table = Table(title=f"kimi-oracle check: {candidate.spec} vs reference ({config.describe()}, "
+                            f"tolerance {tolerance})", title_justify="left")
+        for column in ("image", "size", "mode", "result", "detail"):
+            table.add_column(column, overflow="fold")
+        for r in rows:
+            result = "[green]ok[/green]" if r["result"] == "ok" else f"[red]{r['result']}[/red]"
+            table.add_row(Path(r["image"]).name if r["size"] != "batch" else r["image"], r["size"], r["mode"],
+                          result, r["detail"])
+        console.print(table)
+        _print_findings_table("findings per check", findings, FINDING_KINDS, {}, f"{len(rows)} row(s), "
+                              f"{len(findings)} finding(s), {len(errors)} unreadable, {elapsed:.1f} s")
+        for line in errors:
+            click.echo(f"error: {line}", err=True)
+        summary = {
+            "schema": "kimi-oracle.check-run", "schema_version": 1, "command": "check",
+            "candidate": candidate.spec, "profile": config.name, "config": config.to_hf_json(),
+            "tolerance": tolerance, "started": utc_now(), "elapsed_s": round(elapsed, 3),
+            "images": rows, "errors": errors,
+            "findings": [{"id": f.id, "check": f.check, "kind": f.kind, "message": f.message,
+                          "path": str(f.path) if f.path else None, "sources": f.sources} for f in findings],
+            "versions": versions(),
+        }
+        _write_outputs(summary, findings, FINDING_KINDS, "kimi-oracle check", json_path, junit_path, elapsed)
+        if findings:
+            return 1
+        return 2 if errors else 0
+
+
+def _expand(paths: Sequence[Path]) -> list[Path]:
+    out: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            out += sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        else:
+            out.append(path)  # a missing or odd file is reported as unreadable
+    return out
+
+
+__all__ = ["register"]

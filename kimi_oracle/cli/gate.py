@@ -1,0 +1,50 @@
+"""`kimi-oracle gate`: may this kernel replace the old one? One verdict, with reasons."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kimi_oracle.core.config import PROFILES
+from kimi_oracle.workflows.gate import Gate, GateOptions
+from kimi_oracle.cli.common import parse_duration, parse_percent
+
+
+def register(group: click.Group) -> None:
+    """Attach `gate` to the CLI group."""
+
+    @group.command("gate")
+    @click.option("--candidate", "new", required=True, metavar="NEW", help="The kernel under review (candidate spec).")
+    @click.option("--baseline", "old", default=None, metavar="OLD",
+                  help="The kernel it replaces; enables the interleaved A/B timing.")
+    @click.option("--profile", type=click.Choice(PROFILES), default="k3", show_default=True,
+                  help="Profile fuzzed around and timed (the goldens of every profile always run).")
+    @click.option("--budget", default="10m", show_default=True, metavar="DURATION",
+                  help="Total time budget, e.g. 90s, 10m.")
+    @click.option("--perf-threshold", default="10%", show_default=True, metavar="PCT",
+                  help="Fail when NEW is more than PCT slower than OLD.")
+    @click.option("--tolerance", default="exact", show_default=True, metavar="exact|levels:K|bf16",
+                  help="Pixel policy of fuzzing and invariance-free comparisons; a golden case whose digest "
+                       "differs is re-compared against the reference under this policy.")
+    @click.option("--seed", type=int, default=None, help="Seed of the fuzzing stage (default: from the clock).")
+    @click.option("--golden-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                  help="Golden files to use (default: the installed ones).")
+    @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("gate-out"),
+                  show_default=True, help="Where gate-report.json/.md, findings and diff images go.")
+    def gate_cmd(new, old, profile, budget, perf_threshold, tolerance, seed, golden_dir, out_dir) -> int:
+        """Run goldens, differential fuzzing, invariances and (with --baseline) A/B timing.
+
+        Exit 0 pass, 1 fail, 2 error (bad candidate spec, bad options).
+        """
+        from kimi_oracle.oracle.checks import Tolerance
+
+        Tolerance.parse(tolerance)  # a bad policy is a usage error before anything runs
+        options = GateOptions(profile=profile, budget_s=parse_duration(budget),
+                              perf_threshold_pct=parse_percent(perf_threshold), tolerance=tolerance, seed=seed,
+                              golden_dir=golden_dir)
+        gate = Gate(new, old, options, out_dir, progress=lambda m: click.echo(m, err=True))
+        report = gate.run()
+        click.echo((out_dir / "gate-report.md").read_text())
+        click.echo(f"verdict: {report['verdict'].upper()} (report: {out_dir / 'gate-report.json'})")
+        return {"pass": 0, "fail": 1}.get(report["verdict"], 2)

@@ -1,0 +1,85 @@
+"""`kimi-oracle golden check|regen`: compare with the recorded goldens, or record them anew."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from kimi_oracle.core.config import PROFILES
+
+KIND_CHOICES = ("grids", "pixels")
+
+
+def _common(func):
+    func = click.option("--max-lines", type=click.IntRange(min=0), default=40, show_default=True,
+                        help="Differing entries printed per file (all of them are in the .obtained file).")(func)
+    func = click.option("--kind", "kinds", type=click.Choice(KIND_CHOICES), multiple=True,
+                        help="Only these kinds of golden file (repeatable; default: both).")(func)
+    func = click.option("--profile", "profiles", type=click.Choice(PROFILES), multiple=True,
+                        help="Only these profiles (repeatable; default: all).")(func)
+    func = click.option("--golden-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                        help="Directory of the golden files (default: the ones shipped with kimi-oracle).")(func)
+    return func
+
+
+def _emit(report, as_json: bool, max_lines: int) -> None:
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        click.echo(report.render(max_lines=max_lines))
+
+
+def register(group: click.Group) -> None:
+    """Attach the `golden` group (`check`, `regen`) to the CLI."""
+
+    @group.group("golden")
+    def golden_group() -> None:
+        """Golden files: recorded grids and pixel digests of every profile.
+
+        `check` recomputes them (grids with the geometry, pixels with a candidate) and exits 1 on
+        any difference; `regen` records them with the reference and replaces them only with
+        --accept. Both write <golden file>.obtained next to each file that differs.
+        """
+
+    @golden_group.command("check")
+    @click.option("--candidate", default="reference", show_default=True,
+                  help="Pipeline for the pixel goldens: reference, gpu, eager, module:function, file.py:function.")
+    @_common
+    @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+    def check_cmd(candidate: str, golden_dir: Path | None, profiles: tuple[str, ...], kinds: tuple[str, ...],
+                  max_lines: int, as_json: bool) -> int:
+        """Compare the golden files with what is computed now; exit 0 match, 1 differ."""
+        from kimi_oracle.workflows import golden
+
+        report = golden.check(golden_dir, candidate, kinds=kinds or None, profiles=profiles or None)
+        _emit(report, as_json, max_lines)
+        return 0 if report.ok else 1
+
+    @golden_group.command("regen")
+    @click.option("--accept", is_flag=True, help="Replace the differing golden files (atomically).")
+    @click.option("--max-changes", type=click.IntRange(min=0), default=None,
+                  help="With --accept: refuse when more entries changed than this (default: 20).")
+    @click.option("--force", is_flag=True, help="With --accept: accept however many entries changed.")
+    @_common
+    @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+    def regen_cmd(accept: bool, max_changes: int | None, force: bool, golden_dir: Path | None,
+                  profiles: tuple[str, ...], kinds: tuple[str, ...], max_lines: int, as_json: bool) -> int:
+        """Record the goldens with the reference and write .obtained files for those that differ.
+
+        Nothing else under the golden directory changes unless --accept is given. Exit 0 when
+        everything matches or was accepted, 1 when differences remain (not accepted, or refused).
+        """
+        from kimi_oracle.workflows import golden
+
+        report = golden.regen(
+            golden_dir,
+            accept=accept,
+            max_changes=golden.DEFAULT_MAX_CHANGES if max_changes is None else max_changes,
+            force=force,
+            kinds=kinds or None,
+            profiles=profiles or None,
+        )
+        _emit(report, as_json, max_lines)
+        return 0 if report.ok or all(f.accepted for f in report.failing()) else 1

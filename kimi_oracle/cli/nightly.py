@@ -1,0 +1,132 @@
+"""`kimi-oracle nightly` (the campaign runner) and `kimi-oracle corpus seed|dict`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kimi_oracle.core.errors import KimiOracleError
+from kimi_oracle.cli.common import parse_duration, profile_options, resolve_config
+
+
+class _UsageError(KimiOracleError):
+    """A bad option value (exit 2)."""
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    # The CLI's one duration syntax (click.BadParameter names the option on a bad value).
+    return None if value is None else parse_duration(value)
+
+
+def register(group: click.Group) -> None:
+    """Add `nightly` and the `corpus` group to the CLI."""
+    group.add_command(nightly)
+    group.add_command(corpus)
+
+
+@click.command()
+@click.option("--budget", default="30m", show_default=True, callback=_duration,
+              help="Wall-clock budget of the whole campaign (90s, 30m, 1.5h).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Output directory: summary.json, summary.md, junit.xml, findings/.")
+@click.option("--candidate", default="reference", show_default=True,
+              help="Candidate spec: reference, gpu, eager, package.module:function or file.py:function.")
+@profile_options
+@click.option("--corpus", "corpus_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Persistent atheris corpus (default OUT/corpus); new entries are added atomically.")
+@click.option("--db", "db_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Persistent hypothesis example database (default OUT/hypothesis-db).")
+@click.option("--engines", default="hypothesis,atheris", show_default=True,
+              help="Comma-separated engines to run.")
+@click.option("--shard", default="1/1", show_default=True,
+              help="I/N: this machine's part of a campaign split over N machines (1-based).")
+@click.option("--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Worker processes on this machine.")
+@click.option("--case-timeout", default="30s", show_default=True, callback=_duration,
+              help="A candidate call taking longer is killed and filed as a `timeout` finding.")
+@click.option("--tolerance", default="exact", show_default=True, help="exact, levels:K or bf16.")
+@click.option("--seed", type=int, default=None, help="Base seed (default: random, recorded in the summary).")
+@click.option("--fixed-config", is_flag=True, help="Do not vary the configuration around the profile.")
+@click.option("--memory-limit", "memory_limit_mb", type=click.IntRange(64, None), default=None,
+              help="Address-space allowance of the candidate's process, in MiB (CPU candidates only).")
+@click.option("--max-findings", type=click.IntRange(1, None), default=100, show_default=True,
+              help="Distinct findings kept per harness.")
+def nightly(budget: float, out_dir: Path, candidate: str, profile: str | None, config_path: Path | None,
+            corpus_dir: Path | None, db_dir: Path | None, engines: str, shard: str, jobs: int,
+            case_timeout: float, tolerance: str, seed: int | None, fixed_config: bool,
+            memory_limit_mb: int | None, max_findings: int) -> int:
+    """Run a time-boxed fuzzing campaign (hypothesis + atheris) against a candidate.
+
+    The candidate runs in worker subprocesses: a segfault, abort, out-of-memory kill or hang
+    becomes a `crash` / `timeout` finding with its input, and the campaign goes on. Corpus and
+    example database persist between runs. Writes OUT/summary.json, OUT/summary.md,
+    OUT/junit.xml and OUT/findings/<id>/. Exit 0 no findings, 1 findings, 2 harness error,
+    130 interrupted without findings (the summary is written in every case).
+    """
+    from kimi_oracle.workflows.nightly import CampaignOptions, coverage_text, run_campaign
+    from kimi_oracle.fuzzers.harnesses import parse_shard
+    from kimi_oracle.oracle.checks import Tolerance
+
+    # Both checked before any work: --profile with --config, and a bad config file, are usage errors.
+    resolve_config(profile, config_path)
+    names = tuple(e.strip() for e in engines.split(",") if e.strip())
+    try:
+        shard_tuple = parse_shard(shard)
+        Tolerance.parse(tolerance)
+        options = CampaignOptions(
+            out=out_dir, budget_s=float(budget), candidate=candidate, profile=profile or "k3",
+            config_path=config_path, corpus=corpus_dir, db=db_dir, engines=names,
+            engines_explicit=engines.replace(" ", "") != "hypothesis,atheris", shard=shard_tuple, jobs=jobs,
+            case_timeout_s=float(case_timeout), tolerance=tolerance, seed=seed, vary_config=not fixed_config,
+            max_findings=max_findings, memory_limit_mb=memory_limit_mb,
+        )
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
+    click.echo(f"nightly: candidate {candidate}, {options.profile if not config_path else config_path}, "
+               f"budget {budget:.0f} s, engines {','.join(names)}, shard {shard_tuple[0]}/{shard_tuple[1]}, "
+               f"jobs {jobs}", err=True)
+    result = run_campaign(options, progress=lambda msg: click.echo(f"  {msg}", err=True))
+    s = result.summary
+    for name, info in s["engines"].items():
+        cov_text = f", coverage {coverage_text(info.get('coverage'))}" if info.get("coverage") else ""
+        click.echo(f"{name}: {info.get('status')}, {info.get('examples', 0)} examples{cov_text}, "
+                   f"{info.get('findings', 0)} findings")
+    for f in s["findings"]:
+        click.echo(f"  {f['kind']:<15} {f['engine']:<10} {f['path']}")
+        click.echo(f"      {str(f['message'])[:160]}")
+    for err in s["errors"]:
+        click.echo(f"error: {err.splitlines()[0] if err else err}", err=True)
+    click.echo(f"{len(s['findings'])} finding(s); stopped: {s['stopped']}; summary: {result.out / 'summary.md'}")
+    raise SystemExit(result.exit_code)
+
+
+@click.group()
+def corpus() -> None:
+    """Seed corpora and the dictionary of the atheris harnesses."""
+
+
+@corpus.command("seed")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--structured", "structured_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also write the structured harness' seeds here.")
+def corpus_seed(directory: Path, structured_dir: Path | None) -> None:
+    """Write generated seed images into DIRECTORY: PNG with tRNS and palettes, LA, 16-bit grey,
+    CMYK JPEG/TIFF, GIF, WebP, odd sizes (files already there are kept)."""
+    from kimi_oracle.inputs.corpus import write_seed_corpus
+
+    paths = write_seed_corpus(directory, structured_dir=structured_dir)
+    for p in paths:
+        click.echo(str(p))
+    click.echo(f"{len(paths)} seed files in {directory}", err=True)
+
+
+@corpus.command("dict")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+def corpus_dict(path: Path) -> None:
+    """Write the PNG/JPEG dictionary (libFuzzer `-dict=` format) to PATH."""
+    from kimi_oracle.inputs.corpus import dictionary_text
+    from kimi_oracle.core.files import atomic_write_text
+
+    atomic_write_text(path, dictionary_text())
+    click.echo(str(path))

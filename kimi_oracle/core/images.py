@@ -1,0 +1,203 @@
+"""Input rules shared by every pipeline: decoding with a pixel cap, and Pillow's mode classes."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import os
+import threading
+import warnings
+from pathlib import Path
+from typing import Any, Iterable, Literal, Sequence
+
+import numpy as np
+from PIL import Image
+
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import InputError
+from kimi_oracle.core.geometry import plan
+
+ResampleKind = Literal["none", "nearest", "premultiplied", "bicubic"]
+
+# Modes Pillow's resize forces to NEAREST whatever filter is asked for.
+NEAREST_MODES = frozenset({"1", "P"})
+# Modes Pillow resizes through a premultiplied intermediate ("RGBA" -> "RGBa", "LA" -> "La").
+PREMULTIPLIED_MODES = {"RGBA": "RGBa", "LA": "La"}
+# Families of Pillow's separate resampling paths, for the pipelines that reimplement them.
+MODES_16BIT = frozenset({"I;16", "I;16L", "I;16B", "I;16N"})
+MODES_32BIT = frozenset({"I", "F"})
+
+ImageSource = Any  # PIL image, path, bytes, data: URL, uint8 array or tensor
+
+_PIL_LIMIT_LOCK = threading.Lock()
+
+
+def default_max_pixels() -> int:
+    """Pillow's own refusal threshold: DecompressionBombError above 2 × MAX_IMAGE_PIXELS."""
+    # Under the lock: `_open_bytes` sets Pillow's limit to None while it opens a file.
+    with _PIL_LIMIT_LOCK:
+        limit = Image.MAX_IMAGE_PIXELS
+    return 2 * int(limit) if limit else 0
+
+
+def has_alpha(img: Image.Image) -> bool:
+    """The checkpoint's alpha rule: an "A" band, or a "transparency" entry in `img.info`."""
+    return "A" in img.getbands() or "transparency" in img.info
+
+
+def alpha_class(img: Image.Image) -> str:
+    """A short name of how the image's transparency is expressed (for reports)."""
+    if "A" in img.getbands():
+        return "alpha band"
+    if "transparency" in img.info:
+        return "transparency key"
+    return "opaque"
+
+
+def resample_kind(mode: str, src_size: tuple[int, int], dst_size: tuple[int, int]) -> ResampleKind:
+    """Which of Pillow's resize paths `Image.resize(dst_size, BICUBIC)` takes for this mode."""
+    if tuple(src_size) == tuple(dst_size):
+        return "none"  # Pillow returns a copy
+    if mode in NEAREST_MODES:
+        return "nearest"
+    if mode in PREMULTIPLIED_MODES:
+        return "premultiplied"
+    return "bicubic"
+
+
+def _check_size(img: Image.Image, max_pixels: int, name: str) -> None:
+    w, h = img.size
+    if w <= 0 or h <= 0:
+        raise InputError(f"image has an empty size {w}x{h}", source=name)
+    if max_pixels and w * h > max_pixels:
+        raise InputError(
+            f"image of {w}x{h} = {w * h} pixels exceeds the pixel cap of {max_pixels}",
+            source=name,
+        )
+
+
+def _open_bytes(data: bytes, name: str, max_pixels: int) -> Image.Image:
+    if not data:
+        raise InputError("empty input (0 bytes)", source=name)
+    with _PIL_LIMIT_LOCK, warnings.catch_warnings():
+        # We apply the cap ourselves (so it can be configured); Pillow's check is off meanwhile.
+        warnings.simplefilter("ignore")
+        saved = Image.MAX_IMAGE_PIXELS
+        Image.MAX_IMAGE_PIXELS = None
+        try:
+            img = Image.open(io.BytesIO(data))
+        except Image.UnidentifiedImageError:
+            raise InputError("cannot decode: not an image format Pillow recognises", source=name) from None
+        except Exception as exc:  # Pillow raises many types on corrupt headers
+            raise InputError(f"cannot decode: {_reason(exc)}", source=name) from None
+        finally:
+            Image.MAX_IMAGE_PIXELS = saved
+    _check_size(img, max_pixels, name)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            img.load()
+    except Exception as exc:
+        raise InputError(f"cannot decode: {_reason(exc)}", source=name) from None
+    _check_size(img, max_pixels, name)
+    return img
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if not text.startswith(type(exc).__name__) else text
+
+
+def _from_array(arr: Any, name: str) -> Image.Image:
+    try:
+        import torch
+
+        if isinstance(arr, torch.Tensor):
+            arr = arr.detach().cpu().numpy()
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    arr = np.asarray(arr)
+    if arr.dtype != np.uint8:
+        raise InputError(f"arrays must be uint8, got {arr.dtype}", source=name)
+    if arr.ndim == 3 and arr.shape[2] == 1:
+        arr = arr[:, :, 0]
+    if arr.ndim == 2:
+        mode = "L"
+    elif arr.ndim == 3 and arr.shape[2] in (3, 4):
+        mode = "RGB" if arr.shape[2] == 3 else "RGBA"
+    else:
+        raise InputError(
+            f"arrays must be HxW or HxWxC with C in 1, 3, 4; got shape {tuple(arr.shape)}",
+            source=name,
+        )
+    if arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise InputError(f"array has an empty size {tuple(arr.shape)}", source=name)
+    return Image.fromarray(np.ascontiguousarray(arr), mode=mode)
+
+
+def decode(source: ImageSource, *, max_pixels: int | None = None, name: str | None = None) -> Image.Image:
+    """Turn one input into a loaded PIL image, or raise InputError naming the file and reason."""
+    cap = default_max_pixels() if max_pixels is None else int(max_pixels)
+    if isinstance(source, Image.Image):
+        label = name or "<PIL image>"
+        _check_size(source, cap, label)
+        return source
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return _open_bytes(bytes(source), name or "<bytes>", cap)
+    if isinstance(source, str) and source.startswith("data:"):
+        label = name or "<data URL>"
+        header, sep, payload = source.partition(",")
+        if not sep:
+            raise InputError("malformed data URL (no comma)", source=label)
+        try:
+            if header.endswith(";base64"):
+                data = base64.b64decode(payload, validate=True)
+            else:
+                from urllib.parse import unquote_to_bytes
+
+                data = unquote_to_bytes(payload)
+        except (binascii.Error, ValueError) as exc:
+            raise InputError(f"malformed base64 in data URL: {exc}", source=label) from None
+        return _open_bytes(data, label, cap)
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        label = name or str(path)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise InputError("no such file", source=label) from None
+        except IsADirectoryError:
+            raise InputError("is a directory, not an image file", source=label) from None
+        except OSError as exc:
+            raise InputError(f"cannot read: {exc.strerror or exc}", source=label) from None
+        return _open_bytes(data, label, cap)
+    if hasattr(source, "__array__") or hasattr(source, "shape"):
+        img = _from_array(source, name or "<array>")
+        _check_size(img, cap, name or "<array>")
+        return img
+    raise InputError(f"unsupported input type {type(source).__name__}", source=name)
+
+
+def load_images(images: Iterable[ImageSource] | ImageSource, max_pixels: int | None = None) -> list[Image.Image]:
+    """Decode a list of inputs (a single non-list input is accepted as a list of one)."""
+    if isinstance(images, (Image.Image, str, bytes, bytearray, os.PathLike)) or hasattr(images, "shape"):
+        images = [images]
+    items: Sequence[ImageSource] = list(images)
+    if not items:
+        raise InputError("no images given")
+    out = []
+    for index, item in enumerate(items):
+        label = None if isinstance(item, (str, os.PathLike)) else f"image[{index}]"
+        out.append(decode(item, max_pixels=max_pixels, name=label))
+    return out
+
+
+def resize_class(img: Image.Image, config: PreprocessConfig) -> str:
+    """How the reference resizes `img` under `config` (`resample_kind` of its plan), or
+    `unplanned` when there is no plan; part of finding signatures and executor behaviours."""
+    try:
+        p = plan(img.width, img.height, config)
+        return resample_kind(img.mode, img.size, (p.new_w, p.new_h))
+    except Exception:
+        return "unplanned"

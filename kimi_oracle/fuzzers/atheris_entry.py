@@ -1,0 +1,72 @@
+"""Start a harness under atheris, with kimi_oracle and Pillow's Python code instrumented.
+
+Used by `fuzz/*_fuzzer.py` (plain atheris, ClusterFuzzLite) and by the nightly runner
+(`python -m kimi_oracle.fuzzers.atheris_entry NAME ...`). atheris is imported here only:
+kimi_oracle itself never needs it. `--replay FILE...` replays inputs without atheris.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from kimi_oracle.fuzzers import HARNESSES
+
+# The harness module is imported inside the functions below, so that `run` imports it under
+# atheris' instrumentation hook (coverage feedback from our code).
+
+
+def run(name: str, argv: Sequence[str] | None = None) -> None:
+    """Fuzz harness `name` (structured or decoder) with libFuzzer arguments from `argv`."""
+    try:
+        import atheris
+    except ImportError:
+        sys.stderr.write("atheris is not installed: pip install 'kimi-oracle[fuzz]'\n")
+        raise SystemExit(2) from None
+    # Coverage feedback from our code and Pillow's plugins; torch/numpy stay uninstrumented.
+    with atheris.instrument_imports(include=["kimi_oracle", "PIL"], exclude=["kimi_oracle.fuzzers.atheris_entry"]):
+        from kimi_oracle.fuzzers.harnesses import Harness, HarnessSettings
+        from PIL import GifImagePlugin, JpegImagePlugin, PngImagePlugin, TiffImagePlugin, WebPImagePlugin  # noqa: F401
+    harness = Harness(name, HarnessSettings.from_env())
+    atheris.Setup(list(argv if argv is not None else sys.argv), harness.test_one_input)
+    atheris.Fuzz()
+
+
+def replay(name: str, paths: Sequence[str]) -> int:
+    """Replay corpus files through harness `name` without atheris; 1 if any is a finding."""
+    from kimi_oracle.fuzzers.harnesses import Harness, HarnessSettings, PyFuzzedDataProvider
+
+    settings = HarnessSettings.from_env()
+    harness = Harness(name, dataclasses.replace(settings, findings_dir=None))
+    worst = 0
+    for path in paths:
+        data = Path(path).read_bytes()
+        outcome = harness.evaluate(data, PyFuzzedDataProvider(data) if name == "structured" else None)
+        detail = outcome.reason if outcome.status == "rejected" else (
+            outcome.verdict.message if outcome.verdict is not None else "")
+        label = f"{outcome.check}: " if outcome.status == "finding" else ""
+        print(f"{path}: {outcome.status} {label}{detail}"[:2000])
+        if outcome.status == "finding":
+            worst = 1
+    return worst
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m kimi_oracle.fuzzers.atheris_entry NAME --replay FILE...`: replay inputs without
+    atheris; `... NAME [libFuzzer args]`: fuzz under atheris."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in HARNESSES:
+        print(f"usage: python -m kimi_oracle.fuzzers.atheris_entry {{{','.join(HARNESSES)}}} [--replay FILE...] "
+              "[libFuzzer args]", file=sys.stderr)
+        return 2
+    name = args[0]
+    if len(args) > 1 and args[1] == "--replay":
+        return replay(name, args[2:])
+    run(name, [sys.argv[0]] + args[1:])
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

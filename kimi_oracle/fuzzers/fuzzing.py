@@ -1,0 +1,578 @@
+"""The differential fuzzing engine: hypothesis draws cases, the oracle judges, findings result.
+
+`fuzz(candidate, config, options)` runs N examples or a time budget and returns a `FuzzRun`
+with the shrunk findings (one per failed check); `evaluate` judges one batch of images and is
+shared by `repro`, `check`, the pytest plugin, the nightly runner and the gate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from PIL import Image
+
+from kimi_oracle.pipelines import reference
+from kimi_oracle.oracle.candidates import Candidate, CandidateCrash, load_candidate
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import InputError, KimiOracleError
+from kimi_oracle.inputs.generators import MODES, FuzzCase
+from kimi_oracle.oracle.grouping import finding_key
+from kimi_oracle.oracle.checks import CRASH, FINDING_KINDS, INVARIANCE, Tolerance, Verdict, check_invariance, compare
+from kimi_oracle.results.report import Finding, summary_markdown, write_finding
+from kimi_oracle.core.files import versions
+from kimi_oracle.inputs.strategies import DEFAULT_MAX_SIDE, fuzz_cases
+
+# Checks a fuzz run reports on, in report order.
+# fuzz() may run this factor over its budget while it shrinks what it found; a caller with a hard
+# deadline gives it `search_budget(seconds_left)`.
+SHRINK_GRACE = 1.25
+
+
+def search_budget(seconds_left: float) -> float:
+    """The `FuzzOptions.budget_s` that, shrinking included, ends within `seconds_left`."""
+    return seconds_left / SHRINK_GRACE
+
+# Example counts per `--hypothesis-profile` when neither --examples nor --budget is given.
+HYPOTHESIS_PROFILES = {
+    "dev": {"max_examples": 25},
+    "ci": {"max_examples": 100},
+    "nightly": {"max_examples": 2000},
+}
+
+
+class Rejected(Exception):
+    """The reference itself refuses this input (e.g. the checkpoint's side assert): not a case."""
+
+
+@dataclass
+class FuzzOptions:
+    """What a fuzz run draws and how long it runs."""
+
+    examples: int | None = None
+    budget_s: float | None = None
+    seed: int | None = None
+    tolerance: str = "exact"
+    vary_config: bool = True
+    max_images: int = 3
+    max_side: int = DEFAULT_MAX_SIDE
+    modes: tuple[str, ...] = MODES
+    alpha_patterns: tuple[str, ...] | None = None
+    invariance: bool = True
+    shrink: bool = True
+    hypothesis_profile: str = "ci"
+    db_dir: Path | None = None  # hypothesis example database; None: no database
+    split_by_mode: bool = True  # one pixel_mismatch / crash finding per mode class
+    keep_searching: bool = True  # after a failure, search on (new seeds) until the examples are spent
+
+    def max_examples(self) -> int:
+        """The example count hypothesis is given (huge under a time budget)."""
+        if self.examples is not None:
+            return max(1, int(self.examples))
+        if self.budget_s is not None:
+            return 10**9
+        return HYPOTHESIS_PROFILES.get(self.hypothesis_profile, HYPOTHESIS_PROFILES["ci"])["max_examples"]
+
+
+@dataclass
+class FuzzRun:
+    """The outcome of a fuzz run."""
+
+    candidate: str
+    config: PreprocessConfig
+    options: FuzzOptions
+    seed: int
+    findings: list[Finding] = field(default_factory=list)
+    examples: int = 0  # generated examples run (shrinking not counted)
+    calls: int = 0  # every evaluation, shrinking included
+    rejected: int = 0
+    elapsed_s: float = 0.0
+    first_found: dict[str, int] = field(default_factory=dict)  # check -> example number
+    stopped: str = "examples"
+    started: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """True when there is at least one finding."""
+        return bool(self.findings)
+
+    def counts(self) -> dict[str, int]:
+        """Findings per check, every check listed."""
+        out = {c: 0 for c in FINDING_KINDS}
+        for f in self.findings:
+            out[f.check] = out.get(f.check, 0) + 1
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready summary (the `--json` document)."""
+        return {
+            "schema": "kimi-oracle.fuzz-run",
+            "schema_version": 1,
+            "command": "fuzz",
+            "candidate": self.candidate,
+            "profile": self.config.name,
+            "config": self.config.to_hf_json(),
+            "tolerance": str(Tolerance.parse(self.options.tolerance)),
+            "seed": self.seed,
+            "vary_config": self.options.vary_config,
+            "examples": self.examples,
+            "calls": self.calls,
+            "rejected": self.rejected,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "stopped": self.stopped,
+            "started": self.started,
+            "counts": self.counts(),
+            "findings": [
+                {
+                    "id": f.id,
+                    "check": f.check,
+                    "kind": f.kind,
+                    "message": f.message,
+                    "example": f.example,
+                    "group": f.extra.get("group"),
+                    "path": str(f.path) if f.path else None,
+                    "images": [p for p in f.params],
+                }
+                for f in self.findings
+            ],
+            "versions": versions(),
+        }
+
+    def markdown(self) -> str:
+        """Markdown summary."""
+        return summary_markdown(self.summary())
+
+
+# ---------------------------------------------------------------------------------------------
+# one case
+
+
+def _crash_verdict(exc: CandidateCrash) -> Verdict:
+    # A candidate failure names its own check when it has one: the sandbox's timeout is `timeout`.
+    return Verdict(getattr(exc, "check", CRASH), f"candidate raised {exc.exc_type}: {exc.exc_message}"[:500], {
+        "exception": f"{exc.exc_type}: {exc.exc_message}"[:2000],
+        "traceback": exc.traceback[-6000:],
+    })
+
+
+def evaluate(
+    candidate: Candidate | Callable[[list[Image.Image], PreprocessConfig], Any],
+    images: Sequence[Image.Image],
+    config: PreprocessConfig,
+    tolerance: "str | Tolerance" = "exact",
+    *,
+    invariance: bool = True,
+    expected: Any = None,
+) -> Verdict:
+    """Judge `candidate` on one batch: differential checks, then (when they pass) invariances.
+
+    Raises Rejected when the reference refuses the input, CandidateError / BackendError on
+    harness problems; a candidate exception becomes a `crash` verdict.
+    """
+    if not isinstance(candidate, Candidate):
+        candidate = Candidate(getattr(candidate, "__name__", "candidate"), candidate)
+    images = list(images)
+    if expected is None:
+        try:
+            expected = reference.preprocess([img.copy() if not img.info else _copy(img) for img in images], config)
+        except InputError as exc:
+            raise Rejected(str(exc)) from None
+    try:
+        actual = candidate(images, config)
+    except CandidateCrash as exc:
+        return _crash_verdict(exc)
+    verdict = compare(expected, actual, config, tolerance, sizes=[img.size for img in images])
+    if not verdict.ok or not invariance:
+        return verdict
+    try:
+        inv = check_invariance(lambda batch: candidate(batch, config), images, full=actual)
+    except CandidateCrash as exc:
+        return _crash_verdict(exc)
+    if not inv.ok:
+        return inv
+    verdict.stats["invariance"] = "held"
+    return verdict
+
+
+def _copy(img: Image.Image) -> Image.Image:
+    out = img.copy()
+    out.info = dict(img.info)
+    return out
+
+
+def finding_from(verdict: Verdict, candidate: str, config: PreprocessConfig, images: Sequence[Image.Image], *,
+                 params: Sequence[dict | None] | None = None, tolerance: str = "exact", engine: str = "hypothesis",
+                 seed: int | None = None, example: int | None = None, sources: Sequence[str | None] = (),
+                 raw_inputs: Sequence[bytes | None] = ()) -> Finding:
+    """A Finding for a failed verdict."""
+    extra: dict[str, Any] = {}
+    if verdict.check == INVARIANCE:
+        extra["invariance"] = {"kind": verdict.stats.get("kind"), "indices": verdict.stats.get("indices")}
+    return Finding(
+        check=str(verdict.check),
+        message=verdict.message,
+        candidate=candidate,
+        config=config,
+        images=list(images),
+        params=list(params) if params is not None else [None] * len(images),
+        tolerance=str(Tolerance.parse(tolerance)),
+        engine=engine,
+        seed=seed,
+        example=example,
+        stats=verdict.stats,
+        sources=list(sources),
+        raw_inputs=list(raw_inputs),
+        expected=verdict.expected,
+        actual=verdict.actual,
+        extra=extra,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# the hypothesis run
+
+
+class _SaveOnlyDatabase:
+    """Later rounds save new failures but neither replay nor delete the first round's."""
+
+    def __new__(cls, inner: Any) -> Any:
+        from hypothesis.database import ExampleDatabase
+
+        class SaveOnly(ExampleDatabase):
+            def save(self, key: bytes, value: bytes) -> None:
+                inner.save(key, value)
+
+            def fetch(self, key: bytes):  # type: ignore[override]
+                return iter(())
+
+            def delete(self, key: bytes, value: bytes) -> None:
+                pass
+
+            def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+                inner.save(dest, value)
+
+        return SaveOnly()
+
+
+def _statistics_collector(callback: Callable[[dict], None]) -> Any:
+    import contextlib
+
+    try:
+        from hypothesis.statistics import collector
+    except ImportError:  # pragma: no cover - statistics are optional
+        return contextlib.nullcontext()
+    return collector.with_value(callback)
+
+
+class _Stop(BaseException):
+    """Ends the hypothesis run at once (BaseException: hypothesis does not shrink it)."""
+
+
+class _HarnessAbort(BaseException):
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Failed(Exception):
+    """Raised inside the hypothesis test; one subclass per check, so each is shrunk separately."""
+
+
+_FAILURE_TYPES: dict[str, type] = {}
+
+
+def _failure_type(group: str) -> type:
+    # One exception type per failure group: hypothesis shrinks each group separately.
+    if group not in _FAILURE_TYPES:
+        _FAILURE_TYPES[group] = type(f"{group}_failure", (_Failed,), {})
+    return _FAILURE_TYPES[group]
+
+
+def fuzz(
+    candidate: Candidate | str,
+    config: PreprocessConfig,
+    options: FuzzOptions | None = None,
+    *,
+    out_dir: str | Path | None = None,
+    on_example: Callable[["FuzzRun"], None] | None = None,
+) -> FuzzRun:
+    """Fuzz `candidate` against the reference around `config`; findings written under `out_dir`."""
+    from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    options = options or FuzzOptions()
+    if isinstance(candidate, str):
+        candidate = load_candidate(candidate)
+    tol = Tolerance.parse(options.tolerance)
+    seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
+    run = FuzzRun(candidate.spec, config, options, seed)
+    from kimi_oracle.core.files import utc_now
+
+    run.started = utc_now()
+    records: dict[str, tuple[FuzzCase, Verdict, int]] = {}
+    first_by_group: dict[str, int] = {}
+    start = time.monotonic()
+    budget = options.budget_s
+
+    def over_budget() -> bool:
+        if budget is None:
+            return False
+        elapsed = time.monotonic() - start
+        # A little grace for shrinking what was found (SHRINK_GRACE).
+        return elapsed > (budget * SHRINK_GRACE if records else budget)
+
+    progress = {"examples_before": 0, "round_calls": 0}
+
+    known: set[str] = set()  # groups found in earlier rounds: not shrunk again
+
+    def body(case: FuzzCase) -> None:
+        if over_budget():
+            run.stopped = "budget"
+            raise _Stop()
+        run.calls += 1
+        progress["round_calls"] += 1
+        images = case.make_images()
+        try:
+            verdict = evaluate(candidate, images, case.config, tol, invariance=options.invariance)
+        except Rejected:
+            run.rejected += 1
+            from hypothesis import reject
+
+            reject()
+        except KimiOracleError as exc:
+            raise _HarnessAbort(exc) from None
+        if on_example is not None:
+            on_example(run)
+        if verdict.ok:
+            return
+        check = str(verdict.check)
+        group = finding_key(check, verdict.stats, images) if options.split_by_mode else check
+        if group in known:
+            return
+        # Before a round's first failure every call is a generated example, so this count is the
+        # number of examples it took to find the group (after that, shrink calls inflate it).
+        found_at = progress["examples_before"] + progress["round_calls"]
+        run.first_found.setdefault(check, found_at)
+        first = first_by_group.setdefault(group, found_at)
+        records[group] = (case, verdict, first)
+        raise _failure_type(group)(verdict.message)
+
+    strategy = fuzz_cases(
+        config,
+        vary_config=options.vary_config,
+        max_images=options.max_images,
+        max_side=options.max_side,
+        modes=options.modes,
+        alpha_patterns=options.alpha_patterns,
+    )
+    phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
+    if options.shrink:
+        phases.append(Phase.shrink)
+    database = DirectoryBasedExampleDatabase(str(options.db_dir)) if options.db_dir else None
+    # The database key: one per candidate, profile and drawing options, so a replay is relevant.
+    body._hypothesis_internal_add_digest = json.dumps(  # type: ignore[attr-defined]
+        [candidate.spec, config.to_hf_json(), options.vary_config, options.max_images, options.max_side,
+         list(options.modes), options.alpha_patterns, str(tol)], sort_keys=True).encode()
+    target = options.max_examples()
+    # Hypothesis stops generating soon after its first failure; further rounds (new seeds, the
+    # groups found so far masked) keep searching until the example count or budget is spent.
+    def publish() -> None:
+        """Write what was found so far (also when a harness error ends the run early)."""
+        run.elapsed_s = time.monotonic() - start
+        order = {c: i for i, c in enumerate(FINDING_KINDS)}
+        for group in sorted(records, key=lambda g: (order.get(g.split("[")[0], 99), first_by_group[g], g)):
+            case, verdict, example = records[group]
+            finding = finding_from(verdict, candidate.spec, case.config, case.make_images(),
+                                   params=[p.to_dict() for p in case.images], tolerance=str(tol),
+                                   seed=seed, example=example)
+            finding.extra["group"] = group
+            if out_dir is not None:
+                write_finding(out_dir, finding)
+            run.findings.append(finding)
+        records.clear()
+
+    for round_index in range(64):
+        remaining = target - run.examples
+        if remaining <= 0 or run.stopped in ("budget", "interrupted"):
+            break
+        before = run.calls
+        known.update(records)
+        test = settings(
+            max_examples=remaining,
+            deadline=None,
+            database=database if round_index == 0 or database is None else _SaveOnlyDatabase(database),
+            phases=phases,
+            suppress_health_check=list(HealthCheck),
+            verbosity=Verbosity.quiet,
+            print_blob=False,
+            report_multiple_bugs=True,
+            derandomize=False,
+        )(given(strategy)(body))
+        # Set the seed the way @seed does, minus @seed's side effect of switching the database off.
+        test._hypothesis_internal_use_seed = seed if round_index == 0 else (seed * 1000003 + round_index) % 2**32
+        progress["round_calls"] = 0
+        generated: list[int] = []
+
+        def collect(stats: dict) -> None:
+            for phase in ("reuse-phase", "generate-phase"):
+                generated.append(len((stats.get(phase) or {}).get("test-cases", [])))
+
+        try:
+            with _statistics_collector(collect):
+                test()
+        except _Stop:
+            pass
+        except _HarnessAbort as abort:
+            publish()
+            raise abort.error from None
+        except KeyboardInterrupt:
+            run.stopped = "interrupted"
+        except BaseException as exc:  # hypothesis raises our failures (or a group of them)
+            if not _only_our_failures(exc):
+                harness = _find_harness(exc)
+                publish()
+                if harness is not None:
+                    raise harness from None
+                raise
+        # Hypothesis' own count of generated examples when it reports one; else every call.
+        run.examples += sum(generated) if generated else run.calls - before
+        progress["examples_before"] = run.examples
+        if run.calls == before:
+            break  # nothing ran: the search space is exhausted
+        if records and not options.keep_searching:
+            break
+    publish()
+    return run
+
+
+def _only_our_failures(exc: BaseException) -> bool:
+    if isinstance(exc, _Failed):
+        return True
+    inner = getattr(exc, "exceptions", None)
+    if inner:
+        return all(_only_our_failures(e) for e in inner)
+    # hypothesis' Flaky* errors wrap ours when the candidate is not deterministic
+    if type(exc).__name__.startswith("Flaky"):
+        return True
+    return False
+
+
+def _find_harness(exc: BaseException) -> BaseException | None:
+    if isinstance(exc, KimiOracleError):
+        return exc
+    if isinstance(exc, _HarnessAbort):
+        return exc.error
+    for e in getattr(exc, "exceptions", None) or ():
+        found = _find_harness(e)
+        if found is not None:
+            return found
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# replay and real files
+
+
+def replay_case(case: dict[str, Any], directory: Path, candidate: Candidate, *,
+                tolerance: str | None = None) -> tuple[Verdict, list[Image.Image], PreprocessConfig, list[str]]:
+    """Re-run a finding's case.json: (verdict, images, config, notes)."""
+    from kimi_oracle.inputs.generators import CaseParams, images_equal, make_image
+    from kimi_oracle.results.report import load_input
+
+    notes: list[str] = []
+    config = PreprocessConfig.from_hf_json(case["config"])
+    config = dataclasses.replace(config, name=str(case.get("profile") or config.name))
+    images: list[Image.Image] = []
+    for entry in case["images"]:
+        path = directory / entry["file"] if entry.get("file") else None
+        params = entry.get("params")
+        stored = load_input(path) if path is not None and path.exists() else None
+        if params:
+            regenerated = make_image(CaseParams.from_dict(params))
+            if stored is None:
+                notes.append(f"image {entry['index']}: {entry.get('file')} missing; regenerated from its parameters")
+                images.append(regenerated)
+                continue
+            if not images_equal(stored, regenerated):
+                notes.append(f"image {entry['index']}: the generator now makes a different image from these "
+                             f"parameters; using the stored file {entry['file']}")
+        if stored is None:
+            raise InputError(f"image {entry['index']}: input file {entry.get('file')} is missing and there are "
+                             "no generator parameters", source=str(directory))
+        images.append(stored)
+    tol = tolerance or case.get("tolerance") or "exact"
+    inv = case.get("check") == INVARIANCE
+    try:
+        verdict = evaluate(candidate, images, config, tol, invariance=True)
+    except Rejected as exc:
+        raise InputError(f"the reference rejects this case now: {exc}", source=str(directory)) from None
+    if inv and verdict.ok:
+        verdict.message = "invariances hold"
+    return verdict, images, config, notes
+
+
+def check_images(candidate: Candidate, images: Sequence[tuple[str, Image.Image, bytes | None]],
+                 config: PreprocessConfig, tolerance: str = "exact", *, invariance: bool = True,
+                 out_dir: str | Path | None = None, batch: int = 3,
+                 on_image: Callable[[int], None] | None = None) -> tuple[list[Finding], list[dict[str, Any]]]:
+    """Run the oracle over real images, each alone, then (invariances) in small batches.
+
+    Returns (findings, rows) where rows describe each image's outcome for a table.
+    """
+    findings: list[Finding] = []
+    rows: list[dict[str, Any]] = []
+    for i, (name, img, raw) in enumerate(images):
+        row = {"image": name, "size": f"{img.width}x{img.height}", "mode": img.mode}
+        try:
+            verdict = evaluate(candidate, [img], config, tolerance, invariance=invariance)
+        except Rejected as exc:
+            row.update(result="rejected", detail=str(exc))
+            rows.append(row)
+            continue
+        row.update(result="ok" if verdict.ok else verdict.check, detail=verdict.message)
+        if not verdict.ok:
+            f = finding_from(verdict, candidate.spec, config, [img], tolerance=tolerance, engine="check",
+                             sources=[name], raw_inputs=[raw])
+            if out_dir is not None:
+                write_finding(out_dir, f)
+            findings.append(f)
+        rows.append(row)
+        if on_image is not None:
+            on_image(i)
+    if invariance and len(images) >= 2:
+        ok_images = [(n, im, raw) for (n, im, raw), r in zip(images, rows) if r["result"] == "ok"]
+        for start in range(0, len(ok_images), batch):
+            group = ok_images[start : start + batch]
+            if len(group) < 2:
+                continue
+            try:
+                verdict = evaluate(candidate, [g[1] for g in group], config, tolerance, invariance=True)
+            except Rejected:
+                continue
+            if not verdict.ok:
+                f = finding_from(verdict, candidate.spec, config, [g[1] for g in group], tolerance=tolerance,
+                                 engine="check", sources=[g[0] for g in group], raw_inputs=[g[2] for g in group])
+                if out_dir is not None:
+                    write_finding(out_dir, f)
+                findings.append(f)
+                rows.append({"image": " + ".join(Path(g[0]).name for g in group), "size": "batch",
+                             "mode": "", "result": verdict.check, "detail": verdict.message})
+    return findings, rows
+
+
+__all__ = [
+    "FuzzOptions",
+    "FuzzRun",
+    "HYPOTHESIS_PROFILES",
+    "Rejected",
+    "check_images",
+    "evaluate",
+    "finding_from",
+    "fuzz",
+    "replay_case",
+]

@@ -1,0 +1,426 @@
+"""Run a candidate in a worker subprocess, so that its segfault, abort, OOM or hang is a finding.
+
+`IsolatedCandidate(spec)` behaves like `candidates.Candidate` (it is one), but every call is
+sent to a long-lived executor process. When the executor dies (a signal, `os.abort()`,
+`sys.exit`, the kernel's OOM killer) the call raises `CandidateDied`; when it does not answer
+within `timeout_s` it is killed and the call raises `CandidateTimeout`. Both are
+`CandidateCrash`es, so the oracle and the fuzzers turn them into findings with the input that
+caused them, and the next call starts a fresh executor.
+
+Executors are forked from a multiprocessing fork server that has already imported torch,
+NumPy, Pillow and the reference, so a restart after a crash costs milliseconds, not an import.
+The executor's Python stack at the moment of death (faulthandler) is kept as the traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import multiprocessing
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+import types
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from PIL import Image
+
+from kimi_oracle.oracle.candidates import Candidate, CandidateCrash
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import BackendError, CandidateError
+from kimi_oracle.core.images import alpha_class, resize_class
+from kimi_oracle.core.result import PreprocessResult
+
+# Modules the fork server imports once, so that forked executors start warm.
+PRELOAD = ["numpy", "PIL.Image", "torch", "kimi_oracle.pipelines.reference", "kimi_oracle.oracle.candidates", "kimi_oracle.fuzzers.sandbox"]
+
+_CONTEXT_LOCK = threading.Lock()
+_CONTEXT: Any = None
+
+
+class ProcessDied(Exception):
+    """Stand-in exception type for an executor that died: its name is what reports show."""
+
+
+class CallTimedOut(Exception):
+    """Stand-in exception type for an executor that did not answer in time."""
+
+
+class _RemoteCrash(CandidateCrash):
+    """A CandidateCrash rebuilt from fields sent by the executor (or made up by the parent)."""
+
+    check = "crash"
+
+    def __init__(self, spec: str, exc_type: str, message: str, tb: str, **details: Any):
+        Exception.__init__(self, f"candidate {spec!r} raised {exc_type}: {message}")
+        self.spec = spec
+        self.exc_type = exc_type
+        self.exc_message = message
+        self.traceback = tb
+        self.details = details
+
+
+class CandidateRaised(_RemoteCrash):
+    """The candidate raised a Python exception inside the executor."""
+
+
+class CandidateDied(_RemoteCrash):
+    """The executor process died during the call (signal, abort, exit, OOM kill)."""
+
+
+class CandidateTimeout(_RemoteCrash):
+    """The executor did not answer within the per-call timeout and was killed."""
+
+    check = "timeout"
+
+
+def signal_name(returncode: int | None) -> str:
+    """`SIGABRT` for -6, `exit status 3` for 3, `unknown` for None."""
+    if returncode is None:
+        return "unknown"
+    if returncode < 0:
+        try:
+            return signal.Signals(-returncode).name
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit status {returncode}"
+
+
+# ---------------------------------------------------------------------------------------------
+# images and tensors across the pipe
+
+
+def pack_image(img: Image.Image) -> dict[str, Any]:
+    """Everything the checkpoint's behaviour depends on: mode, size, bytes, palette, info."""
+    out: dict[str, Any] = {"mode": img.mode, "size": img.size, "data": img.tobytes()}
+    if img.mode in ("P", "PA") and img.palette is not None:
+        raw_mode = img.palette.mode if img.palette.mode in ("RGB", "RGBA") else "RGB"
+        out["palette"] = (raw_mode, bytes(img.getpalette(rawmode=raw_mode) or b""))
+    info = {}
+    for key, value in img.info.items():
+        if isinstance(value, (int, float, str, bytes, tuple, bool, type(None))):
+            info[key] = value
+    out["info"] = info
+    return out
+
+
+def unpack_image(data: dict[str, Any]) -> Image.Image:
+    """Inverse of `pack_image`."""
+    img = Image.frombytes(data["mode"], tuple(data["size"]), data["data"])
+    if "palette" in data:
+        raw_mode, palette = data["palette"]
+        img.putpalette(palette, rawmode=raw_mode)
+    img.info = dict(data.get("info") or {})
+    return img
+
+
+def _pack_tensor(t: torch.Tensor) -> tuple[str, tuple[int, ...], bytes]:
+    t = t.detach().cpu().contiguous()
+    return str(t.dtype).replace("torch.", ""), tuple(t.shape), t.reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def _unpack_tensor(packed: tuple[str, tuple[int, ...], bytes]) -> torch.Tensor:
+    dtype_name, shape, data = packed
+    dtype = getattr(torch, dtype_name)
+    if not data:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# the executor (child side)
+
+
+def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -> None:
+    # Ctrl-C in a terminal reaches the whole process group: the executor must not turn it into
+    # a "crash"; its parent stops it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    fault_file = open(fault_path, "w")
+    faulthandler.enable(file=fault_file, all_threads=True)
+    # The parent sends SIGUSR1 before killing a hung executor: dump where it hangs.
+    faulthandler.register(signal.SIGUSR1, file=fault_file, all_threads=True, chain=False)
+    if memory_limit_mb:
+        _limit_memory(memory_limit_mb)
+    from kimi_oracle.oracle.candidates import load_candidate
+
+    try:
+        candidate = load_candidate(spec)
+    except (CandidateError, BackendError) as exc:
+        conn.send(("error", type(exc).__name__, str(exc)))
+        return
+    except Exception as exc:  # an import that fails in an unexpected way is still a load error
+        conn.send(("error", "CandidateError", f"candidate {spec!r} cannot be loaded: {type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", candidate.description))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        packed_images, config = msg
+        images = [unpack_image(p) for p in packed_images]
+        try:
+            out = candidate(images, config)
+        except CandidateCrash as exc:
+            conn.send(("raised", exc.exc_type, exc.exc_message, exc.traceback))
+            continue
+        except (CandidateError, BackendError) as exc:
+            conn.send(("error", type(exc).__name__, str(exc)))
+            continue
+        conn.send(("ok", _pack_tensor(out.pixel_values), _pack_tensor(out.grid_thws)))
+
+
+def _limit_memory(limit_mb: int) -> None:
+    import resource
+
+    # Address space already mapped (torch maps a lot) plus the allowance.
+    try:
+        with open("/proc/self/statm") as fh:
+            pages = int(fh.read().split()[0])
+        base = pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        base = 0
+    limit = base + int(limit_mb) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+@contextlib.contextmanager
+def _hidden_main() -> Any:
+    # multiprocessing re-imports the parent's __main__ in the fork server and its children; the
+    # parent may be an atheris script, pytest or stdin. Executors need nothing from it.
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
+def _context() -> Any:
+    global _CONTEXT
+    with _CONTEXT_LOCK:
+        if _CONTEXT is None:
+            if "forkserver" in multiprocessing.get_all_start_methods():
+                ctx = multiprocessing.get_context("forkserver")
+                ctx.set_forkserver_preload(PRELOAD)
+            else:  # pragma: no cover - non-Linux
+                ctx = multiprocessing.get_context("spawn")
+            _CONTEXT = ctx
+        return _CONTEXT
+
+
+# ---------------------------------------------------------------------------------------------
+# the parent side
+
+
+class IsolatedCandidate(Candidate):
+    """A candidate whose every call runs in an executor subprocess (restarted after a crash)."""
+
+    def __init__(self, spec: str, *, timeout_s: float = 30.0, memory_limit_mb: int | None = None,
+                 start_timeout_s: float = 120.0):
+        super().__init__(spec, self._unused, "")
+        self.timeout_s = float(timeout_s)
+        self.memory_limit_mb = memory_limit_mb
+        self.start_timeout_s = float(start_timeout_s)
+        self._proc: Any = None
+        self._conn: Any = None
+        self._fault_path: str | None = None
+        self.calls = 0
+        self.restarts = 0
+        self.crashes = 0
+        self.timeouts = 0
+        self._started = False
+        # (mode, alpha class, resample kind, fill stage, background) seen: a behaviour coverage.
+        self.behaviours: set[tuple[str, ...]] = set()
+
+    @staticmethod
+    def _unused(images: Any, config: Any) -> Any:  # pragma: no cover - never called
+        raise RuntimeError("IsolatedCandidate runs its function in an executor")
+
+    # -- lifecycle
+
+    def start(self) -> None:
+        """Start the executor (loads the candidate); CandidateError when it cannot be loaded."""
+        if self._proc is not None and self._proc.is_alive():
+            return
+        self._cleanup()
+        if self._started:
+            self.restarts += 1
+        self._started = True
+        ctx = _context()
+        fd, self._fault_path = tempfile.mkstemp(prefix="kimi-executor-", suffix=".fault")
+        os.close(fd)
+        parent, child = ctx.Pipe(duplex=True)
+        proc = ctx.Process(target=_serve, args=(child, self.spec, self._fault_path, self.memory_limit_mb),
+                           name=f"kimi-executor[{self.spec}]", daemon=True)
+        with _hidden_main():
+            proc.start()
+        child.close()
+        self._proc, self._conn = proc, parent
+        if not parent.poll(self.start_timeout_s):
+            self._kill()
+            raise CandidateError(f"candidate {self.spec!r}: the executor did not start within "
+                                 f"{self.start_timeout_s:.0f} s")
+        try:
+            msg = parent.recv()
+        except (EOFError, OSError):
+            code = self._reap()
+            raise CandidateError(f"candidate {self.spec!r}: the executor died while loading it "
+                                 f"({signal_name(code)}){self._fault_excerpt()}") from None
+        if msg[0] == "error":
+            self._kill()
+            raise CandidateError(msg[2])
+        self.description = msg[1] or ""
+
+    def close(self) -> None:
+        """Stop the executor."""
+        if self._conn is not None and self._proc is not None and self._proc.is_alive():
+            try:
+                self._conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+            self._proc.join(1.0)
+        self._kill()
+        self._cleanup()
+
+    def __enter__(self) -> "IsolatedCandidate":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _kill(self) -> None:
+        proc = self._proc
+        if proc is not None:
+            if proc.is_alive():
+                proc.kill()
+            proc.join(5.0)
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except OSError:
+                pass
+        self._proc = None
+        self._conn = None
+
+    def _cleanup(self) -> None:
+        if self._fault_path:
+            try:
+                os.unlink(self._fault_path)
+            except OSError:
+                pass
+            self._fault_path = None
+
+    def _reap(self) -> int | None:
+        proc = self._proc
+        code = None
+        if proc is not None:
+            proc.join(5.0)
+            code = proc.exitcode
+        return code
+
+    def _fault_text(self) -> str:
+        if not self._fault_path:
+            return ""
+        try:
+            return Path(self._fault_path).read_text(errors="replace").strip()
+        except OSError:
+            return ""
+
+    def _fault_excerpt(self) -> str:
+        text = self._fault_text()
+        return f"\n{text[-3000:]}" if text else ""
+
+    # -- calls
+
+    def _note(self, images: Sequence[Image.Image], config: PreprocessConfig) -> None:
+        bg = config.transparent_bg_config
+        for img in images:
+            self.behaviours.add((img.mode, alpha_class(img), resize_class(img, config),
+                                 config.fill_stage if bg else "none",
+                                 bg.pattern if bg else "none"))
+
+    def __call__(self, images: Sequence[Image.Image], config: PreprocessConfig) -> PreprocessResult:
+        """Run the candidate on `images` in the executor; CandidateCrash subclasses on failure."""
+        self._note(images, config)
+        packed = [pack_image(img) for img in images]
+        if self._proc is None or not self._proc.is_alive():
+            self.start()
+        self.calls += 1
+        conn = self._conn
+        try:
+            conn.send((packed, config))
+        except (BrokenPipeError, OSError):
+            return self._died(images)
+        started = time.monotonic()
+        try:
+            ready = conn.poll(self.timeout_s)
+        except (EOFError, OSError):
+            ready = True
+        if not ready:
+            return self._timed_out(time.monotonic() - started)
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return self._died(images)
+        if msg[0] == "ok":
+            return PreprocessResult(_unpack_tensor(msg[1]), _unpack_tensor(msg[2]))
+        if msg[0] == "raised":
+            raise CandidateRaised(self.spec, msg[1], msg[2], msg[3])
+        raise CandidateError(msg[2]) if msg[1] != "BackendError" else BackendError(msg[2])
+
+    def _died(self, images: Sequence[Image.Image]) -> PreprocessResult:
+        code = self._reap()
+        how = signal_name(code)
+        stack = self._fault_text()
+        self.crashes += 1
+        self._kill()
+        self._cleanup()
+        hint = " (killed: out of memory?)" if code == -signal.SIGKILL else ""
+        raise CandidateDied(self.spec, "ProcessDied", f"the candidate's process died: {how}{hint}",
+                            stack or f"(no Python stack was recorded; {how})", signal=how, returncode=code)
+
+    def _timed_out(self, waited: float) -> PreprocessResult:
+        proc = self._proc
+        if proc is not None and proc.pid:
+            try:
+                os.kill(proc.pid, signal.SIGUSR1)
+            except OSError:
+                pass
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline and not self._fault_text():
+                time.sleep(0.02)
+            time.sleep(0.05)
+        stack = self._fault_text()
+        self.timeouts += 1
+        self._kill()
+        self._cleanup()
+        raise CandidateTimeout(self.spec, "CallTimedOut",
+                               f"no answer within {self.timeout_s:g} s (waited {waited:.1f} s); the process was killed",
+                               stack or "(no Python stack was recorded)", timeout_s=self.timeout_s)
+
+
+__all__ = [
+    "CandidateDied",
+    "CandidateRaised",
+    "CandidateTimeout",
+    "IsolatedCandidate",
+    "pack_image",
+    "signal_name",
+    "unpack_image",
+]

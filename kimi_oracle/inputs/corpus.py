@@ -1,0 +1,237 @@
+"""Fuzzing corpora: the generated seed files, the PNG/JPEG dictionary, and atomic merging.
+
+`seed_files()` builds small image files in the formats and modes that reach the checkpoint's
+odd paths (PNG with tRNS and palettes, LA, 16-bit grey, CMYK JPEG and TIFF, GIF, WebP, odd
+sizes); `kimi-oracle corpus seed DIR` writes them. `structured_seeds()` are byte strings for
+the structured harness, chosen so that each mode and size class appears at least once.
+A corpus directory holds one file per input, named by the SHA-1 of its content (libFuzzer's
+convention), written atomically, so concurrent shards and interrupted runs never leave a
+half-written entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+from PIL import Image, features
+
+from kimi_oracle.inputs.generators import CaseParams, make_image
+from kimi_oracle.core.files import atomic_write_bytes
+
+# Tokens libFuzzer splices into inputs: PNG signature and chunk names, JPEG markers, and the
+# magic numbers of the other formats the seed corpus uses.
+DICTIONARY: tuple[tuple[str, bytes], ...] = (
+    ("png_signature", b"\x89PNG\r\n\x1a\n"),
+    ("png_IHDR", b"IHDR"),
+    ("png_PLTE", b"PLTE"),
+    ("png_tRNS", b"tRNS"),
+    ("png_IDAT", b"IDAT"),
+    ("png_IEND", b"IEND"),
+    ("png_gAMA", b"gAMA"),
+    ("png_sBIT", b"sBIT"),
+    ("png_bKGD", b"bKGD"),
+    ("png_iCCP", b"iCCP"),
+    ("png_tEXt", b"tEXt"),
+    ("png_zTXt", b"zTXt"),
+    ("png_iTXt", b"iTXt"),
+    ("png_pHYs", b"pHYs"),
+    ("png_acTL", b"acTL"),
+    ("png_fcTL", b"fcTL"),
+    ("png_fdAT", b"fdAT"),
+    ("png_eXIf", b"eXIf"),
+    ("png_iend_crc", b"\xaeB`\x82"),
+    ("png_depth16_grey", b"\x10\x00"),
+    ("png_depth8_palette", b"\x08\x03"),
+    ("png_depth8_la", b"\x08\x04"),
+    ("png_depth8_rgba", b"\x08\x06"),
+    ("jpeg_soi", b"\xff\xd8"),
+    ("jpeg_eoi", b"\xff\xd9"),
+    ("jpeg_app0", b"\xff\xe0"),
+    ("jpeg_app1", b"\xff\xe1"),
+    ("jpeg_app14_adobe", b"\xff\xee"),
+    ("jpeg_dqt", b"\xff\xdb"),
+    ("jpeg_sof0", b"\xff\xc0"),
+    ("jpeg_sof1", b"\xff\xc1"),
+    ("jpeg_sof2", b"\xff\xc2"),
+    ("jpeg_dht", b"\xff\xc4"),
+    ("jpeg_sos", b"\xff\xda"),
+    ("jpeg_dri", b"\xff\xdd"),
+    ("jpeg_jfif", b"JFIF\x00"),
+    ("jpeg_exif", b"Exif\x00\x00"),
+    ("jpeg_adobe", b"Adobe"),
+    ("gif87a", b"GIF87a"),
+    ("gif89a", b"GIF89a"),
+    ("gif_graphic_control", b"\x21\xf9\x04"),
+    ("gif_image", b"\x2c"),
+    ("gif_trailer", b"\x3b"),
+    ("tiff_le", b"II*\x00"),
+    ("tiff_be", b"MM\x00*"),
+    ("webp_riff", b"RIFF"),
+    ("webp_webp", b"WEBP"),
+    ("webp_vp8", b"VP8 "),
+    ("webp_vp8l", b"VP8L"),
+    ("webp_vp8x", b"VP8X"),
+    ("webp_alph", b"ALPH"),
+    ("bmp", b"BM"),
+)
+
+
+def dictionary_text() -> str:
+    """The dictionary in libFuzzer's `-dict=` format."""
+    lines = ["# PNG / JPEG (and GIF, TIFF, WebP) tokens for the decoder harness.",
+             "# Generated from kimi_oracle.inputs.corpus.DICTIONARY; `kimi-oracle corpus dict` rewrites it."]
+    for name, token in DICTIONARY:
+        body = "".join(chr(b) if 32 <= b < 127 and chr(b) not in '"\\' else f"\\x{b:02X}" for b in token)
+        lines.append(f'{name}="{body}"')
+    return "\n".join(lines) + "\n"
+
+
+def _encode(img: Image.Image, fmt: str, **params: object) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, fmt, **params)
+    return buf.getvalue()
+
+
+def seed_files() -> dict[str, bytes]:
+    """name -> bytes of the generated decoder seeds (small, deterministic)."""
+    out: dict[str, bytes] = {}
+
+    def img(w: int, h: int, mode: str, alpha: str = "opaque", content: str = "noise", seed: int = 1) -> Image.Image:
+        return make_image(CaseParams(w, h, mode, alpha, content, seed))
+
+    # PNG: palettes with tRNS (one key entry, and a full alpha table), LA, 16-bit grey, RGB key.
+    p_key = img(29, 17, "P", "key", "edges")
+    out["png_p_trns_key_29x17.png"] = _encode(p_key, "PNG", transparency=p_key.info["transparency"])
+    p_table = img(30, 31, "P", "checker", "gradient", 2)
+    out["png_p_trns_table_30x31.png"] = _encode(p_table, "PNG", transparency=p_table.info["transparency"])
+    out["png_p_opaque_57x3.png"] = _encode(img(57, 3, "P", "opaque", "edges", 3), "PNG")
+    out["png_la_gradient_15x28.png"] = _encode(img(15, 28, "LA", "gradient", "gradient", 4), "PNG")
+    out["png_la_single_pixel_1x1.png"] = _encode(img(1, 1, "LA", "single_pixel", "flat", 5), "PNG")
+    out["png_i16_grey_33x13.png"] = _encode(img(33, 13, "I;16", "opaque", "gradient", 6), "PNG")
+    l_key = img(13, 7, "L", "key", "noise", 7)
+    out["png_l_trns_13x7.png"] = _encode(l_key, "PNG", transparency=l_key.info["transparency"])
+    rgb_key = img(9, 27, "RGB", "key", "edges", 8)
+    out["png_rgb_trns_9x27.png"] = _encode(rgb_key, "PNG", transparency=rgb_key.info["transparency"])
+    out["png_rgba_checker_28x29.png"] = _encode(img(28, 29, "RGBA", "checker", "noise", 9), "PNG")
+    out["png_rgba_transparent_2x3.png"] = _encode(img(2, 3, "RGBA", "transparent", "noise", 10), "PNG")
+    out["png_1bit_41x5.png"] = _encode(img(41, 5, "1", "opaque", "edges", 11), "PNG")
+    out["png_rgb_wide_300x2.png"] = _encode(img(300, 2, "RGB", "opaque", "gradient", 12), "PNG")
+    # CMYK as JPEG (Adobe APP14, inverted) and as TIFF.
+    cmyk = img(23, 19, "CMYK", "opaque", "gradient", 13)
+    out["jpeg_cmyk_23x19.jpg"] = _encode(cmyk, "JPEG", quality=90)
+    out["tiff_cmyk_23x19.tif"] = _encode(cmyk, "TIFF")
+    out["jpeg_rgb_57x29.jpg"] = _encode(img(57, 29, "RGB", "opaque", "edges", 14), "JPEG", quality=75)
+    out["jpeg_grey_31x14.jpg"] = _encode(img(31, 14, "L", "opaque", "noise", 15), "JPEG", quality=80)
+    out["jpeg_progressive_17x33.jpg"] = _encode(img(17, 33, "RGB", "opaque", "gradient", 16), "JPEG",
+                                                 quality=85, progressive=True)
+    out["tiff_i16_11x29.tif"] = _encode(img(11, 29, "I;16", "opaque", "gradient", 17), "TIFF")
+    out["tiff_f_7x9.tif"] = _encode(img(7, 9, "F", "opaque", "noise", 18), "TIFF")
+    out["tiff_la_10x10.tif"] = _encode(img(10, 10, "LA", "random", "noise", 19), "TIFF")
+    # GIF with a transparent index, and a plain one.
+    gif = img(27, 15, "P", "key", "edges", 20)
+    out["gif_trns_27x15.gif"] = _encode(gif, "GIF", transparency=gif.info["transparency"])
+    out["gif_opaque_3x101.gif"] = _encode(img(3, 101, "P", "opaque", "noise", 21), "GIF")
+    if features.check("webp"):
+        out["webp_rgba_lossless_29x14.webp"] = _encode(img(29, 14, "RGBA", "gradient", "edges", 22), "WEBP",
+                                                       lossless=True)
+        out["webp_rgb_lossy_14x29.webp"] = _encode(img(14, 29, "RGB", "opaque", "gradient", 23), "WEBP",
+                                                   quality=70)
+    out["bmp_rgb_5x3.bmp"] = _encode(img(5, 3, "RGB", "opaque", "noise", 24), "BMP")
+    return out
+
+
+def structured_seeds() -> dict[str, bytes]:
+    """name -> bytes for the structured harness: empty input, and patterned ones."""
+    out = {"empty": b""}
+    rng = np.random.default_rng(2024)
+    for n in (8, 16, 24, 32, 48, 64):
+        out[f"random_{n}"] = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+    out["ones_32"] = b"\x01" * 32
+    out["ff_32"] = b"\xff" * 32
+    out["ramp_40"] = bytes(range(40))
+    return out
+
+
+def entry_name(data: bytes) -> str:
+    """libFuzzer's corpus file name: the SHA-1 of the content."""
+    return hashlib.sha1(data).hexdigest()
+
+
+def add_entry(directory: str | os.PathLike, data: bytes, name: str | None = None) -> bool:
+    """Store `data` in a corpus directory atomically; False when it was already there."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / (name or entry_name(data))
+    if target.exists():
+        return False
+    # The temporary file's name starts with a dot: entries() never lists a half-written one.
+    atomic_write_bytes(target, data)
+    return True
+
+
+def entries(directory: str | os.PathLike) -> list[Path]:
+    """The corpus files of a directory (temporary and hidden files excluded), sorted."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
+def merge(source: str | os.PathLike, target: str | os.PathLike) -> int:
+    """Copy the entries of `source` missing from `target` (by content name); the count added."""
+    added = 0
+    for path in entries(source):
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if add_entry(target, data):
+            added += 1
+    return added
+
+
+def shard_entries(paths: Iterable[Path], shard: tuple[int, int]) -> list[Path]:
+    """The entries shard I of N starts from (by content hash, so stable across machines)."""
+    index, count = shard
+    if count <= 1:
+        return list(paths)
+    out = []
+    for p in paths:
+        digest = hashlib.sha1(p.name.encode()).digest()
+        if int.from_bytes(digest[:4], "big") % count == index - 1:
+            out.append(p)
+    return out
+
+
+def write_seed_corpus(directory: str | os.PathLike, *, structured_dir: str | os.PathLike | None = None) -> list[Path]:
+    """Write the decoder seeds (readable names) into `directory`; optionally the structured ones."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, data in seed_files().items():
+        path = directory / name
+        if add_entry(directory, data, name=name) or path.exists():
+            written.append(path)
+    if structured_dir is not None:
+        for name, data in structured_seeds().items():
+            add_entry(structured_dir, data, name=name)
+    return written
+
+
+__all__ = [
+    "DICTIONARY",
+    "add_entry",
+    "dictionary_text",
+    "entries",
+    "entry_name",
+    "merge",
+    "seed_files",
+    "shard_entries",
+    "structured_seeds",
+    "write_seed_corpus",
+]

@@ -1,0 +1,607 @@
+"""Deterministic, seed-driven test inputs: image parameters, sizes, modes, alpha, configs.
+
+Everything that feeds the oracle (hypothesis strategies, atheris harnesses, golden catalogue,
+benchmarks) builds its inputs here, so a size class or an alpha pattern is defined once.
+Images are described by a small frozen `CaseParams` record; `make_image(params)` turns it into
+the same PIL image on every machine (NumPy's PCG64 streams are stable across platforms).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+from PIL import Image
+
+from kimi_oracle.core.config import FILL_STAGES, PATTERNS, PreprocessConfig, TransparentBgConfig
+from kimi_oracle.core.errors import PlanError
+from kimi_oracle.core.geometry import plan
+
+# Bumped whenever make_image or a size builder changes its output for existing parameters
+# (golden files record it so a generator change is never mistaken for a pipeline change).
+GENERATOR_VERSION = 1
+
+COMMON_MODES = ("RGB", "RGBA", "LA", "L", "P", "1", "CMYK", "I;16")
+RARE_MODES = ("I;16B", "I", "F", "LAB", "PA", "YCbCr")
+MODES = COMMON_MODES + RARE_MODES
+# Modes that carry an alpha band.
+ALPHA_BAND_MODES = ("RGBA", "LA", "PA")
+# Modes whose files PNG stores losslessly; the rest go to TIFF (see report.save_input).
+PNG_MODES = ("RGB", "RGBA", "LA", "L", "P", "1", "I;16")
+
+# "key" is colour-key transparency (`info["transparency"]`, PNG tRNS on L/RGB/P images).
+ALPHA_PATTERNS = (
+    "opaque",
+    "transparent",
+    "checker",
+    "checker_shifted",
+    "gradient",
+    "single_pixel",
+    "random",
+    "key",
+)
+CONTENTS = ("flat", "noise", "gradient", "edges")
+
+# in_patch_limit values small enough that test-sized images are resampled.
+SMALL_PATCH_LIMITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 100, 256, 1024)
+# Largest side the fuzzers draw by default (ratio sizes reach about four times that).
+DEFAULT_MAX_SIDE = 64
+REAL_WORLD_SIZES = (
+    (640, 480),
+    (480, 640),
+    (800, 600),
+    (1024, 768),
+    (1280, 720),
+    (1920, 1080),
+    (1080, 1920),
+    (2560, 1440),
+    (3840, 2160),
+    (4032, 3024),
+    (3024, 4032),
+    (7680, 4320),
+    (4320, 7680),
+)
+SIZE_CLASSES = (
+    "tiny",
+    "pass_order",
+    "budget",
+    "side_cap",
+    "real_world",
+    "ratio",
+    "multiple",
+    "prime",
+    "pow2",
+    "random",
+)
+
+
+def alpha_patterns_for(mode: str) -> tuple[str, ...]:
+    """The alpha patterns `make_image` can express in `mode` ("opaque" for every mode)."""
+    if mode in ALPHA_BAND_MODES:
+        return tuple(a for a in ALPHA_PATTERNS if a != "key")
+    if mode == "P":
+        return ALPHA_PATTERNS
+    if mode in ("L", "RGB"):
+        return ("opaque", "key")
+    return ("opaque",)
+
+
+@dataclass(frozen=True)
+class CaseParams:
+    """Everything `make_image` needs: size, mode, alpha pattern, content, seed, checker square."""
+
+    width: int
+    height: int
+    mode: str = "RGB"
+    alpha: str = "opaque"
+    content: str = "noise"
+    seed: int = 0
+    square: int = 8  # edge of the alpha checkerboard's squares, in source pixels
+
+    def __post_init__(self) -> None:
+        for key in ("width", "height", "seed", "square"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"CaseParams.{key} must be an integer, got {value!r}")
+            object.__setattr__(self, key, int(value))
+        if self.width <= 0 or self.height <= 0:
+            raise ValueError(f"CaseParams size must be positive, got {self.width}x{self.height}")
+        if self.seed < 0:
+            raise ValueError(f"CaseParams.seed must be >= 0, got {self.seed}")
+        if self.square <= 0:
+            raise ValueError(f"CaseParams.square must be positive, got {self.square}")
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
+        if self.content not in CONTENTS:
+            raise ValueError(f"unknown content {self.content!r}; expected one of {', '.join(CONTENTS)}")
+        if self.alpha not in alpha_patterns_for(self.mode):
+            raise ValueError(
+                f"alpha pattern {self.alpha!r} is not expressible in mode {self.mode!r}; "
+                f"expected one of {', '.join(alpha_patterns_for(self.mode))}"
+            )
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height), as PIL's `.size`."""
+        return self.width, self.height
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict; `CaseParams.from_dict(p.to_dict()) == p`."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "CaseParams":
+        """Inverse of `to_dict`; unknown keys are an error, missing optional keys take defaults."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"CaseParams: unknown key {unknown[0]!r}")
+        return cls(**dict(data))
+
+    def describe(self) -> str:
+        """A short human label, e.g. `37x5 RGBA checker/noise seed 3`."""
+        alpha = "" if self.alpha == "opaque" else f" {self.alpha}"
+        return f"{self.width}x{self.height} {self.mode}{alpha} {self.content} seed {self.seed}"
+
+
+# ---------------------------------------------------------------------------------------------
+# images
+
+
+def _rng(seed: int, stream: int) -> np.random.Generator:
+    # Separate streams, so that shrinking the mode or alpha keeps the colour content unchanged.
+    return np.random.default_rng([int(seed), int(stream)])
+
+
+def content_array(params: CaseParams) -> np.ndarray:
+    """The uint8 (h, w, 3) colour content the image's bands are derived from."""
+    w, h = params.width, params.height
+    rng = _rng(params.seed, 0)
+    if params.content == "flat":
+        colour = rng.integers(0, 256, 3, dtype=np.uint8)
+        return np.broadcast_to(colour, (h, w, 3)).copy()
+    if params.content == "noise":
+        return rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    xs = np.arange(w, dtype=np.float64)[None, :]
+    ys = np.arange(h, dtype=np.float64)[:, None]
+    if params.content == "gradient":
+        gx = np.broadcast_to(np.rint(255.0 * xs / max(w - 1, 1)), (h, w))
+        gy = np.broadcast_to(np.rint(255.0 * ys / max(h - 1, 1)), (h, w))
+        gd = np.floor((gx + gy) / 2.0)
+        out = np.stack([gx, gy, gd], axis=-1).astype(np.uint8)
+        flip = rng.integers(0, 2, 3).astype(bool)
+        out[..., flip] = 255 - out[..., flip]
+        return out
+    # edges: stripes of extreme colours with random widths in both directions, which drives
+    # bicubic overshoot into both clamps.
+    first = rng.integers(0, 2, 3, dtype=np.uint8) * 255
+    second = 255 - first
+    col_bounds = np.cumsum(rng.integers(1, 6, w + 1))
+    row_bounds = np.cumsum(rng.integers(1, 6, h + 1))
+    col_stripe = np.searchsorted(col_bounds, np.arange(w), side="right")
+    row_stripe = np.searchsorted(row_bounds, np.arange(h), side="right")
+    parity = ((row_stripe[:, None] + col_stripe[None, :]) % 2).astype(bool)
+    return np.where(parity[..., None], second, first).astype(np.uint8)
+
+
+def alpha_array(params: CaseParams) -> np.ndarray:
+    """The uint8 (h, w) alpha of the pattern ("key" and "opaque" give all 255)."""
+    w, h = params.width, params.height
+    rng = _rng(params.seed, 1)
+    pattern = params.alpha
+    if pattern in ("opaque", "key"):
+        return np.full((h, w), 255, dtype=np.uint8)
+    if pattern == "transparent":
+        return np.zeros((h, w), dtype=np.uint8)
+    ys = np.arange(h)[:, None]
+    xs = np.arange(w)[None, :]
+    if pattern in ("checker", "checker_shifted"):
+        s = params.square
+        shift = max(1, s // 2) if pattern == "checker_shifted" else 0
+        # Opaque where the checkpoint's chessboard (on_top_left=True) is white.
+        parity = (((ys + shift) // s + (xs + shift) // s) % 2) == 0
+        return np.where(parity, 255, 0).astype(np.uint8)
+    if pattern == "gradient":
+        ramp = np.rint(255.0 * (xs + ys) / max(w + h - 2, 1))
+        return np.broadcast_to(ramp, (h, w)).astype(np.uint8)
+    if pattern == "single_pixel":
+        out = np.zeros((h, w), dtype=np.uint8)
+        out[int(rng.integers(0, h)), int(rng.integers(0, w))] = 255
+        return out
+    return rng.integers(0, 256, (h, w), dtype=np.uint8)  # random
+
+
+def _palette(params: CaseParams) -> bytes:
+    return _rng(params.seed, 2).integers(0, 256, 768, dtype=np.uint8).tobytes()
+
+
+def make_image(params: CaseParams) -> Image.Image:
+    """The PIL image described by `params`; identical bytes, palette and info on every call."""
+    mode = params.mode
+    size = params.size
+    rgb = content_array(params)
+    alpha = alpha_array(params)
+    lum = np.ascontiguousarray(rgb[..., 0])
+    if mode == "RGB":
+        img = Image.frombytes("RGB", size, rgb.tobytes())
+        if params.alpha == "key":
+            img.info["transparency"] = tuple(int(v) for v in rgb[0, 0])
+        return img
+    if mode == "RGBA":
+        return Image.frombytes("RGBA", size, np.dstack([rgb, alpha]).tobytes())
+    if mode == "L":
+        img = Image.frombytes("L", size, lum.tobytes())
+        if params.alpha == "key":
+            img.info["transparency"] = int(lum[0, 0])
+        return img
+    if mode == "LA":
+        return Image.frombytes("LA", size, np.dstack([lum, alpha]).tobytes())
+    if mode == "1":
+        return Image.frombytes("L", size, np.where(lum > 127, 255, 0).astype(np.uint8).tobytes()).convert(
+            "1", dither=Image.Dither.NONE
+        )
+    if mode == "P":
+        if params.alpha in ("opaque", "key"):
+            index = lum
+        else:
+            # 16 colours x 16 alpha levels; binary patterns keep exact 0 / 255 alpha.
+            index = ((lum >> 4) << 4) | (alpha >> 4)
+        img = Image.frombytes("P", size, np.ascontiguousarray(index).tobytes())
+        img.putpalette(_palette(params), rawmode="RGB")
+        if params.alpha == "key":
+            img.info["transparency"] = int(index[0, 0])
+        elif params.alpha != "opaque":
+            img.info["transparency"] = bytes((i & 15) * 17 for i in range(256))
+        return img
+    if mode == "PA":
+        img = Image.frombytes("PA", size, np.dstack([lum, alpha]).tobytes())
+        img.putpalette(_palette(params), rawmode="RGB")
+        return img
+    if mode == "CMYK":
+        k = (255 - rgb.max(axis=-1)) // 2
+        return Image.frombytes("CMYK", size, np.dstack([rgb, k.astype(np.uint8)]).tobytes())
+    if mode in ("I;16", "I;16B"):
+        # 0..382: half the values survive the clip to 0..255 of the RGB conversion.
+        values = (lum.astype(np.uint32) * 3 // 2).astype(np.uint16)
+        dtype = "<u2" if mode == "I;16" else ">u2"
+        return Image.frombytes(mode, size, values.astype(dtype).tobytes())
+    if mode == "I":
+        values = lum.astype(np.int32) * 2 - 128  # -128..382: both clips of the conversion
+        return Image.frombytes("I", size, values.astype("<i4").tobytes())
+    if mode == "F":
+        frac = rgb[..., 1].astype(np.float32) / 256.0
+        values = lum.astype(np.float32) * np.float32(1.5) - np.float32(64.0) + frac
+        return Image.frombytes("F", size, values.astype("<f4").tobytes())
+    if mode in ("LAB", "YCbCr"):
+        return Image.frombytes(mode, size, rgb.tobytes())
+    raise ValueError(f"unknown mode {mode!r}")  # pragma: no cover - CaseParams validates
+
+
+def images_equal(a: Image.Image, b: Image.Image) -> bool:
+    """Same mode, size, bytes, palette and transparency (what decides the checkpoint's output)."""
+    if a.mode != b.mode or a.size != b.size or a.tobytes() != b.tobytes():
+        return False
+    if a.mode in ("P", "PA") and a.getpalette() != b.getpalette():
+        return False
+    return _transparency(a) == _transparency(b)
+
+
+def _transparency(img: Image.Image) -> Any:
+    value = img.info.get("transparency")
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).rstrip(b"\xff")  # PNG may trim trailing opaque entries
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# sizes
+
+
+def tiny_sizes() -> list[tuple[int, int]]:
+    """Every W × H with both sides in 1..3."""
+    return [(w, h) for h in (1, 2, 3) for w in (1, 2, 3)]
+
+
+def multiple_sides(limit: int = 12, patch: int = 14) -> list[int]:
+    """k·p and k·2p for k ≤ limit, with their neighbours ±1."""
+    out: set[int] = set()
+    for k in range(1, limit + 1):
+        for base in (k * patch, k * 2 * patch):
+            out.update((base - 1, base, base + 1))
+    return sorted(v for v in out if v > 0)
+
+
+def primes(upto: int) -> list[int]:
+    """Primes ≤ upto (sieve)."""
+    if upto < 2:
+        return []
+    sieve = np.ones(upto + 1, dtype=bool)
+    sieve[:2] = False
+    for i in range(2, int(math.isqrt(upto)) + 1):
+        if sieve[i]:
+            sieve[i * i :: i] = False
+    return [int(v) for v in np.flatnonzero(sieve)]
+
+
+PRIME_SIDES = tuple(primes(100)) + (127, 251, 509, 1021, 2039, 4093, 8191)
+
+
+def pow2_sides(max_exp: int = 13) -> list[int]:
+    """2^k − 1, 2^k, 2^k + 1 for k = 1..max_exp."""
+    out: set[int] = set()
+    for k in range(1, max_exp + 1):
+        out.update((2**k - 1, 2**k, 2**k + 1))
+    return sorted(v for v in out if v > 0)
+
+
+def ratio_sizes() -> list[tuple[int, int]]:
+    """Aspect ratios of 100:1 and beyond, both orientations."""
+    base = [(101, 1), (150, 1), (280, 2), (1000, 3), (1500, 14), (3000, 29), (8000, 100),
+            (100000, 10), (20000, 7), (7169, 1), (50000, 499)]
+    return base + [(h, w) for w, h in base]
+
+
+def _plan_or_none(w: int, h: int, config: PreprocessConfig):
+    try:
+        return plan(w, h, config)
+    except PlanError:
+        return None
+
+
+def pass_order_sizes(config: PreprocessConfig, count: int = 12, max_side: int = 20000) -> list[tuple[int, int]]:
+    """Sizes on Pillow 13's pass-order boundary (H − h) = 2·(W − w) for this config's plan, ±1.
+
+    The vertical pass runs first iff (H − h) > 0 and (H − h) > 2·(W − w); sizes with
+    d = (H − h) − 2·(W − w) in {−1, 0, 1} and H > h sit on either side of that switch.
+    """
+    out: list[tuple[int, int]] = []
+    found: dict[int, int] = {-1: 0, 0: 0, 1: 0}
+    per = max(1, count // 3)
+    p = config.patch_size
+    # Start where the plan begins to shrink images and walk outwards; the boundary needs a
+    # height shrink of about twice the width shrink, so heights run up to ~2.2x the width.
+    start = max(2, int(math.sqrt(config.in_patch_limit)) * p)
+    widths = sorted({max(1, int(start * f)) for f in (0.5, 0.75, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)})
+    for w in widths:
+        if w > max_side:
+            continue
+        h = max(2, w // 2)
+        while h <= min(max_side, int(w * 3) + 64) and min(found.values()) < per:
+            pl = _plan_or_none(w, h, config)
+            if pl is not None and h > pl.new_h:
+                d = (h - pl.new_h) - 2 * (w - pl.new_w)
+                if d in found and found[d] < per:
+                    found[d] += 1
+                    out.append((w, h))
+            h += 1
+        if min(found.values()) >= per:
+            break
+    return out
+
+
+def budget_sizes(config: PreprocessConfig) -> list[tuple[int, int]]:
+    """Sizes at the patch budget: floored patch counts just at, below and above `in_patch_limit`."""
+    p = config.patch_size
+    limit = config.in_patch_limit
+    out: set[tuple[int, int]] = set()
+    n = math.isqrt(limit)
+    for side in (n - 1, n, n + 1):
+        if side <= 0:
+            continue
+        for extra in (0, p - 1, p):
+            out.add((side * p + extra, side * p + extra))
+        out.add((side * p, side * p + p - 1))
+    # Non-square factorizations a·b of the limit (and a·b just above it).
+    for a in sorted({1, 2, 3, 4, max(1, n // 2), n, limit}):
+        b = max(1, limit // a)
+        for bb in (b, b + 1):
+            out.add((a * p, bb * p))
+            out.add((bb * p, a * p))
+            out.add((a * p + p - 1, bb * p + p - 1))
+    if config.name == "k3" or limit == 65536:
+        out.add((3597, 3597))  # spec: padded grid exceeds the budget (16641 tokens), not a bug
+    return sorted(out)
+
+
+def side_cap_sizes(config: PreprocessConfig) -> list[tuple[int, int]]:
+    """Sizes at the side cap S·p (±1), with short partners so the budget does not bind first."""
+    cap = config.patch_limit_on_one_side * config.patch_size
+    out: set[tuple[int, int]] = set()
+    for w in (cap - 1, cap, cap + 1, 2 * cap, 2 * cap + 1):
+        for h in (1, 2, config.patch_size, config.factor, config.factor + 1):
+            out.add((w, h))
+            out.add((h, w))
+    return sorted(s for s in out if s[0] > 0 and s[1] > 0)
+
+
+def real_world_sizes() -> list[tuple[int, int]]:
+    """Camera, screen and video sizes users actually send."""
+    return list(REAL_WORLD_SIZES)
+
+
+def random_sizes(count: int, seed: int = 0, max_side: int = 8192) -> list[tuple[int, int]]:
+    """Log-uniform sizes, deterministic from `seed`."""
+    rng = np.random.default_rng([int(seed), 99])
+    logs = rng.uniform(0.0, math.log(max_side), (count, 2))
+    return [(max(1, int(math.exp(a))), max(1, int(math.exp(b)))) for a, b in logs]
+
+
+def size_catalogue(config: PreprocessConfig, *, max_side: int | None = None) -> list[tuple[int, int, str]]:
+    """Deterministic (width, height, size_class) list covering every size class for `config`.
+
+    Each size appears once, under the first class that produced it (order of SIZE_CLASSES).
+    `max_side` drops sizes with a longer side (the geometry does not care; pixel tests do).
+    """
+    groups: list[tuple[str, Iterable[tuple[int, int]]]] = []
+    groups.append(("tiny", tiny_sizes()))
+    # Config-specific thresholds first, so those sizes carry their most telling class.
+    groups.append(("pass_order", pass_order_sizes(config)))
+    groups.append(("budget", budget_sizes(config)))
+    groups.append(("side_cap", side_cap_sizes(config)))
+    groups.append(("real_world", real_world_sizes()))
+    groups.append(("ratio", ratio_sizes()))
+    mult = multiple_sides(12, config.patch_size)
+    groups.append(("multiple", [(w, h) for w in mult for h in mult]))
+    prime_list = list(PRIME_SIDES)
+    prime_pairs = [(a, b) for a in prime_list[:25] for b in prime_list[:25] if (a * 7 + b) % 3 == 0]
+    prime_pairs += [(a, b) for a in prime_list for b in (2, 13, 29, a)]
+    groups.append(("prime", prime_pairs))
+    p2 = pow2_sides(13)
+    groups.append(("pow2", [(a, b) for a in p2 for b in p2 if abs(a.bit_length() - b.bit_length()) <= 1]))
+    groups.append(("random", random_sizes(400, seed=0)))
+    seen: set[tuple[int, int]] = set()
+    out: list[tuple[int, int, str]] = []
+    for name, sizes in groups:
+        for w, h in sizes:
+            w, h = int(w), int(h)
+            if w <= 0 or h <= 0 or (w, h) in seen:
+                continue
+            if max_side is not None and max(w, h) > max_side:
+                continue
+            seen.add((w, h))
+            out.append((w, h, name))
+    return out
+
+
+@dataclass(frozen=True)
+class FuzzCase:
+    """One differential-test case: a configuration and the batch of images it is run on."""
+
+    config: PreprocessConfig
+    images: tuple[CaseParams, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "images", tuple(self.images))
+        if not self.images:
+            raise ValueError("FuzzCase needs at least one image")
+
+    def make_images(self) -> list[Image.Image]:
+        """Fresh PIL images for the batch (a candidate may not alter the reference's inputs)."""
+        return [make_image(p) for p in self.images]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the config as the checkpoint's dict, the images as `CaseParams` dicts."""
+        return {
+            "profile": self.config.name,
+            "config": self.config.to_hf_json(),
+            "images": [p.to_dict() for p in self.images],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "FuzzCase":
+        """Inverse of `to_dict`."""
+        config = PreprocessConfig.from_hf_json(data["config"])
+        config = dataclasses.replace(config, name=str(data.get("profile") or config.name))
+        return cls(config, tuple(CaseParams.from_dict(p) for p in data["images"]))
+
+    def describe(self) -> str:
+        """A short human label of the batch and the config."""
+        images = "; ".join(p.describe() for p in self.images)
+        return f"[{images}] under {config_label(self.config)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# configurations
+
+
+def side_caps(config: PreprocessConfig, max_cap: int | None = None) -> list[int]:
+    """Side caps that are multiples of the merge size (so the checkpoint's assert cannot fail)."""
+    m = config.merge_kernel_size
+    top = config.patch_limit_on_one_side if max_cap is None else max_cap
+    caps = {m * k for k in (1, 2, 3, 4, 6, 8, 16, 32, 64, 128, 256)}
+    caps.add(config.patch_limit_on_one_side)
+    return sorted(c for c in caps if c <= max(top, m))
+
+
+def vary_config(base: PreprocessConfig, **changes: Any) -> PreprocessConfig:
+    """`base` with some fields replaced; `background={...}` updates the background's fields.
+
+    Example: `vary_config(k3, in_patch_limit=16, background={"pattern": "white"})`.
+    """
+    bg_changes = changes.pop("background", None)
+    if bg_changes:
+        bg = base.transparent_bg_config or TransparentBgConfig()
+        changes["transparent_bg_config"] = dataclasses.replace(bg, **bg_changes)
+    if not changes:
+        return base
+    name = changes.pop("name", None) or (base.name if base.name.endswith("~var") else f"{base.name}~var")
+    return dataclasses.replace(base, name=name, **changes)
+
+
+def config_variants(base: PreprocessConfig) -> list[PreprocessConfig]:
+    """A deterministic set of variations around `base` that make small images resample.
+
+    Small budgets × (when `base` has a background) every pattern, both fill stages and a few
+    chessboard squares; plus small side caps. Used by golden catalogues and smoke tests.
+    """
+    out: list[PreprocessConfig] = []
+    for limit in (4, 16, 64):
+        out.append(vary_config(base, in_patch_limit=limit))
+    for cap in side_caps(base, max_cap=8):
+        out.append(vary_config(base, in_patch_limit=1024, patch_limit_on_one_side=cap))
+    if base.transparent_bg_config is not None:
+        for pattern in PATTERNS:
+            for stage in FILL_STAGES:
+                out.append(vary_config(base, in_patch_limit=16, transparent_bg_fill_stage=stage,
+                                       background={"pattern": pattern}))
+        for square, top_left in ((1, True), (3, False), (5, True), (16, False)):
+            out.append(vary_config(base, in_patch_limit=16, background={
+                "pattern": "chessboard", "chessboard_square_size": square,
+                "chessboard_square_on_top_left": top_left}))
+    unique: list[PreprocessConfig] = []
+    for c in out:
+        if c not in unique:
+            unique.append(c)
+    return unique
+
+
+def config_label(config: PreprocessConfig) -> str:
+    """A compact description of how a config differs from nothing (for reports and ids)."""
+    bg = config.transparent_bg_config
+    parts = [f"limit={config.in_patch_limit}", f"side={config.patch_limit_on_one_side}"]
+    if bg is not None:
+        parts.append(f"bg={bg.pattern}")
+        if bg.pattern == "chessboard":
+            parts.append(f"sq={bg.chessboard_square_size}{'' if bg.chessboard_square_on_top_left else '!'}")
+        parts.append(f"fill={config.fill_stage}")
+    return " ".join(parts)
+
+
+__all__ = [
+    "ALPHA_BAND_MODES",
+    "ALPHA_PATTERNS",
+    "COMMON_MODES",
+    "CONTENTS",
+    "CaseParams",
+    "FuzzCase",
+    "GENERATOR_VERSION",
+    "MODES",
+    "PNG_MODES",
+    "RARE_MODES",
+    "REAL_WORLD_SIZES",
+    "SIZE_CLASSES",
+    "SMALL_PATCH_LIMITS",
+    "alpha_array",
+    "alpha_patterns_for",
+    "budget_sizes",
+    "config_label",
+    "config_variants",
+    "content_array",
+    "images_equal",
+    "make_image",
+    "multiple_sides",
+    "pass_order_sizes",
+    "pow2_sides",
+    "primes",
+    "random_sizes",
+    "ratio_sizes",
+    "real_world_sizes",
+    "side_cap_sizes",
+    "side_caps",
+    "size_catalogue",
+    "tiny_sizes",
+    "vary_config",
+]

@@ -1,0 +1,508 @@
+"""The oracle: compare a candidate's result with the reference's, and check its invariances.
+
+`compare` runs the checks in a fixed order and names the first that fails:
+`grid_mismatch` → `feature_length` → `shape_dtype` → `pixel_mismatch`. Later checks are
+meaningless once an earlier one fails (rows cannot be matched to images when the grids differ).
+`check_invariance` compares the candidate with itself: batch vs one-by-one, subsets,
+permutations, and two identical runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import KimiOracleError
+from kimi_oracle.core.geometry import ResizePlan, plan
+from kimi_oracle.pipelines.reference import normalization_lut
+from kimi_oracle.core.result import PreprocessResult
+
+GRID_MISMATCH = "grid_mismatch"
+FEATURE_LENGTH = "feature_length"
+SHAPE_DTYPE = "shape_dtype"
+PIXEL_MISMATCH = "pixel_mismatch"
+INVARIANCE = "invariance"
+CRASH = "crash"
+TIMEOUT = "timeout"
+# The differential checks, in the order `compare` runs them.
+CHECKS = (GRID_MISMATCH, FEATURE_LENGTH, SHAPE_DTYPE, PIXEL_MISMATCH)
+# Every kind of finding (the nightly runner adds `timeout`).
+FINDING_KINDS = CHECKS + (INVARIANCE, CRASH, TIMEOUT)
+INVARIANCE_KINDS = ("determinism", "batch_vs_single", "subset", "permutation")
+
+# Level differences are measured in float64 from float32 values: allow for that rounding.
+_LEVEL_EPS = 1e-3
+
+
+class ToleranceError(KimiOracleError):
+    """A tolerance policy string that is not `exact`, `levels:K` or `bf16`."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Pixel comparison policy: bitwise, within K uint8 levels, or exact against bf16-rounded."""
+
+    kind: str = "exact"
+    levels: float = 0.0
+
+    @classmethod
+    def parse(cls, text: "str | Tolerance | None") -> "Tolerance":
+        """`exact`, `levels:K` (K ≥ 0) or `bf16`."""
+        if isinstance(text, Tolerance):
+            return text
+        if text is None:
+            return cls()
+        value = str(text).strip().lower()
+        if value == "exact":
+            return cls("exact")
+        if value == "bf16":
+            return cls("bf16")
+        if value.startswith("levels:"):
+            try:
+                k = float(value.split(":", 1)[1])
+            except ValueError:
+                k = float("nan")
+            if not math.isfinite(k) or k < 0:
+                raise ToleranceError(f"bad tolerance {text!r}: levels:K needs a number K >= 0")
+            return cls("levels", k)
+        raise ToleranceError(f"bad tolerance {text!r}: expected exact, levels:K or bf16")
+
+    def __str__(self) -> str:
+        if self.kind == "levels":
+            k = int(self.levels) if float(self.levels).is_integer() else self.levels
+            return f"levels:{k}"
+        return self.kind
+
+
+@dataclass
+class Verdict:
+    """The outcome of a comparison: the failed check (None when all passed), a message, stats."""
+
+    check: str | None = None
+    message: str = "all checks passed"
+    stats: dict[str, Any] = field(default_factory=dict)
+    # The two results that were compared (for diff images); not part of the JSON form.
+    expected: PreprocessResult | None = field(default=None, repr=False, compare=False)
+    actual: PreprocessResult | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        """True when no check failed."""
+        return self.check is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"ok": self.ok, "check": self.check, "message": self.message, "stats": self.stats}
+
+
+def _coerce(result: Any) -> PreprocessResult:
+    if isinstance(result, PreprocessResult):
+        return result
+    from kimi_oracle.oracle.candidates import as_result
+
+    return as_result(result)
+
+
+def _grid_rows(grids: torch.Tensor) -> list[tuple[Any, ...]] | None:
+    """Grid rows as Python numbers, or None when the table does not have (n, 3) shape."""
+    if grids.ndim != 2 or grids.shape[1] != 3:
+        return None
+    rows = []
+    for row in grids.tolist():
+        rows.append(tuple(int(v) if float(v).is_integer() else v for v in row))
+    return rows
+
+
+def _rows_of(grid: Sequence[Any]) -> int:
+    t, h, w = grid
+    return int(t) * int(h) * int(w)
+
+
+def compare(
+    expected: Any,
+    actual: Any,
+    config: PreprocessConfig,
+    tolerance: "str | Tolerance" = "exact",
+    *,
+    sizes: Sequence[tuple[int, int]] | None = None,
+) -> Verdict:
+    """Check `actual` against `expected` (the reference's result for the same images).
+
+    `sizes` are the input images' (width, height), used to map a differing pixel back to the
+    original image; without them the report gives padded-image coordinates only.
+    """
+    exp = _coerce(expected)
+    act = _coerce(actual)
+    verdict = _compare(exp, act, config, Tolerance.parse(tolerance), sizes)
+    verdict.expected, verdict.actual = exp, act
+    return verdict
+
+
+def _compare(
+    exp: PreprocessResult,
+    act: PreprocessResult,
+    config: PreprocessConfig,
+    tol: Tolerance,
+    sizes: Sequence[tuple[int, int]] | None,
+) -> Verdict:
+    exp_grids = _grid_rows(exp.grid_thws)
+    if exp_grids is None:
+        raise ValueError(f"expected grid table has shape {tuple(exp.grid_thws.shape)}")
+    n = len(exp_grids)
+    plans: list[ResizePlan | None] = [None] * n
+    if sizes is not None:
+        if len(sizes) != n:
+            raise ValueError(f"{len(sizes)} sizes given for {n} images")
+        plans = [plan(w, h, config) for w, h in sizes]
+
+    # 1. grids, per image
+    act_grids = _grid_rows(act.grid_thws)
+    if act_grids is None:
+        return Verdict(
+            GRID_MISMATCH,
+            f"grid table has shape {list(act.grid_thws.shape)}, expected [{n}, 3]",
+            {"expected_grids": [list(g) for g in exp_grids], "actual_grid_shape": list(act.grid_thws.shape)},
+        )
+    mismatched = [
+        {"image": i, "expected": list(e), "actual": list(a), "size": list(sizes[i]) if sizes else None}
+        for i, (e, a) in enumerate(zip(exp_grids, act_grids))
+        if tuple(e) != tuple(a)
+    ]
+    if len(act_grids) != n or mismatched:
+        if len(act_grids) != n:
+            message = f"{len(act_grids)} grids returned for {n} images"
+        else:
+            first = mismatched[0]
+            message = (
+                f"image {first['image']}: grid {tuple(first['actual'])} != expected {tuple(first['expected'])}"
+                + (f" ({len(mismatched)} of {n} images differ)" if len(mismatched) > 1 else "")
+            )
+        return Verdict(GRID_MISMATCH, message, {
+            "expected_grids": [list(g) for g in exp_grids],
+            "actual_grids": [list(g) for g in act_grids],
+            "mismatched": mismatched,
+        })
+
+    # 2. feature length: the rows produced must match the advertised grids
+    total = sum(_rows_of(g) for g in act_grids)
+    rows = int(act.pixel_values.shape[0]) if act.pixel_values.ndim >= 1 else None
+    if rows != total:
+        return Verdict(FEATURE_LENGTH, f"grids advertise {total} patch rows but pixel_values has {rows}", {
+            "advertised_rows": total,
+            "produced_rows": rows,
+            "rows_per_image": [_rows_of(g) for g in act_grids],
+            "pixel_values_shape": list(act.pixel_values.shape),
+        })
+
+    # 3. shapes and dtypes
+    p = config.patch_size
+    want_shape = [total, 3, p, p]
+    allowed = {torch.float32} | ({torch.bfloat16} if tol.kind == "bf16" else set())
+    problems = []
+    if list(act.pixel_values.shape) != want_shape:
+        problems.append(f"pixel_values shape {list(act.pixel_values.shape)} != {want_shape}")
+    if act.pixel_values.dtype not in allowed:
+        problems.append(f"pixel_values dtype {str(act.pixel_values.dtype).replace('torch.', '')} "
+                        f"!= {' or '.join(sorted(str(d).replace('torch.', '') for d in allowed))}")
+    if act.grid_thws.dtype != torch.int64:
+        problems.append(f"grid_thws dtype {str(act.grid_thws.dtype).replace('torch.', '')} != int64")
+    if problems:
+        return Verdict(SHAPE_DTYPE, "; ".join(problems), {
+            "pixel_values_shape": list(act.pixel_values.shape),
+            "pixel_values_dtype": str(act.pixel_values.dtype),
+            "grid_thws_dtype": str(act.grid_thws.dtype),
+            "expected_shape": want_shape,
+        })
+
+    # 4. pixels
+    stats = pixel_stats(exp.pixel_values, act.pixel_values, exp_grids, config, tol, plans, sizes)
+    if stats["failing"]:
+        loc = stats.get("worst") or {}
+        where = _describe_location(loc)
+        message = (
+            f"{stats['failing']} of {stats['values']} values differ under {tol} "
+            f"(max {stats['max_level_diff']:.3g} levels, mean {stats['mean_level_diff']:.3g}); worst {where}"
+        )
+        return Verdict(PIXEL_MISMATCH, message, stats)
+    return Verdict(None, "all checks passed", stats)
+
+
+def levels_of(values: torch.Tensor, config: PreprocessConfig) -> np.ndarray:
+    """Undo the normalization: float64 uint8 levels of an (N, 3, p, p) tensor (per channel)."""
+    lut = normalization_lut(config).astype(np.float64)
+    v = values.detach().cpu().float().numpy().astype(np.float64)
+    offset = lut[:, 0].reshape(1, 3, 1, 1)
+    slope = ((lut[:, 255] - lut[:, 0]) / 255.0).reshape(1, 3, 1, 1)
+    return (v - offset) / slope
+
+
+def _level_slopes(config: PreprocessConfig) -> np.ndarray:
+    lut = normalization_lut(config).astype(np.float64)
+    return np.abs((lut[:, 255] - lut[:, 0]) / 255.0).reshape(1, 3, 1, 1)
+
+
+def _differs_bitwise(expected: torch.Tensor, actual: torch.Tensor, tol: Tolerance) -> torch.Tensor:
+    if tol.kind == "bf16":
+        target = expected.to(torch.bfloat16)
+        if actual.dtype == torch.bfloat16:
+            return actual.view(torch.int16) != target.view(torch.int16)
+        return actual.contiguous().view(torch.int32) != target.float().view(torch.int32)
+    return actual.contiguous().view(torch.int32) != expected.contiguous().view(torch.int32)
+
+
+def pixel_stats(
+    expected: torch.Tensor,
+    actual: torch.Tensor,
+    grids: Sequence[Sequence[int]],
+    config: PreprocessConfig,
+    tol: Tolerance,
+    plans: Sequence[ResizePlan | None] | None = None,
+    sizes: Sequence[tuple[int, int]] | None = None,
+) -> dict[str, Any]:
+    """Level differences, the share of differing values and the worst location, per policy."""
+    exp = expected.detach().cpu().contiguous()
+    act = actual.detach().cpu().contiguous()
+    bitwise = (act.float().view(torch.int32) != exp.view(torch.int32)).numpy()
+    policy_fail = _differs_bitwise(exp, act, tol).numpy() if tol.kind != "levels" else None
+    slopes = _level_slopes(config)
+    diff = np.abs(act.float().numpy().astype(np.float64) - exp.numpy().astype(np.float64)) / slopes
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    if tol.kind == "levels":
+        policy_fail = diff > tol.levels + _LEVEL_EPS
+    assert policy_fail is not None
+    values = int(diff.size)
+    finite = diff[np.isfinite(diff)]
+    stats: dict[str, Any] = {
+        "tolerance": str(tol),
+        "values": values,
+        "differing": int(bitwise.sum()),
+        "share_differing": float(bitwise.sum() / values) if values else 0.0,
+        "failing": int(policy_fail.sum()),
+        "max_level_diff": float(diff.max()) if values else 0.0,
+        "mean_level_diff": float(finite.mean()) if finite.size else 0.0,
+        "non_finite": int((~np.isfinite(act.float().numpy())).sum()),
+        "histogram": _histogram(diff, bitwise),
+    }
+    if bitwise.any():
+        a_bits = act.float().view(torch.int32).numpy().astype(np.int64)
+        e_bits = exp.view(torch.int32).numpy().astype(np.int64)
+        same_sign = (a_bits >= 0) == (e_bits >= 0)
+        ulps = np.abs(a_bits - e_bits)[bitwise & same_sign]
+        stats["max_ulp"] = int(ulps.max()) if ulps.size else None
+    offsets = [0]
+    for g in grids:
+        offsets.append(offsets[-1] + _rows_of(g))
+    per_image = []
+    for i, g in enumerate(grids):
+        lo, hi = offsets[i], offsets[i + 1]
+        d = diff[lo:hi]
+        per_image.append({
+            "image": i,
+            "grid_thw": list(g),
+            "max_level_diff": float(d.max()) if d.size else 0.0,
+            "mean_level_diff": float(d[np.isfinite(d)].mean()) if d.size and np.isfinite(d).any() else 0.0,
+            "differing": int(bitwise[lo:hi].sum()),
+            "failing": int(policy_fail[lo:hi].sum()),
+        })
+    stats["per_image"] = per_image
+    if stats["failing"]:
+        worst = max(per_image, key=lambda r: (r["failing"] > 0, r["max_level_diff"], r["failing"]))
+        i = worst["image"]
+        lo, hi = offsets[i], offsets[i + 1]
+        # Worst value among the failing ones of that image.
+        d = np.where(policy_fail[lo:hi], diff[lo:hi], -1.0)
+        flat = int(np.argmax(d))
+        row, c, py, px = np.unravel_index(flat, d.shape)
+        exp_levels = levels_of(exp[lo + row : lo + row + 1], config)[0, c, py, px]
+        act_levels = levels_of(act[lo + row : lo + row + 1], config)[0, c, py, px]
+        loc = locate(i, int(row), int(c), int(py), int(px), grids[i], config.patch_size,
+                     plans[i] if plans else None, tuple(sizes[i]) if sizes else None)
+        loc.update({
+            "expected_value": float(exp[lo + row, c, py, px]),
+            "actual_value": float(act[lo + row, c, py, px]),
+            "expected_level": round(float(exp_levels), 4),
+            "actual_level": round(float(act_levels), 4) if math.isfinite(act_levels) else str(act_levels),
+            "level_diff": float(diff[lo + row, c, py, px]),
+        })
+        stats["worst"] = loc
+    return stats
+
+
+def _histogram(diff: np.ndarray, bitwise: np.ndarray) -> dict[str, int]:
+    edges = [("equal", None), ("<1", 1.0), ("1", 1.5), ("2", 2.5), ("3-5", 5.5), ("6-20", 20.5), (">20", math.inf)]
+    out: dict[str, int] = {"equal": int((~bitwise).sum())}
+    lower = -math.inf
+    for name, upper in edges[1:]:
+        sel = bitwise & (diff >= lower) & (diff < upper) if name != "<1" else bitwise & (diff < 1.0 - _LEVEL_EPS)
+        if name == "1":
+            sel = bitwise & (diff >= 1.0 - _LEVEL_EPS) & (diff < upper)
+        out[name] = int(sel.sum())
+        lower = upper
+    out[">20"] += int((bitwise & ~np.isfinite(diff)).sum())
+    return out
+
+
+def locate(image: int, row: int, channel: int, py: int, px: int, grid: Sequence[int], patch: int,
+           p: ResizePlan | None, size: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Where patch row `row`, (channel, py, px) of one image lies: patch, resized and original pixel."""
+    _, gh, gw = (int(v) for v in grid)
+    gy, gx = divmod(row, gw)
+    y, x = gy * patch + py, gx * patch + px
+    out: dict[str, Any] = {
+        "image": image,
+        "patch": row,
+        "patch_yx": [gy, gx],
+        "channel": "RGB"[channel] if 0 <= channel < 3 else channel,
+        "pixel_in_patch": [px, py],
+        "resized_xy": [x, y],
+    }
+    if p is not None:
+        out["in_padding"] = bool(x >= p.new_w or y >= p.new_h)
+        if not out["in_padding"] and size is not None:
+            out["original_xy_range"] = [list(source_range(x, p.new_w, size[0])), list(source_range(y, p.new_h, size[1]))]
+    return out
+
+
+def source_range(i: int, out_size: int, in_size: int) -> tuple[int, int]:
+    """Original-pixel span [lo, hi] that output pixel i of a resize from in_size to out_size covers."""
+    if out_size == in_size:
+        return i, i
+    scale = in_size / out_size
+    support = 2.0 * max(scale, 1.0)  # bicubic
+    center = (i + 0.5) * scale
+    lo = max(int(center - support + 0.5), 0)
+    hi = min(int(center + support + 0.5), in_size) - 1
+    return lo, max(lo, hi)
+
+
+def _describe_location(loc: dict[str, Any]) -> str:
+    if not loc:
+        return "unknown"
+    text = (f"image {loc['image']}, patch {loc['patch']} (row {loc['patch_yx'][0]}, col {loc['patch_yx'][1]}), "
+            f"channel {loc['channel']}, resized pixel (x={loc['resized_xy'][0]}, y={loc['resized_xy'][1]})")
+    if loc.get("in_padding"):
+        text += " in the padding"
+    elif "original_xy_range" in loc:
+        (x0, x1), (y0, y1) = loc["original_xy_range"]
+        xs = f"{x0}" if x0 == x1 else f"{x0}..{x1}"
+        ys = f"{y0}" if y0 == y1 else f"{y0}..{y1}"
+        text += f" from original x={xs}, y={ys}"
+    if "expected_level" in loc:
+        text += f": expected level {loc['expected_level']:g}, got {loc['actual_level']}"
+    return text
+
+
+def describe_location(loc: dict[str, Any]) -> str:
+    """One readable line for a location dict from `pixel_stats`."""
+    return _describe_location(loc)
+
+
+# ---------------------------------------------------------------------------------------------
+# invariances
+
+
+def _same(a: PreprocessResult, b: PreprocessResult) -> tuple[bool, str]:
+    if a.grid_thws.shape != b.grid_thws.shape or not torch.equal(a.grid_thws.to(torch.int64), b.grid_thws.to(torch.int64)):
+        return False, f"grids {a.grid_thws.tolist()} vs {b.grid_thws.tolist()}"
+    if a.pixel_values.shape != b.pixel_values.shape or a.pixel_values.dtype != b.pixel_values.dtype:
+        return False, (f"pixel_values {list(a.pixel_values.shape)} {a.pixel_values.dtype} vs "
+                       f"{list(b.pixel_values.shape)} {b.pixel_values.dtype}")
+    pa = a.pixel_values.contiguous()
+    pb = b.pixel_values.contiguous()
+    if pa.dtype.is_floating_point:
+        width = {2: torch.int16, 4: torch.int32, 8: torch.int64}[pa.element_size()]
+        diff = pa.view(width) != pb.view(width)
+    else:
+        diff = pa != pb
+    if bool(diff.any()):
+        rows = torch.nonzero(diff.reshape(diff.shape[0], -1).any(dim=1)).flatten().tolist() if diff.ndim else []
+        return False, f"{int(diff.sum())} values differ, in patch rows {rows[:8]}{'...' if len(rows) > 8 else ''}"
+    return True, ""
+
+
+def _select(result: PreprocessResult, indices: Sequence[int]) -> PreprocessResult:
+    parts = [result.image(i) for i in indices]
+    return PreprocessResult(
+        torch.cat([r.pixel_values for r in parts], dim=0),
+        torch.cat([r.grid_thws for r in parts], dim=0),
+    )
+
+
+def invariance_plan(n: int) -> list[tuple[str, tuple[int, ...]]]:
+    """The deterministic list of (kind, image indices) batches `check_invariance` runs for n images."""
+    out: list[tuple[str, tuple[int, ...]]] = [("determinism", tuple(range(n)))]
+    if n >= 2:
+        out += [("batch_vs_single", (i,)) for i in range(n)]
+        for k in range(2, n):
+            out += [("subset", combo) for combo in itertools.combinations(range(n), k)]
+        out.append(("permutation", tuple(reversed(range(n)))))
+        if n >= 3:
+            out.append(("permutation", tuple(range(1, n)) + (0,)))
+    return out
+
+
+def check_invariance(
+    run: Callable[[list[Image.Image]], PreprocessResult],
+    images: Sequence[Image.Image],
+    *,
+    full: PreprocessResult | None = None,
+    kinds: Sequence[str] = INVARIANCE_KINDS,
+) -> Verdict:
+    """Candidate-only checks: two runs agree, a batch equals its images one by one, any subset
+    equals the matching rows of the full batch, a permuted batch gives permuted rows (bitwise)."""
+    images = list(images)
+    if full is None:
+        full = _coerce(run(images))
+    n = len(images)
+    if _grid_rows(full.grid_thws) is None or len(full.grid_thws) != n or full.patch_offsets()[-1] != full.pixel_values.shape[0]:
+        return Verdict(INVARIANCE, "the full batch's grids do not describe its rows; invariances undefined",
+                       {"kind": "batch_vs_single"})
+    for kind, indices in invariance_plan(n):
+        if kind not in kinds:
+            continue
+        got = _coerce(run([images[i] for i in indices]))
+        want = full if kind == "determinism" else _select(full, indices)
+        same, why = _same(want, got)
+        if not same:
+            label = {
+                "determinism": "a second run of the same batch differs",
+                "batch_vs_single": f"image {indices[0]} alone differs from its rows in the batch of {n}",
+                "subset": f"the sub-batch {list(indices)} differs from its rows in the batch of {n}",
+                "permutation": f"the batch permuted to {list(indices)} does not give permuted rows",
+            }[kind]
+            return Verdict(INVARIANCE, f"{kind}: {label}: {why}", {
+                "kind": kind, "indices": list(indices), "batch_size": n, "detail": why,
+            }, expected=want, actual=got)
+    return Verdict(None, "invariances hold", {"batch_size": n})
+
+
+__all__ = [
+    "CHECKS",
+    "CRASH",
+    "FEATURE_LENGTH",
+    "FINDING_KINDS",
+    "GRID_MISMATCH",
+    "INVARIANCE",
+    "INVARIANCE_KINDS",
+    "PIXEL_MISMATCH",
+    "SHAPE_DTYPE",
+    "TIMEOUT",
+    "Tolerance",
+    "ToleranceError",
+    "Verdict",
+    "check_invariance",
+    "compare",
+    "describe_location",
+    "invariance_plan",
+    "levels_of",
+    "locate",
+    "pixel_stats",
+    "source_range",
+]

@@ -1,0 +1,475 @@
+"""The upgrade gate: one pass/fail verdict on a new preprocessing kernel.
+
+Stages, in order: the pixel goldens of every profile run with NEW; differential fuzzing of NEW
+against the reference (with the same configuration variation as `fuzz`); invariance checks on
+generated batches; and, with a baseline, an interleaved A/B timing of NEW against OLD.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from kimi_oracle.workflows import golden
+from kimi_oracle.pipelines import reference
+from kimi_oracle.workflows.bench import BENCH_INPUTS, interleaved_ratio
+from kimi_oracle.oracle.candidates import Candidate, CandidateCrash, load_candidate
+from kimi_oracle.core.config import PROFILES, PreprocessConfig
+from kimi_oracle.core.errors import KimiOracleError
+from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz, search_budget
+from kimi_oracle.inputs.generators import CaseParams, make_image
+from kimi_oracle.oracle.checks import Verdict, check_invariance, compare
+from kimi_oracle.results.report import diff_image
+from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
+
+SCHEMA = "kimi-oracle.gate-report"
+SCHEMA_VERSION = 1
+# Shares of the budget: fuzzing gets what the goldens and invariances leave, minus the timing.
+PERF_SHARE = 0.3
+# Kept for the invariance stage, which runs after fuzzing (a few batches, each run ~10 times).
+INVARIANCE_SHARE = 0.05
+# Inputs of the A/B timing, cheapest first; as many as the timing share allows are run.
+PERF_INPUTS = ("rgb-640x480", "rgba-1920x1080-chessboard", "batch16-mixed", "rgb-4032x3024-k25",
+               "rgb-1920x1080", "rgb-7680x4320")
+MAX_DIFF_IMAGES = 8
+
+
+@dataclass
+class GateOptions:
+    """What the gate runs and how strict it is."""
+
+    profile: str = "k3"
+    budget_s: float = 600.0
+    perf_threshold_pct: float = 10.0
+    tolerance: str = "exact"
+    seed: int | None = None
+    golden_dir: Path | None = None
+    perf_rounds: int = 7
+    # Larger than `fuzz`'s default: per example the harness costs about the same whatever the
+    # size, so larger images keep the gate's time in the candidate rather than in the harness.
+    fuzz_max_side: int = 256
+
+
+@dataclass
+class Stage:
+    """The result of one stage."""
+
+    name: str
+    status: str = "skipped"  # pass | fail | skipped | error
+    elapsed_s: float = 0.0
+    summary: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"name": self.name, "status": self.status, "elapsed_s": round(self.elapsed_s, 3),
+                "summary": self.summary, "reasons": self.reasons, "details": self.details}
+
+
+class _Clock:
+    """Seconds spent inside the candidates and inside the reference (the rest is overhead)."""
+
+    def __init__(self) -> None:
+        self.candidate_s = 0.0
+        self.reference_s = 0.0
+
+    def wrap(self, func: Callable[..., Any], attr: str) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                setattr(self, attr, getattr(self, attr) + time.perf_counter() - t0)
+
+        timed.__name__ = getattr(func, "__name__", "timed")
+        timed.__doc__ = getattr(func, "__doc__", None)
+        return timed
+
+    @contextlib.contextmanager
+    def reference_timed(self) -> Iterator[None]:
+        """Count the reference's time wherever the oracle calls `reference.preprocess`."""
+        original = reference.preprocess
+        reference.preprocess = self.wrap(original, "reference_s")
+        try:
+            yield
+        finally:
+            reference.preprocess = original
+
+
+def _machine() -> dict[str, Any]:
+    info: dict[str, Any] = {"platform": platform.platform(), "processor": platform.processor(),
+                            "cpu_count": os.cpu_count(), "python": platform.python_version()}
+    try:
+        import torch
+
+        info["cuda"] = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    except Exception:  # pragma: no cover - torch is a dependency
+        info["cuda"] = None
+    return info
+
+
+def _invariance_batches(seed: int) -> list[list[CaseParams]]:
+    base = seed % 1000
+    return [
+        [CaseParams(61, 45, "RGB", seed=base), CaseParams(30, 90, "RGBA", "checker", seed=base + 1),
+         CaseParams(97, 13, "L", seed=base + 2), CaseParams(61, 45, "RGB", content="gradient", seed=base + 3)],
+        [CaseParams(150, 61, "P", seed=base + 4), CaseParams(7, 7, "LA", "random", seed=base + 5),
+         CaseParams(84, 56, "RGBA", "transparent", seed=base + 6)],
+    ]
+
+
+def _max_level(verdict: Verdict | None) -> float:
+    if verdict is None or verdict.check != "pixel_mismatch":
+        return float("inf")  # grids, lengths, dtypes, crashes: worse than any pixel difference
+    return float(verdict.stats.get("max_level_diff", float("inf")))
+
+
+def _describe_golden(change: Any, verdict: Verdict | None) -> str:
+    entry = change.new or change.old or {}
+    label = str(entry.get("id", change.key))
+    try:
+        label += f" ({CaseParams.from_dict(entry['params']).describe()})"
+    except (KeyError, TypeError, ValueError):
+        pass
+    if verdict is None:
+        return change.describe()
+    if verdict.check == "pixel_mismatch":
+        st = verdict.stats
+        return (f"{label}: max {st.get('max_level_diff', 0):.3g} levels, mean {st.get('mean_level_diff', 0):.3g}, "
+                f"{100 * st.get('share_differing', 0):.1f}% of values differ")
+    return f"{label}: {verdict.check}: {verdict.message}"
+
+
+def _guarded(candidate: Candidate) -> Callable[..., Any]:
+    """The candidate's function, uncopied inputs (for timing), exceptions turned into crashes."""
+    func = candidate.func
+
+    def call(images: Any, config: PreprocessConfig) -> Any:
+        try:
+            return func(images, config)
+        except (KimiOracleError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            raise CandidateCrash(candidate.spec, exc) from exc
+
+    return call
+
+
+class Gate:
+    """Runs the stages and builds the report."""
+
+    def __init__(self, new: str, baseline: str | None, options: GateOptions, out_dir: Path,
+                 progress: Callable[[str], None] | None = None):
+        self.options = options
+        self.out_dir = Path(out_dir)
+        self.progress = progress or (lambda message: None)
+        self.clock = _Clock()
+        # Load both before anything runs: a broken spec is a harness error (exit 2), not a fail.
+        self.new = load_candidate(new)
+        self.new.func = self.clock.wrap(self.new.func, "candidate_s")
+        self.old: Candidate | None = load_candidate(baseline) if baseline else None
+        if self.old is not None:
+            self.old.func = self.clock.wrap(self.old.func, "candidate_s")
+        self.config = PreprocessConfig.profile(options.profile)
+        self.stages: list[Stage] = []
+        self.findings: list[dict[str, Any]] = []
+        self.seed = options.seed if options.seed is not None else int(time.time()) % (2**31)
+
+    # -- stages ----------------------------------------------------------------------------
+
+    def goldens(self) -> Stage:
+        stage = Stage("goldens")
+        report = golden.check_pixels(self.new, self.options.golden_dir, profiles=PROFILES)
+        judged = []  # (file report, change, verdict or None when it could not be re-run)
+        tolerated = 0
+        for file_report in report.files:
+            for change in file_report.changes:
+                # Digests only say "different": re-run the case against the reference to say by
+                # how much, and to apply the gate's tolerance (digests are exact by nature).
+                verdict, config = self._rejudge(file_report.profile, change)
+                if verdict is not None and verdict.ok:
+                    tolerated += 1
+                else:
+                    judged.append((file_report, change, verdict, config))
+        judged.sort(key=lambda item: -_max_level(item[2]))
+        files = []
+        for f in report.files:
+            d = f.to_dict()
+            d["changes"] = d["changes"][:50]  # the .md and the reasons name them; keep the JSON small
+            files.append(d)
+        levels = [_max_level(v) for _, _, v, _ in judged]
+        stage.details = {"files": files, "warnings": report.warnings, "tolerance": self.options.tolerance,
+                         "differing_within_tolerance": tolerated, "failing_cases": len(judged),
+                         "failing_below_one_level": sum(1 for x in levels if x < 1.0),
+                         "max_level_diff": max(levels, default=0.0)}
+        if judged:
+            below = stage.details["failing_below_one_level"]
+            stage.summary = (f"{len(judged)} pixel golden cases differ ({below} by less than one level, "
+                             f"worst {max(levels):.3g} levels)")
+        else:
+            stage.summary = "all pixel goldens match"
+        if tolerated:
+            stage.summary += f"; {tolerated} more differ within {self.options.tolerance}"
+        stage.summary += f" (profiles {', '.join(f.profile for f in report.files)})"
+        for f in report.files:
+            stage.reasons += [f"golden {f.profile}: {problem}" for problem in f.problems]
+        for file_report, change, verdict, _ in judged[:20]:
+            stage.reasons.append(f"golden {file_report.profile}: {_describe_golden(change, verdict)}")
+        if len(judged) > 20:
+            stage.reasons.append(f"... and {len(judged) - 20} more golden differences")
+        stage.status = "fail" if stage.reasons else "pass"
+        self._golden_diff_images(judged)
+        return stage
+
+    def _rejudge(self, profile: str, change: Any) -> tuple[Verdict | None, PreprocessConfig | None]:
+        """The oracle's verdict on a changed golden case under the gate's tolerance, and the case's
+        config (verdict None when the case cannot be re-run, e.g. it was added or removed)."""
+        if change.change != "changed":
+            return None, None
+        try:
+            case = golden.PixelCase.from_entry(profile, change.new or change.old)
+            img, config = case.make_image(), case.config()
+            expected = reference.preprocess([img], config)
+            actual = self.new([img], config)
+        except CandidateCrash as exc:
+            return Verdict("crash", str(exc)), None
+        except (KimiOracleError, ValueError, KeyError, TypeError):
+            return None, None
+        return compare(expected, actual, config, self.options.tolerance, sizes=[img.size]), config
+
+    def _golden_diff_images(self, judged: list[Any]) -> None:
+        """Diff images of the worst cases, from the results the re-judging already computed."""
+        made = 0
+        for file_report, change, verdict, config in judged:
+            if made >= MAX_DIFF_IMAGES:
+                break
+            if verdict is None or verdict.expected is None or verdict.actual is None:
+                continue
+            try:
+                picture = diff_image(verdict.expected, verdict.actual, config)
+            except (ValueError, KeyError, TypeError, IndexError):  # e.g. outputs of different shapes
+                continue
+            if picture is None:
+                continue
+            target = self.out_dir / "golden-diffs" / f"{file_report.profile}-{change.key}.png".replace("/", "_")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            picture.save(target)
+            made += 1
+
+    def fuzzing(self, budget_s: float) -> Stage:
+        stage = Stage("fuzz")
+        if budget_s < 1.0:
+            stage.summary = "no budget left for fuzzing"
+            stage.status = "skipped"
+            stage.reasons.append("fuzzing skipped: the goldens used the whole budget")
+            return stage
+        options = FuzzOptions(budget_s=search_budget(budget_s), seed=self.seed, tolerance=self.options.tolerance,
+                              vary_config=True, db_dir=self.out_dir / "hypothesis-db",
+                              max_side=self.options.fuzz_max_side)
+        run = fuzz(self.new, self.config, options, out_dir=self.out_dir)
+        summary = run.summary()
+        stage.details = {k: summary[k] for k in ("examples", "calls", "rejected", "seed", "stopped", "counts")}
+        stage.summary = f"{run.examples} examples in {run.elapsed_s:.1f}s, {len(run.findings)} findings"
+        stage.status = "fail" if run.findings else "pass"
+        for f in summary["findings"]:
+            self.findings.append({"stage": "fuzz", **f})
+            stage.reasons.append(f"fuzz finding {f['id']} ({f['check']}): {f['message']}")
+        return stage
+
+    def invariance(self) -> Stage:
+        stage = Stage("invariance")
+        checked = 0
+        for profile in (self.options.profile, "k3-small"):
+            config = PreprocessConfig.profile(profile)
+            for batch in _invariance_batches(self.seed):
+                images = [make_image(p) for p in batch]
+                try:
+                    verdict = check_invariance(lambda imgs: self.new(imgs, config), images)
+                except CandidateCrash as exc:
+                    stage.reasons.append(f"invariance ({profile}): the candidate crashed: {exc}")
+                    continue
+                checked += 1
+                if not verdict.ok:
+                    stage.reasons.append(f"invariance ({profile}, {len(images)} images): {verdict.message}")
+                    self.findings.append({"stage": "invariance", "check": "invariance", "profile": profile,
+                                          "message": verdict.message,
+                                          "images": [p.to_dict() for p in batch]})
+        stage.status = "fail" if stage.reasons else "pass"
+        stage.summary = (f"{checked} batches checked" + (f", {len(stage.reasons)} failed" if stage.reasons else
+                                                            ": batched = one by one, subsets, permutations, reruns"))
+        return stage
+
+    def performance(self, budget_s: float) -> Stage:
+        stage = Stage("performance")
+        if self.old is None:
+            stage.summary = "no baseline given"
+            return stage
+        limit = 1.0 + self.options.perf_threshold_pct / 100.0
+        deadline = time.monotonic() + budget_s
+        rows = []
+        for name in PERF_INPUTS:
+            if rows and time.monotonic() > deadline:
+                break
+            spec = BENCH_INPUTS[name]
+            images = spec.images()
+            config = spec.config()
+            new_fn = _guarded(self.new)
+            old_fn = _guarded(self.old)
+            t_pair = time.monotonic()
+            new_fn(images, config)
+            old_fn(images, config)
+            t_pair = time.monotonic() - t_pair
+            if rows and t_pair * (self.options.perf_rounds + 1) > deadline - time.monotonic():
+                stage.details.setdefault("not_timed", []).append(name)
+                continue
+            result = interleaved_ratio(lambda: new_fn(images, config), lambda: old_fn(images, config),
+                                       rounds=self.options.perf_rounds, warmup=0)
+            retried = False
+            if abs(result["ratio"] - limit) <= max(result["noise"], 0.02):
+                # Within noise of the threshold: measure once more with twice the rounds.
+                result = interleaved_ratio(lambda: new_fn(images, config), lambda: old_fn(images, config),
+                                           rounds=2 * self.options.perf_rounds, warmup=0)
+                retried = True
+            row = {"input": name, "description": spec.description, "ratio": result["ratio"],
+                   "noise": result["noise"], "new_median_s": result["new_median_s"],
+                   "old_median_s": result["old_median_s"], "rounds": result["rounds"], "retried": retried,
+                   "slower": result["ratio"] > limit}
+            rows.append(row)
+            if row["slower"]:
+                stage.reasons.append(
+                    f"performance on {name}: NEW takes {result['ratio']:.2f}x OLD's time "
+                    f"(±{result['noise']:.2f}; threshold {limit:.2f}x)")
+        stage.details.update({"threshold_ratio": limit, "inputs": rows})
+        stage.status = "fail" if stage.reasons else "pass"
+        worst = max(rows, key=lambda r: r["ratio"])
+        stage.summary = (f"{len(rows)} inputs timed; worst {worst['input']} at {worst['ratio']:.2f}x "
+                         f"(threshold {limit:.2f}x)")
+        return stage
+
+    # -- driver ----------------------------------------------------------------------------
+
+    def _run_stage(self, name: str, func: Callable[[], Stage]) -> Stage:
+        self.progress(f"gate: {name} ...")
+        t0 = time.monotonic()
+        try:
+            stage = func()
+        except CandidateCrash as exc:
+            if self.old is not None and exc.spec == self.old.spec and exc.spec != self.new.spec:
+                stage = Stage(name, "error", summary=f"the baseline crashed: {exc}", reasons=[str(exc)])
+            else:
+                stage = Stage(name, "fail", summary=f"the candidate crashed: {exc}", reasons=[str(exc)])
+        except KimiOracleError as exc:
+            stage = Stage(name, "error", summary=str(exc), reasons=[f"{name}: {exc}"])
+        except Exception as exc:  # noqa: BLE001 - a stage must never take the report down with it
+            stage = Stage(name, "error", summary=f"internal error: {type(exc).__name__}: {exc}",
+                          reasons=[f"{name}: internal error: {type(exc).__name__}: {exc}"])
+        stage.elapsed_s = time.monotonic() - t0
+        self.stages.append(stage)
+        self.progress(f"gate: {name}: {stage.status} ({stage.elapsed_s:.1f}s) {stage.summary}")
+        return stage
+
+    def run(self) -> dict[str, Any]:
+        """Run every stage, write gate-report.json and gate-report.md, return the report."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        started = utc_now()
+        t0 = time.monotonic()
+        budget = self.options.budget_s
+        with self.clock.reference_timed():
+            self._run_stage("goldens", self.goldens)
+            perf_budget = PERF_SHARE * budget if self.old is not None else 0.0
+            fuzz_budget = budget - (time.monotonic() - t0) - perf_budget - INVARIANCE_SHARE * budget
+            self._run_stage("fuzz", lambda: self.fuzzing(fuzz_budget))
+            self._run_stage("invariance", self.invariance)
+            self._run_stage("performance", lambda: self.performance(max(budget - (time.monotonic() - t0), 0.0)))
+        elapsed = time.monotonic() - t0
+        reasons = [r for s in self.stages for r in s.reasons]
+        if any(s.status == "error" for s in self.stages):
+            verdict = "error"
+        elif any(s.status == "fail" for s in self.stages):
+            verdict = "fail"
+        else:
+            verdict = "pass"
+        overhead = max(elapsed - self.clock.candidate_s - self.clock.reference_s, 0.0)
+        report = {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "verdict": verdict,
+            "reasons": reasons,
+            "candidate": self.new.spec,
+            "baseline": self.old.spec if self.old else None,
+            "profile": self.options.profile,
+            "config": self.config.to_hf_json(),
+            "tolerance": self.options.tolerance,
+            "perf_threshold_pct": self.options.perf_threshold_pct,
+            "budget_s": budget,
+            "seed": self.seed,
+            "started": started,
+            "finished": utc_now(),
+            "elapsed_s": round(elapsed, 3),
+            "time": {
+                "in_candidate_s": round(self.clock.candidate_s, 3),
+                "in_reference_s": round(self.clock.reference_s, 3),
+                "overhead_s": round(overhead, 3),
+                "overhead_share_of_budget": round(overhead / budget, 4) if budget else None,
+                # Time past the budget (set-up, reports, a stage finishing its last case).
+                "over_budget_s": round(max(elapsed - budget, 0.0), 3),
+            },
+            "stages": {s.name: s.to_dict() for s in self.stages},
+            "findings": self.findings,
+            "timing_ratios": self._timing_rows(),
+            "versions": versions(),
+            "machine": _machine(),
+        }
+        write_json(self.out_dir / "gate-report.json", report)
+        atomic_write_text(self.out_dir / "gate-report.md", render_markdown(report))
+        return report
+
+    def _timing_rows(self) -> list[dict[str, Any]]:
+        for s in self.stages:
+            if s.name == "performance":
+                return list(s.details.get("inputs", []))
+        return []
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The human-readable report."""
+    icon = {"pass": "PASS", "fail": "FAIL", "skipped": "skipped", "error": "ERROR"}
+    lines = [
+        f"# kimi-oracle gate: {report['verdict'].upper()}",
+        "",
+        f"- candidate: `{report['candidate']}`" + (f", baseline: `{report['baseline']}`" if report["baseline"] else ""),
+        f"- profile: {report['profile']}, tolerance: {report['tolerance']}, budget: {report['budget_s']:.0f}s, "
+        f"seed: {report['seed']}",
+        f"- ran {report['elapsed_s']:.1f}s: {report['time']['in_candidate_s']:.1f}s in the candidates, "
+        f"{report['time']['in_reference_s']:.1f}s in the reference, {report['time']['overhead_s']:.1f}s overhead "
+        f"({100 * (report['time']['overhead_share_of_budget'] or 0):.1f}% of the budget: hypothesis, image "
+        f"generation, comparisons, reports); {report['time']['over_budget_s']:.1f}s past the budget",
+        "",
+        "| stage | status | time | summary |",
+        "|---|---|---|---|",
+    ]
+    for s in report["stages"].values():
+        lines.append(f"| {s['name']} | {icon.get(s['status'], s['status'])} | {s['elapsed_s']:.1f}s | {s['summary']} |")
+    if report["reasons"]:
+        lines += ["", "## Why it failed", ""]
+        lines += [f"- {r}" for r in report["reasons"][:60]]
+        if len(report["reasons"]) > 60:
+            lines.append(f"- ... {len(report['reasons']) - 60} more in gate-report.json")
+    if report["timing_ratios"]:
+        lines += ["", "## A/B timing (NEW / OLD, median of interleaved pairs)", "",
+                  "| input | ratio | noise | NEW median | OLD median | rounds |", "|---|---|---|---|---|---|"]
+        for r in report["timing_ratios"]:
+            lines.append(f"| {r['input']} | {r['ratio']:.3f} | ±{r['noise']:.3f} | {r['new_median_s'] * 1e3:.1f} ms | "
+                         f"{r['old_median_s'] * 1e3:.1f} ms | {r['rounds']}{' (retried)' if r['retried'] else ''} |")
+    fuzz_findings = [f for f in report["findings"] if f.get("stage") == "fuzz" and f.get("path")]
+    if fuzz_findings:
+        lines += ["", "## Findings (replay with `kimi-oracle repro DIR`)", ""]
+        lines += [f"- `{f['path']}`: {f['check']}: {f['message']}" for f in fuzz_findings[:30]]
+    lines += ["", f"Versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items() if v), ""]
+    return "\n".join(lines)

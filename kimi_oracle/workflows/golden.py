@@ -1,0 +1,1017 @@
+"""Golden files: recorded grids and pixel digests, their catalogue, check, regeneration and diffs.
+
+Two kinds of golden file per profile (`k3`, `k25`, `k3-small`), JSON Lines, one object a line:
+
+- `grids/<profile>.jsonl`: for every (W, H) of the size catalogue, what `plan()` gives (new size,
+  padding, grid, tokens), sorted by (width, height) so that a review diff stays local;
+- `pixels/<profile>.jsonl`: for every pixel case (generator parameters plus config overrides),
+  the SHA-256 of the `pixel_values` bytes (float32, C order), the grid and a few statistics.
+
+The first line of each file is `{"_meta": {...}}`: schema version, kind, profile, the profile's
+config and its hash, generator version, entry count and the versions of the libraries used.
+
+`check()` recomputes everything for the current catalogue (grids with `plan()`, pixels with a
+candidate, the reference by default), compares entry by entry and writes `<file>.obtained` next
+to every file that differs. `regen()` does the same with the reference and replaces the goldens
+only when asked, atomically, and only up to `max_changes` changed entries unless forced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from kimi_oracle.core import files as core_files
+from kimi_oracle.core.config import FILL_STAGES, PATTERNS, PROFILES, PreprocessConfig
+from kimi_oracle.core.errors import BackendError, CandidateError, KimiOracleError, PlanError
+from kimi_oracle.core.geometry import plan
+from kimi_oracle.core.result import PreprocessResult
+
+SCHEMA_VERSION = 1
+KINDS = ("grids", "pixels")
+DEFAULT_MAX_CHANGES = 20
+OBTAINED_SUFFIX = ".obtained"
+# Pixel cases are grouped into one candidate call per config, at most this many images a call.
+_BATCH_IMAGES = 48
+
+# Sizes (W, H) of the small-limit matrix: all resample under k3-small (16 patches); tall ones
+# make Pillow 13 run its vertical pass first, wide and square ones the horizontal pass.
+RESAMPLE_SIZES = ((97, 73), (61, 150), (150, 61), (85, 85), (120, 47), (43, 130), (71, 99), (113, 88))
+# Small sizes for the full-limit profiles (no resampling there: fill, pad, normalize, patchify).
+SMALL_SIZES = ((1, 1), (13, 7), (29, 29), (37, 23), (56, 56), (57, 30), (100, 3), (3, 100))
+# Cheap resampling under the full limits: the side cap binds (7200 -> 7168 px).
+SIDE_CAP_SIZES = ((7200, 30), (30, 7200))
+SIDE_CAP_MODES = ("RGB", "RGBA", "LA", "P", "L", "I;16")
+
+
+class GoldenError(KimiOracleError):
+    """A golden directory or file cannot be used (missing directory, unwritable, bad arguments)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# versions, hashes, locations
+
+
+# The golden metadata's names for the libraries whose behaviour the goldens record.
+GOLDEN_LIBRARIES = {"kimi_oracle": "kimi-oracle", "pillow": "Pillow", "numpy": "numpy", "torch": "torch"}
+
+
+def library_versions() -> dict[str, str | None]:
+    """Versions of the libraries whose behaviour the goldens record (from `core.files.versions`)."""
+    installed = core_files.versions()
+    return {key: installed[name] for key, name in GOLDEN_LIBRARIES.items()}
+
+
+def config_hash(config: PreprocessConfig) -> str:
+    """SHA-256 of the config's canonical checkpoint JSON (sorted keys, no spaces)."""
+    text = json.dumps(config.to_hf_json(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def package_golden_dir() -> Path:
+    """The golden files shipped inside the package (`kimi_oracle/golden_data`)."""
+    return Path(__file__).resolve().parents[1] / "golden_data"
+
+
+def default_golden_dir() -> Path:
+    """The repository's `golden/` when running from a checkout, else the packaged copy."""
+    packaged = package_golden_dir()
+    checkout = Path(__file__).resolve().parents[2] / "golden"
+    with contextlib.suppress(OSError):
+        if checkout.is_dir() and checkout.resolve() == packaged:
+            return checkout
+    return packaged
+
+
+def golden_path(golden_dir: Path, kind: str, profile: str) -> Path:
+    """`<dir>/<kind>/<profile>.jsonl`."""
+    if kind not in KINDS:
+        raise GoldenError(f"unknown golden kind {kind!r}; expected one of {', '.join(KINDS)}")
+    return Path(golden_dir) / kind / f"{profile}.jsonl"
+
+
+def obtained_path(path: Path) -> Path:
+    """`<golden file>.obtained`."""
+    return path.with_name(path.name + OBTAINED_SUFFIX)
+
+
+# ---------------------------------------------------------------------------------------------
+# catalogue
+
+
+def _generators():
+    # Imported lazily: generators.py is shared with the fuzzers and may grow heavy imports.
+    from kimi_oracle.inputs import generators
+
+    return generators
+
+
+def grid_catalogue(profile: str) -> list[tuple[int, int, str]]:
+    """(width, height, size_class) of the grid goldens of `profile`, sorted by (width, height)."""
+    config = PreprocessConfig.profile(profile)
+    return sorted(_generators().size_catalogue(config), key=lambda s: (s[0], s[1]))
+
+
+@dataclass(frozen=True)
+class PixelCase:
+    """One pixel golden: an image (generator parameters) under `profile` with config overrides."""
+
+    id: str
+    profile: str
+    params: Any  # generators.CaseParams
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    def config(self) -> PreprocessConfig:
+        """The profile's config with this case's overrides (`generators.vary_config` keywords)."""
+        base = PreprocessConfig.profile(self.profile)
+        if not self.overrides:
+            return base
+        return _generators().vary_config(base, **json.loads(json.dumps(dict(self.overrides))))
+
+    def config_key(self) -> str:
+        """Cases with equal keys run under the same config (one candidate call)."""
+        return json.dumps(dict(self.overrides), sort_keys=True)
+
+    def make_image(self):
+        """A fresh PIL image for this case."""
+        return _generators().make_image(self.params)
+
+    def describe(self) -> str:
+        """`id (37x5 RGBA checker noise seed 3)`."""
+        return f"{self.id} ({self.params.describe()})"
+
+    @classmethod
+    def from_entry(cls, profile: str, entry: Mapping[str, Any]) -> "PixelCase":
+        """The case a recorded pixel entry describes."""
+        params = _generators().CaseParams.from_dict(entry["params"])
+        return cls(str(entry["id"]), profile, params, dict(entry.get("overrides") or {}))
+
+
+def _pick(case_id: str, salt: str, options: Sequence[Any]) -> Any:
+    # Derived from the case's id, not its position: adding a mode or a pattern adds entries
+    # without changing the images of the existing ones.
+    digest = hashlib.sha256(f"{salt}:{case_id}".encode()).digest()
+    return options[int.from_bytes(digest[:8], "big") % len(options)]
+
+
+def _case(profile: str, case_id: str, mode: str, alpha: str, sizes: Sequence[tuple[int, int]],
+          overrides: Mapping[str, Any] | None = None, content: str | None = None) -> PixelCase:
+    gen = _generators()
+    w, h = _pick(case_id, "size", sizes)
+    params = gen.CaseParams(
+        width=w,
+        height=h,
+        mode=mode,
+        alpha=alpha,
+        content=content or _pick(case_id, "content", gen.CONTENTS),
+        seed=_pick(case_id, "seed", range(10000)),
+    )
+    return PixelCase(case_id, profile, params, dict(overrides or {}))
+
+
+def _mode_alpha_pairs() -> list[tuple[str, str]]:
+    gen = _generators()
+    return [(mode, alpha) for mode in gen.MODES for alpha in gen.alpha_patterns_for(mode)]
+
+
+def pixel_catalogue(profile: str) -> list[PixelCase]:
+    """The pixel cases of `profile`, in file order.
+
+    k3-small (and any profile with a background whose limit forces resampling): one case per
+    mode × alpha pattern × fill stage × background pattern. k3 and k25: one case per mode ×
+    alpha pattern at the profile's own config (small, not resampled), plus side-cap cases that
+    do resample cheaply, and for k25 one image over the patch budget.
+    """
+    PreprocessConfig.profile(profile)  # validates the name
+    cases: list[PixelCase] = []
+    if profile == "k3-small":
+        for stage in FILL_STAGES:
+            for pattern in PATTERNS:
+                overrides = {"transparent_bg_fill_stage": stage, "background": {"pattern": pattern}}
+                for mode, alpha in _mode_alpha_pairs():
+                    cid = f"{mode}/{alpha}/{stage}/{pattern}"
+                    cases.append(_case(profile, cid, mode, alpha, RESAMPLE_SIZES, overrides))
+    else:
+        for mode, alpha in _mode_alpha_pairs():
+            cases.append(_case(profile, f"{mode}/{alpha}", mode, alpha, SMALL_SIZES))
+        gen = _generators()
+        for mode in SIDE_CAP_MODES:
+            alphas = gen.alpha_patterns_for(mode)
+            alpha = "checker" if "checker" in alphas else alphas[-1]
+            cases.append(_case(profile, f"side_cap/{mode}/{alpha}", mode, alpha, SIDE_CAP_SIZES,
+                               content="gradient"))
+        if profile == "k25":
+            # 2000x1800: 142 x 128 = 18176 floored patches > 16384, so the budget binds.
+            cases.append(_case(profile, "budget/RGB/opaque", "RGB", "opaque", [(2000, 1800)],
+                               content="gradient"))
+    ids = [c.id for c in cases]
+    assert len(ids) == len(set(ids)), "pixel case ids must be unique"
+    return cases
+
+
+# ---------------------------------------------------------------------------------------------
+# entries
+
+
+def grid_entry(width: int, height: int, size_class: str, config: PreprocessConfig) -> dict[str, Any]:
+    """The golden record of one size: plan fields, or the checkpoint's error."""
+    entry: dict[str, Any] = {"width": int(width), "height": int(height), "class": size_class}
+    try:
+        p = plan(width, height, config)
+    except PlanError as exc:
+        entry["error"] = f"PlanError: {exc}"
+        return entry
+    entry.update(
+        new_w=p.new_w,
+        new_h=p.new_h,
+        pad_w=p.pad_w,
+        pad_h=p.pad_h,
+        grid_thw=list(p.grid_thw),
+        num_tokens=p.num_tokens,
+    )
+    return entry
+
+
+def _pixel_stats(values: np.ndarray) -> dict[str, Any]:
+    flat = values.reshape(-1)
+    stats: dict[str, Any] = {"patches": int(values.shape[0]) if values.ndim else 0, "dtype": str(values.dtype)}
+    if flat.size and np.issubdtype(values.dtype, np.number):
+        stats["min"] = float(flat.min())
+        stats["max"] = float(flat.max())
+        # float64 accumulation, rounded: stable across summation orders.
+        stats["mean"] = round(float(flat.mean(dtype=np.float64)), 6)
+    return stats
+
+
+def digest(pixel_values: Any) -> str:
+    """SHA-256 of the tensor's bytes in C order (float32 for every conforming pipeline)."""
+    return hashlib.sha256(_to_numpy(pixel_values).tobytes()).hexdigest()
+
+
+def _to_numpy(values: Any) -> np.ndarray:
+    try:
+        import torch
+
+        if isinstance(values, torch.Tensor):
+            values = values.detach().cpu().contiguous().numpy()
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    return np.ascontiguousarray(np.asarray(values))
+
+
+def pixel_entry(case: PixelCase, result: PreprocessResult | BaseException) -> dict[str, Any]:
+    """The golden record of one pixel case from a one-image result (or the error it raised)."""
+    entry: dict[str, Any] = {
+        "id": case.id,
+        "params": case.params.to_dict(),
+        "overrides": dict(case.overrides),
+    }
+    if isinstance(result, BaseException):
+        entry["error"] = _error_text(result)
+        return entry
+    values = _to_numpy(result.pixel_values)
+    grids = _to_numpy(result.grid_thws).reshape(-1, 3).tolist()
+    # One image, one row; anything else is recorded as is so that the diff shows it.
+    entry["grid_thw"] = [int(v) for v in grids[0]] if len(grids) == 1 else grids
+    entry["sha256"] = hashlib.sha256(values.tobytes()).hexdigest()
+    entry["stats"] = _pixel_stats(values)
+    return entry
+
+
+def _error_text(exc: BaseException) -> str:
+    # kimi_oracle.oracle.candidates wraps a candidate's own exception (CandidateCrash): record the
+    # original, so that a candidate rejecting an input exactly as the reference does matches.
+    name = getattr(exc, "exc_type", None) or type(exc).__name__
+    text = str(getattr(exc, "exc_message", None) or exc).strip()
+    return f"{name}: {text}" if text else name
+
+
+# ---------------------------------------------------------------------------------------------
+# candidates
+
+
+Candidate = Callable[[list, PreprocessConfig], Any]
+
+
+def load_candidate(spec: str | Callable | None) -> tuple[str, Candidate]:
+    """(label, callable) for a candidate spec; `None` or "reference" is the CPU reference.
+
+    Other specs (gpu, eager, module:function, file.py:function) are resolved by
+    `kimi_oracle.oracle.candidates.load_candidate`; a callable is used as it is.
+    """
+    if callable(spec):
+        return getattr(spec, "__name__", None) or type(spec).__name__, spec
+    if spec is None or spec == "reference":
+        from kimi_oracle.pipelines import reference
+
+        return "reference", reference.preprocess
+    if importlib.util.find_spec("kimi_oracle.oracle.candidates") is None:  # pragma: no cover
+        raise CandidateError(f"candidate {spec!r}: this installation only has the reference")
+    from kimi_oracle.oracle.candidates import load_candidate as _load
+
+    loaded = _load(spec)
+    return spec, loaded
+
+
+def _as_result(out: Any) -> PreprocessResult:
+    if isinstance(out, PreprocessResult):
+        pv, grids = out.pixel_values, out.grid_thws
+    elif hasattr(out, "pixel_values") and hasattr(out, "grid_thws"):
+        pv, grids = out.pixel_values, out.grid_thws
+    elif isinstance(out, (tuple, list)) and len(out) == 2:
+        pv, grids = out
+    else:
+        raise CandidateError(f"candidate returned {type(out).__name__}, not (pixel_values, grid_thws)")
+    import torch
+
+    if not isinstance(pv, torch.Tensor):
+        pv = torch.as_tensor(np.asarray(pv))
+    grids = torch.as_tensor(_to_numpy(grids)).to(torch.int64).reshape(-1, 3)
+    return PreprocessResult(pv.detach().cpu(), grids)
+
+
+def _split(result: PreprocessResult, count: int) -> list[PreprocessResult] | None:
+    if result.num_images != count:
+        return None
+    offsets = result.patch_offsets()
+    if result.pixel_values.ndim == 0 or offsets[-1] != int(result.pixel_values.shape[0]):
+        return None
+    return [result.image(i) for i in range(count)]
+
+
+def run_pixel_cases(cases: Sequence[PixelCase], candidate: Candidate) -> list[PreprocessResult | BaseException]:
+    """Run `candidate` on every case; one call per config group, per image when a batch fails.
+
+    A batch whose grids do not account for its rows, or that raises, is rerun image by image,
+    so that every case gets its own result or its own error.
+    """
+    with warnings.catch_warnings():
+        # Pillow warns about palette transparency given as bytes on every such image.
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"PIL\..*")
+        return _run_pixel_cases(cases, candidate)
+
+
+def _run_pixel_cases(cases: Sequence[PixelCase], candidate: Candidate) -> list[PreprocessResult | BaseException]:
+    results: list[PreprocessResult | BaseException | None] = [None] * len(cases)
+    groups: dict[str, list[int]] = {}
+    for index, case in enumerate(cases):
+        groups.setdefault(case.config_key(), []).append(index)
+    for indices in groups.values():
+        for start in range(0, len(indices), _BATCH_IMAGES):
+            chunk = indices[start : start + _BATCH_IMAGES]
+            config = cases[chunk[0]].config()
+            parts = None
+            try:
+                parts = _split(_as_result(candidate([cases[i].make_image() for i in chunk], config)), len(chunk))
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception:
+                parts = None
+            if parts is None:
+                for i in chunk:
+                    results[i] = _run_one(cases[i], candidate, config)
+            else:
+                for i, part in zip(chunk, parts):
+                    results[i] = part
+    return [r for r in results if r is not None]
+
+
+def _run_one(case: PixelCase, candidate: Candidate, config: PreprocessConfig) -> PreprocessResult | BaseException:
+    try:
+        return _as_result(candidate([case.make_image()], config))
+    except (KeyboardInterrupt, SystemExit, CandidateError, BackendError):
+        # A broken candidate (bad return type, no backend) is a harness error, not a finding.
+        raise
+    except Exception as exc:
+        return exc
+
+
+# ---------------------------------------------------------------------------------------------
+# golden files: record, serialize, parse
+
+
+@dataclass
+class GoldenFile:
+    """A golden file's metadata and entries (in file order)."""
+
+    kind: str
+    profile: str
+    meta: dict[str, Any]
+    entries: list[dict[str, Any]]
+
+    def key(self, entry: Mapping[str, Any]) -> str:
+        """The identity of an entry: `WxH` for grids, the case id for pixels."""
+        return entry_key(self.kind, entry)
+
+    def by_key(self) -> dict[str, dict[str, Any]]:
+        """Entries by key."""
+        return {self.key(e): e for e in self.entries}
+
+    def dumps(self) -> str:
+        """The file's text: the metadata line, then one compact JSON object per entry."""
+        meta = dict(self.meta, count=len(self.entries))
+        lines = [json.dumps({"_meta": meta}, separators=(", ", ": "))]
+        lines += [json.dumps(e, separators=(",", ":")) for e in self.entries]
+        return "\n".join(lines) + "\n"
+
+
+def entry_key(kind: str, entry: Mapping[str, Any]) -> str:
+    """`WxH` for a grid entry, the case id for a pixel entry."""
+    if kind == "grids":
+        return f"{entry.get('width')}x{entry.get('height')}"
+    return str(entry.get("id"))
+
+
+def _meta(kind: str, profile: str) -> dict[str, Any]:
+    config = PreprocessConfig.profile(profile)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "profile": profile,
+        "config_sha256": config_hash(config),
+        "config": config.to_hf_json(),
+        "generator_version": _generators().GENERATOR_VERSION,
+        "versions": library_versions(),
+    }
+
+
+def record_grids(profile: str) -> GoldenFile:
+    """The grid golden of `profile`, computed now with `plan()`."""
+    config = PreprocessConfig.profile(profile)
+    entries = [grid_entry(w, h, cls, config) for w, h, cls in grid_catalogue(profile)]
+    return GoldenFile("grids", profile, _meta("grids", profile), entries)
+
+
+CaseFilter = Callable[[PixelCase], bool]
+
+
+def record_pixels(profile: str, candidate: str | Callable | None = None,
+                  select: CaseFilter | None = None) -> GoldenFile:
+    """The pixel golden of `profile`, computed now with `candidate` (default the reference).
+
+    `select` keeps only some cases (a partial recording, for quick checks).
+    """
+    _, fn = load_candidate(candidate)
+    cases = pixel_catalogue(profile)
+    if select is not None:
+        cases = [c for c in cases if select(c)]
+    results = run_pixel_cases(cases, fn)
+    entries = [pixel_entry(c, r) for c, r in zip(cases, results)]
+    return GoldenFile("pixels", profile, _meta("pixels", profile), entries)
+
+
+def record(kind: str, profile: str, candidate: str | Callable | None = None) -> GoldenFile:
+    """Record one golden file now."""
+    if kind == "grids":
+        return record_grids(profile)
+    if kind == "pixels":
+        return record_pixels(profile, candidate)
+    raise GoldenError(f"unknown golden kind {kind!r}; expected one of {', '.join(KINDS)}")
+
+
+class GoldenFormatError(ValueError):
+    """A golden file is not what `GoldenFile.dumps` writes (line number in the message)."""
+
+
+def parse(text: str, kind: str, profile: str) -> GoldenFile:
+    """Parse a golden file's text; raise GoldenFormatError naming the bad line."""
+    lines = text.split("\n")
+    if not text.endswith("\n"):
+        raise GoldenFormatError("file does not end with a newline (truncated?)")
+    lines = lines[:-1]
+    if not lines:
+        raise GoldenFormatError("empty file")
+    try:
+        head = json.loads(lines[0])
+    except json.JSONDecodeError as exc:
+        raise GoldenFormatError(f"line 1: not JSON: {exc.msg}") from None
+    meta = head.get("_meta") if isinstance(head, dict) else None
+    if not isinstance(meta, dict):
+        raise GoldenFormatError('line 1: expected the metadata object {"_meta": {...}}')
+    if meta.get("schema_version") != SCHEMA_VERSION:
+        raise GoldenFormatError(
+            f"line 1: schema_version {meta.get('schema_version')!r}, this kimi-oracle reads {SCHEMA_VERSION}"
+        )
+    if meta.get("kind") != kind or meta.get("profile") != profile:
+        raise GoldenFormatError(
+            f"line 1: metadata says kind {meta.get('kind')!r}, profile {meta.get('profile')!r}; "
+            f"expected {kind!r}, {profile!r}"
+        )
+    entries: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for number, line in enumerate(lines[1:], start=2):
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise GoldenFormatError(f"line {number}: not JSON: {exc.msg}") from None
+        if not isinstance(entry, dict):
+            raise GoldenFormatError(f"line {number}: expected a JSON object")
+        key = entry_key(kind, entry)
+        if key in seen:
+            raise GoldenFormatError(f"line {number}: duplicate entry {key} (first on line {seen[key]})")
+        seen[key] = number
+        entries.append(entry)
+    if meta.get("count") != len(entries):
+        raise GoldenFormatError(f"metadata count {meta.get('count')!r} but {len(entries)} entries (truncated?)")
+    meta = {k: v for k, v in meta.items() if k != "count"}
+    return GoldenFile(kind, profile, meta, entries)
+
+
+def load(path: Path, kind: str, profile: str) -> GoldenFile:
+    """Read and parse one golden file."""
+    return parse(Path(path).read_text(encoding="utf-8"), kind, profile)
+
+
+def remove_stale_temporaries(golden_dir: Path) -> list[Path]:
+    """Delete temporary files a killed writer left in the golden folders."""
+    return [p for kind in KINDS for p in core_files.remove_stale_temporaries(Path(golden_dir) / kind)]
+
+
+# ---------------------------------------------------------------------------------------------
+# diffs and reports
+
+
+@dataclass
+class EntryChange:
+    """One entry that differs: `changed` (both sides), `added` (new only), `removed` (old only)."""
+
+    kind: str
+    key: str
+    change: str
+    old: dict[str, Any] | None
+    new: dict[str, Any] | None
+
+    def describe(self) -> str:
+        """One readable line."""
+        if self.kind == "grids":
+            return _describe_grid(self)
+        return _describe_pixels(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"key": self.key, "change": self.change, "old": self.old, "new": self.new}
+
+
+def _grid_text(entry: Mapping[str, Any] | None) -> str:
+    if entry is None:
+        return "-"
+    if "error" in entry:
+        return f"error ({entry['error']})"
+    grid = entry.get("grid_thw")
+    grid_s = "x".join(str(v) for v in grid) if isinstance(grid, list) and all(isinstance(v, int) for v in grid) else str(grid)
+    return f"grid {grid_s}, {_tokens(entry.get('num_tokens'))}"
+
+
+def _tokens(n: Any) -> str:
+    return f"{n} token" if n == 1 else f"{n} tokens"
+
+
+def _size_text(entry: Mapping[str, Any]) -> str:
+    return f"{entry.get('new_w')}x{entry.get('new_h')} +{entry.get('pad_w')}+{entry.get('pad_h')}"
+
+
+def _describe_grid(c: EntryChange) -> str:
+    ref = c.new if c.new is not None else c.old or {}
+    label = f"{c.key} [{ref.get('class', '?')}]"
+    if c.change == "added":
+        return f"+ {label}: not in the golden file; now {_grid_text(c.new)}"
+    if c.change == "removed":
+        return f"- {label}: in the golden file ({_grid_text(c.old)}) but not in the catalogue"
+    old, new = c.old or {}, c.new or {}
+    parts = [f"{_grid_text(old)} -> {_grid_text(new)}"]
+    if "error" not in old and "error" not in new:
+        if _size_text(old) != _size_text(new):
+            parts.append(f"resize+pad {_size_text(old)} -> {_size_text(new)}")
+    other = sorted(k for k in set(old) | set(new)
+                   if k not in ("new_w", "new_h", "pad_w", "pad_h", "grid_thw", "num_tokens", "error")
+                   and old.get(k) != new.get(k))
+    parts += [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in other]
+    if _grid_text(old) == _grid_text(new) and len(parts) == 1:
+        parts[0] = f"{_grid_text(new)} (grid unchanged)"
+    return f"~ {label}: " + "; ".join(parts)
+
+
+def _pixel_grid_text(entry: Mapping[str, Any]) -> str:
+    grid = entry.get("grid_thw")
+    if isinstance(grid, list) and len(grid) == 3 and all(isinstance(v, int) for v in grid):
+        t, h, w = grid
+        return f"grid {t}x{h}x{w}, {_tokens(t * h * w // 4)}"
+    return f"grid {grid!r}"
+
+
+def _case_label(entry: Mapping[str, Any]) -> str:
+    params = entry.get("params") or {}
+    try:
+        text = _generators().CaseParams.from_dict(params).describe()
+    except Exception:
+        text = json.dumps(params)
+    return text
+
+
+def _describe_pixels(c: EntryChange) -> str:
+    ref = c.new if c.new is not None else c.old or {}
+    label = f"{c.key} ({_case_label(ref)})"
+    if c.change == "added":
+        what = f"error ({c.new['error']})" if "error" in (c.new or {}) else _pixel_grid_text(c.new or {})
+        return f"+ {label}: not in the golden file; now {what}"
+    if c.change == "removed":
+        return f"- {label}: in the golden file but not in the catalogue"
+    old, new = c.old or {}, c.new or {}
+    parts = []
+    if "error" in old or "error" in new:
+        parts.append(f"{old.get('error', 'ok')} -> {new.get('error', 'ok')}".replace("\n", " "))
+    if old.get("sha256") != new.get("sha256") and "error" not in old and "error" not in new:
+        parts.append(f"digest changed {str(old.get('sha256'))[:12]} -> {str(new.get('sha256'))[:12]}")
+    og, ng = _pixel_grid_text(old), _pixel_grid_text(new)
+    if "error" not in old and "error" not in new:
+        parts.append(f"{og} -> {ng}" if og != ng else f"{ng} (unchanged)")
+    os_, ns = old.get("stats") or {}, new.get("stats") or {}
+    for k in sorted(set(os_) | set(ns)):
+        if os_.get(k) != ns.get(k):
+            parts.append(f"{k} {os_.get(k)!r} -> {ns.get(k)!r}")
+    for k in ("params", "overrides"):
+        if old.get(k) != new.get(k):
+            parts.append(f"{k} {json.dumps(old.get(k), sort_keys=True)} -> {json.dumps(new.get(k), sort_keys=True)}")
+    return f"~ {label}: " + "; ".join(parts)
+
+
+def diff_entries(kind: str, old: GoldenFile | None, new: GoldenFile) -> list[EntryChange]:
+    """Entry-level differences, in the new file's order, then removed entries in the old order."""
+    old_map = old.by_key() if old is not None else {}
+    new_map = new.by_key()
+    changes: list[EntryChange] = []
+    for key, entry in new_map.items():
+        if key not in old_map:
+            changes.append(EntryChange(kind, key, "added", None, entry))
+        elif old_map[key] != entry:
+            changes.append(EntryChange(kind, key, "changed", old_map[key], entry))
+    for key, entry in old_map.items():
+        if key not in new_map:
+            changes.append(EntryChange(kind, key, "removed", entry, None))
+    return changes
+
+
+@dataclass
+class FileReport:
+    """The comparison of one golden file with what is obtained now."""
+
+    kind: str
+    profile: str
+    path: Path
+    changes: list[EntryChange] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # failures not tied to one entry
+    notes: list[str] = field(default_factory=list)  # informational (versions)
+    obtained: Path | None = None  # the .obtained file written, if any
+    accepted: bool = False
+    recorded_pillow: str | None = None
+    new_text: str | None = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """True when the file matches exactly."""
+        return not self.changes and not self.problems
+
+    def counts(self) -> dict[str, int]:
+        """Number of changed, added and removed entries."""
+        out = {"changed": 0, "added": 0, "removed": 0}
+        for c in self.changes:
+            out[c.change] += 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "kind": self.kind,
+            "profile": self.profile,
+            "path": str(self.path),
+            "ok": self.ok,
+            "counts": self.counts(),
+            "problems": list(self.problems),
+            "notes": list(self.notes),
+            "obtained": str(self.obtained) if self.obtained else None,
+            "accepted": self.accepted,
+            "changes": [c.to_dict() for c in self.changes],
+        }
+
+
+@dataclass
+class GoldenReport:
+    """The result of a check or a regeneration over several golden files."""
+
+    candidate: str
+    golden_dir: Path
+    files: list[FileReport] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # printed first (Pillow mismatch)
+    messages: list[str] = field(default_factory=list)  # printed last (refusals, acceptance)
+
+    @property
+    def ok(self) -> bool:
+        """True when every file matches."""
+        return all(f.ok for f in self.files)
+
+    @property
+    def num_changes(self) -> int:
+        """Changed + added + removed entries over all files."""
+        return sum(len(f.changes) for f in self.files)
+
+    def failing(self) -> list[FileReport]:
+        """The files that differ."""
+        return [f for f in self.files if not f.ok]
+
+    def render(self, max_lines: int = 40) -> str:
+        """The readable report: warnings first, one block per differing file, then a summary."""
+        out: list[str] = [f"WARNING: {w}" for w in self.warnings]
+        for f in self.files:
+            name = _display(f.path)
+            if f.ok:
+                out.append(f"ok   {name} ({f.kind}, {f.profile})")
+                continue
+            counts = f.counts()
+            summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+            status = "ACCEPTED" if f.accepted else "FAIL"
+            out.append(f"{status} {name} ({f.kind}, {f.profile}): {summary or 'metadata differs'}")
+            for problem in f.problems:
+                out.append(f"  ! {problem}")
+            shown = 0 if "missing golden file" in f.problems else max_lines
+            for c in f.changes[:shown]:
+                out.append(f"  {c.describe()}")
+            if len(f.changes) > shown:
+                where = "the golden file now" if f.accepted else "the .obtained file"
+                out.append(f"  ... and {len(f.changes) - shown} more (see {where})")
+            if f.obtained is not None:
+                out.append(f"  obtained: {_display(f.obtained)}")
+        for f in self.files:
+            for note in f.notes:
+                out.append(f"note: {_display(f.path)}: {note}")
+        out.extend(self.messages)
+        failing = self.failing()
+        if failing and all(f.accepted for f in failing):
+            out.append(f"golden {self.candidate}: {len(failing)} of {len(self.files)} files replaced, "
+                       f"{self.num_changes} entries")
+        elif failing:
+            out.append(f"golden {self.candidate}: {len(failing)} of {len(self.files)} files differ, "
+                       f"{self.num_changes} entries")
+        else:
+            out.append(f"golden {self.candidate}: all {len(self.files)} files match")
+        return "\n".join(out)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (for the gate's report)."""
+        return {
+            "candidate": self.candidate,
+            "golden_dir": str(self.golden_dir),
+            "ok": self.ok,
+            "num_changes": self.num_changes,
+            "warnings": list(self.warnings),
+            "messages": list(self.messages),
+            "files": [f.to_dict() for f in self.files],
+        }
+
+
+def _display(path: Path) -> str:
+    with contextlib.suppress(ValueError):
+        return str(Path(path).relative_to(Path.cwd()))
+    return str(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# check and regen
+
+
+def _compare(kind: str, profile: str, path: Path, new: GoldenFile,
+             partial: bool = False) -> tuple[FileReport, GoldenFile | None]:
+    report = FileReport(kind, profile, path, new_text=new.dumps())
+    if not path.exists():
+        report.problems.append("missing golden file")
+        report.changes = diff_entries(kind, None, new)
+        return report, None
+    try:
+        old = load(path, kind, profile)
+    except GoldenFormatError as exc:
+        report.problems.append(f"unreadable golden file: {exc}")
+        return report, None
+    except (OSError, UnicodeDecodeError) as exc:
+        report.problems.append(f"unreadable golden file: {_error_text(exc)}")
+        return report, None
+    report.recorded_pillow = (old.meta.get("versions") or {}).get("pillow")
+    if old.meta.get("config_sha256") != new.meta["config_sha256"]:
+        report.problems.append(
+            f"profile {profile!r} config changed since recording: config_sha256 "
+            f"{str(old.meta.get('config_sha256'))[:12]} -> {new.meta['config_sha256'][:12]}"
+        )
+    if old.meta.get("generator_version") != new.meta["generator_version"]:
+        report.notes.append(
+            f"recorded with generator version {old.meta.get('generator_version')}, "
+            f"now {new.meta['generator_version']}: generator changes alter the catalogue and images"
+        )
+    old_versions = old.meta.get("versions") or {}
+    for lib, now in new.meta["versions"].items():
+        was = old_versions.get(lib)
+        if was != now and lib != "pillow":
+            report.notes.append(f"recorded with {lib} {was}, running {now}")
+    if partial:
+        # Only the selected cases were computed: compare those, ignore the rest of the file.
+        wanted = set(new.by_key())
+        old = GoldenFile(old.kind, old.profile, old.meta, [e for e in old.entries if old.key(e) in wanted])
+    report.changes = diff_entries(kind, old, new)
+    return report, old
+
+
+def _selection(kinds: Iterable[str] | None, profiles: Iterable[str] | None) -> list[tuple[str, str]]:
+    kinds = list(kinds) if kinds else list(KINDS)
+    profiles = list(profiles) if profiles else list(PROFILES)
+    for k in kinds:
+        if k not in KINDS:
+            raise GoldenError(f"unknown golden kind {k!r}; expected one of {', '.join(KINDS)}")
+    for p in profiles:
+        if p not in PROFILES:
+            raise GoldenError(f"unknown profile {p!r}; expected one of {', '.join(PROFILES)}")
+    return [(k, p) for k in kinds for p in profiles]
+
+
+def _pillow_warning(files: list[FileReport]) -> list[str]:
+    import PIL
+
+    recorded = sorted({f.recorded_pillow for f in files if f.recorded_pillow and f.recorded_pillow != PIL.__version__})
+    if not recorded:
+        return []
+    return [f"the golden files were recorded with Pillow {', '.join(recorded)}, the installed Pillow is "
+            f"{PIL.__version__}: pixel digests can differ because of Pillow itself, not the pipeline"]
+
+
+def _write_obtained(report: FileReport, messages: list[str]) -> None:
+    target = obtained_path(report.path)
+    if report.ok:
+        # A stale .obtained from an earlier run no longer describes anything.
+        with contextlib.suppress(FileNotFoundError, OSError):
+            target.unlink()
+        return
+    try:
+        core_files.atomic_write_text(target, report.new_text or "")
+        report.obtained = target
+    except OSError as exc:
+        messages.append(f"could not write {_display(target)}: {_error_text(exc)}")
+
+
+def _compute(kind: str, profile: str, candidate: str | Callable | None, select: CaseFilter | None = None) -> GoldenFile:
+    if kind == "pixels":
+        return record_pixels(profile, candidate, select)
+    return record(kind, profile, candidate)
+
+
+def check(
+    golden_dir: Path | str | None = None,
+    candidate: str | Callable | None = None,
+    *,
+    kinds: Iterable[str] | None = None,
+    profiles: Iterable[str] | None = None,
+    write_obtained: bool = True,
+    select: CaseFilter | None = None,
+) -> GoldenReport:
+    """Recompute the goldens (grids with `plan()`, pixels with `candidate`) and compare.
+
+    Writes `<file>.obtained` next to each differing file when `write_obtained`. `select`
+    restricts the pixel cases (a partial check, which never writes `.obtained` files).
+    """
+    gdir = Path(golden_dir) if golden_dir is not None else default_golden_dir()
+    if not gdir.is_dir():
+        raise GoldenError(f"golden directory {gdir} does not exist")
+    selection = _selection(kinds, profiles)
+    if any(kind == "pixels" for kind, _ in selection):
+        label, fn = load_candidate(candidate)
+    else:  # grids do not run a candidate
+        label, fn = (candidate if isinstance(candidate, str) else "reference"), None
+    report = GoldenReport(label, gdir)
+    for kind, profile in selection:
+        partial = select is not None and kind == "pixels"
+        new = _compute(kind, profile, fn if kind == "pixels" else None, select)
+        file_report, _ = _compare(kind, profile, golden_path(gdir, kind, profile), new, partial)
+        report.files.append(file_report)
+        if write_obtained and not partial:
+            _write_obtained(file_report, report.messages)
+    report.warnings = _pillow_warning(report.files)
+    return report
+
+
+def check_pixels(
+    candidate: str | Callable | None = None,
+    golden_dir: Path | str | None = None,
+    *,
+    profiles: Iterable[str] | None = None,
+    write_obtained: bool = False,
+    select: CaseFilter | None = None,
+) -> GoldenReport:
+    """The pixel goldens of every profile (small-limit included) run with `candidate`.
+
+    The gate's entry point: by default it writes nothing (no `.obtained` files). The report's
+    `files[i].changes` name each differing case; `PixelCase.from_entry(profile, change.new or
+    change.old)` rebuilds its image and config (for diff images).
+    """
+    return check(golden_dir, candidate, kinds=("pixels",), profiles=profiles,
+                 write_obtained=write_obtained, select=select)
+
+
+def regen(
+    golden_dir: Path | str | None = None,
+    *,
+    accept: bool = False,
+    max_changes: int = DEFAULT_MAX_CHANGES,
+    force: bool = False,
+    kinds: Iterable[str] | None = None,
+    profiles: Iterable[str] | None = None,
+) -> GoldenReport:
+    """Record the goldens anew with the reference; write `.obtained` files for the differing ones.
+
+    Only with `accept` are the goldens replaced (atomically, all files staged before any is
+    renamed), and only if at most `max_changes` entries changed overall, unless `force`.
+    """
+    if max_changes < 0:
+        raise GoldenError(f"--max-changes must be >= 0, got {max_changes}")
+    gdir = Path(golden_dir) if golden_dir is not None else default_golden_dir()
+    if gdir.exists() and not gdir.is_dir():
+        raise GoldenError(f"golden directory {gdir} is not a directory")
+    remove_stale_temporaries(gdir)
+    report = GoldenReport("reference", gdir)
+    for kind, profile in _selection(kinds, profiles):
+        new = _compute(kind, profile, None)
+        file_report, _ = _compare(kind, profile, golden_path(gdir, kind, profile), new)
+        report.files.append(file_report)
+        _write_obtained(file_report, report.messages)
+    report.warnings = _pillow_warning(report.files)
+    failing = report.failing()
+    if not accept or not failing:
+        return report
+    total = report.num_changes
+    unreadable = [f for f in failing if f.problems and not f.changes]
+    if unreadable and not force:
+        # An unreadable or missing file has no entries to count: replacing it would rewrite the
+        # whole file without anyone reviewing it, so it always needs --force.
+        report.messages.append(
+            "refused: " + ", ".join(_display(f.path) for f in unreadable) + " could not be compared entry "
+            "by entry (" + "; ".join(f.problems[0] for f in unreadable) + "); review the .obtained "
+            "files, then rerun with --force"
+        )
+        return report
+    if total > max_changes and not force:
+        report.messages.append(
+            f"refused: {total} changed entries is more than --max-changes {max_changes}; review the "
+            f".obtained files, then rerun with a larger --max-changes or with --force"
+        )
+        return report
+    core_files.atomic_write_many({f.path: f.new_text or "" for f in failing})
+    for f in failing:
+        f.accepted = True
+        if f.obtained is not None:
+            with contextlib.suppress(OSError):
+                f.obtained.unlink()
+            f.obtained = None
+    report.messages.append(
+        f"accepted: {len(failing)} golden files replaced ({total} entries): "
+        + ", ".join(_display(f.path) for f in failing)
+    )
+    return report
+
+
+__all__ = [
+    "DEFAULT_MAX_CHANGES",
+    "EntryChange",
+    "FileReport",
+    "GoldenError",
+    "GoldenFile",
+    "GoldenFormatError",
+    "GoldenReport",
+    "KINDS",
+    "PixelCase",
+    "SCHEMA_VERSION",
+    "check",
+    "check_pixels",
+    "config_hash",
+    "default_golden_dir",
+    "diff_entries",
+    "digest",
+    "golden_path",
+    "grid_catalogue",
+    "grid_entry",
+    "library_versions",
+    "load",
+    "load_candidate",
+    "obtained_path",
+    "package_golden_dir",
+    "parse",
+    "pixel_catalogue",
+    "pixel_entry",
+    "record",
+    "record_grids",
+    "record_pixels",
+    "regen",
+    "run_pixel_cases",
+]

@@ -1,0 +1,899 @@
+"""The nightly campaign runner: a time budget shared among fuzzing engines, crash-proof workers,
+persistent corpus and example database, and a summary CI can parse and people can read.
+
+Process layout (each box survives the death of the one below it):
+
+    kimi-oracle nightly (this module, no candidate code)        writes summary.json/.md, junit.xml
+      └─ worker subprocess per engine job (own session)         `python -m kimi_oracle.workflows.nightly --worker`
+           ├─ hypothesis: fuzzing.fuzz(...) in a loop          reference in-process
+           └─ atheris: libFuzzer subprocess per harness         restarted after a harness-level crash
+                └─ executor subprocess (sandbox.IsolatedCandidate): the candidate; its segfault,
+                   abort, OOM kill or hang becomes a `crash` / `timeout` finding with its input.
+
+A worker keeps its counters in `work/<worker>/status.json` (atomic), so a worker killed at the
+budget's end or by Ctrl-C still contributes what it ran; the summary is always written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable, Sequence
+
+from kimi_oracle.results.report import junit_cases_for, write_junit, JUnitCase
+from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
+
+SUMMARY_SCHEMA = "kimi-oracle.nightly-summary"
+SUMMARY_SCHEMA_VERSION = 1
+ENGINES = ("hypothesis", "atheris")
+FINDING_KINDS = ("grid_mismatch", "feature_length", "shape_dtype", "pixel_mismatch", "invariance", "crash", "timeout")
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+def atheris_available() -> bool:
+    """True when atheris can be imported (the `fuzz` extra)."""
+    try:
+        import atheris  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass
+class CampaignOptions:
+    """Everything `kimi-oracle nightly` takes."""
+
+    out: Path
+    budget_s: float = 1800.0
+    candidate: str = "reference"
+    profile: str = "k3"
+    config_path: Path | None = None
+    corpus: Path | None = None
+    db: Path | None = None
+    engines: tuple[str, ...] = ENGINES
+    engines_explicit: bool = False
+    shard: tuple[int, int] = (1, 1)
+    jobs: int = 1
+    case_timeout_s: float = 30.0
+    tolerance: str = "exact"
+    seed: int | None = None
+    vary_config: bool = True
+    max_findings: int = 100
+    memory_limit_mb: int | None = None
+    harnesses: tuple[str, ...] = ("structured", "decoder")
+
+    def __post_init__(self) -> None:
+        self.out = Path(self.out)
+        self.corpus = Path(self.corpus) if self.corpus else self.out / "corpus"
+        self.db = Path(self.db) if self.db else self.out / "hypothesis-db"
+        unknown = [e for e in self.engines if e not in ENGINES]
+        if unknown or not self.engines:
+            raise ValueError(f"unknown engine {unknown[0] if unknown else '(none)'!r}; expected {', '.join(ENGINES)}")
+        if self.jobs < 1:
+            raise ValueError("--jobs must be at least 1")
+
+
+@dataclass
+class CampaignResult:
+    """The summary written to disk, and the exit code."""
+
+    summary: dict[str, Any]
+    exit_code: int
+    out: Path
+
+    @property
+    def findings(self) -> list[dict[str, Any]]:
+        """The summary's findings."""
+        return self.summary["findings"]
+
+
+# ---------------------------------------------------------------------------------------------
+# planning
+
+
+def plan_jobs(engines: Sequence[str], jobs: int, budget_s: float) -> list[list[tuple[str, float]]]:
+    """Phases of concurrent (engine, budget) workers. With at least one job per engine every
+    engine runs for the whole budget (jobs split among them); otherwise the engines take turns
+    and share the budget equally."""
+    engines = list(engines)
+    if jobs >= len(engines):
+        slots: list[tuple[str, float]] = []
+        for i in range(jobs):
+            slots.append((engines[i % len(engines)], budget_s))
+        return [slots]
+    phases = []
+    per = budget_s / ((len(engines) + jobs - 1) // jobs)
+    for start in range(0, len(engines), jobs):
+        phases.append([(e, per) for e in engines[start : start + jobs]])
+    return phases
+
+
+def derive_seed(base: int, shard: tuple[int, int], worker: int, iteration: int = 0) -> int:
+    """Distinct, reproducible seeds per shard, worker and iteration."""
+    return (int(base) * 1_000_003 + shard[0] * 7_919 + worker * 104_729 + iteration * 15_485_863) % (2**32)
+
+
+def _repo_fuzz_dir() -> Path | None:
+    here = Path(__file__).resolve().parents[2] / "fuzz"
+    return here if here.is_dir() else None
+
+
+def prepare_corpus(corpus: Path, harnesses: Sequence[str]) -> dict[str, int]:
+    """Make sure each harness' corpus exists; an empty one is seeded (committed + generated)."""
+    from kimi_oracle.inputs import corpus as corpus_mod
+
+    counts = {}
+    fuzz_dir = _repo_fuzz_dir()
+    for name in harnesses:
+        directory = corpus / name
+        directory.mkdir(parents=True, exist_ok=True)
+        if not corpus_mod.entries(directory):
+            if fuzz_dir is not None and (fuzz_dir / "corpus" / name).is_dir():
+                corpus_mod.merge(fuzz_dir / "corpus" / name, directory)
+            seeds = corpus_mod.seed_files() if name == "decoder" else corpus_mod.structured_seeds()
+            for data in seeds.values():
+                corpus_mod.add_entry(directory, data)
+        counts[name] = len(corpus_mod.entries(directory))
+    return counts
+
+
+def _count_db(db: Path) -> int:
+    if not db.is_dir():
+        return 0
+    return sum(1 for p in db.rglob("*") if p.is_file() and not p.name.startswith("."))
+
+
+# ---------------------------------------------------------------------------------------------
+# the parent
+
+
+@dataclass
+class _Worker:
+    index: int
+    engine: str
+    budget_s: float
+    spec_path: Path
+    status_path: Path
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    deadline: float = 0.0
+    killed: bool = False
+    returncode: int | None = None
+
+
+def run_campaign(opts: CampaignOptions, *, progress: Callable[[str], None] | None = None) -> CampaignResult:
+    """Run the campaign; always writes summary.json, summary.md and junit.xml under opts.out."""
+    say = progress or (lambda _msg: None)
+    started_wall = utc_now()
+    started = time.monotonic()
+    out = opts.out
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "work"
+    work.mkdir(exist_ok=True)
+    findings_root = out / "findings"
+    findings_root.mkdir(exist_ok=True)
+    existing = {p.name for p in findings_root.iterdir() if p.is_dir()}
+    errors: list[str] = []
+    engine_info: dict[str, dict[str, Any]] = {}
+    stopped = "budget"
+    seed = opts.seed if opts.seed is not None else int.from_bytes(os.urandom(4), "big")
+    engines = list(opts.engines)
+    if "atheris" in engines and not atheris_available():
+        engines.remove("atheris")
+        note = "atheris is not installed (pip install 'kimi-oracle[fuzz]')"
+        engine_info["atheris"] = {"status": "unavailable", "note": note, "examples": 0}
+        if opts.engines_explicit:
+            errors.append(note)
+    corpus_before: dict[str, int] = {}
+    db_before = _count_db(opts.db)
+    workers: list[_Worker] = []
+    try:
+        if "atheris" in engines:
+            corpus_before = prepare_corpus(opts.corpus, opts.harnesses)
+        opts.db.mkdir(parents=True, exist_ok=True)
+        phases = plan_jobs(engines, opts.jobs, opts.budget_s) if engines and not errors else []
+        index = 0
+        for phase in phases:
+            batch = []
+            for engine, budget in phase:
+                w = _launch(opts, engine, budget, index, seed, work)
+                say(f"worker {index}: {engine} for {budget:.0f} s (pid {w.proc.pid if w.proc else '?'})")
+                workers.append(w)
+                batch.append(w)
+                index += 1
+            _wait(batch, opts)
+    except KeyboardInterrupt:
+        stopped = "interrupted"
+        say("interrupted: stopping workers and writing the summary")
+        _interrupt([w for w in workers if w.proc is not None and w.returncode is None], opts)
+    finally:
+        for w in workers:
+            _reap_group(w)
+    summary = _summarize(opts, engines, workers, engine_info, errors, stopped, seed, started_wall, started,
+                         existing, corpus_before, db_before)
+    code = EXIT_OK
+    if summary["errors"]:
+        code = EXIT_ERROR
+    elif summary["findings"]:
+        code = EXIT_FINDINGS
+    elif stopped == "interrupted":
+        code = EXIT_INTERRUPTED
+    summary["exit_code"] = code
+    write_summary(out, summary)
+    return CampaignResult(summary, code, out)
+
+
+def _launch(opts: CampaignOptions, engine: str, budget: float, index: int, seed: int, work: Path) -> _Worker:
+    wdir = work / f"w{index}-{engine}"
+    if wdir.exists():
+        shutil.rmtree(wdir, ignore_errors=True)
+    wdir.mkdir(parents=True)
+    spec = {
+        "engine": engine,
+        "worker": index,
+        "budget_s": budget,
+        "candidate": opts.candidate,
+        "profile": opts.profile,
+        "config_path": str(opts.config_path) if opts.config_path else None,
+        "tolerance": opts.tolerance,
+        "case_timeout_s": opts.case_timeout_s,
+        "memory_limit_mb": opts.memory_limit_mb,
+        "vary_config": opts.vary_config,
+        "shard": list(opts.shard),
+        "seed": derive_seed(seed, opts.shard, index),
+        "out": str(opts.out),
+        "corpus": str(opts.corpus),
+        "db": str(opts.db),
+        "work": str(wdir),
+        "max_findings": opts.max_findings,
+        "harnesses": list(opts.harnesses),
+    }
+    w = _Worker(index, engine, budget, wdir / "spec.json", wdir / "status.json", wdir / "worker.log")
+    write_json(w.spec_path, spec)
+    env = dict(os.environ)
+    log = open(w.log_path, "wb")
+    w.proc = subprocess.Popen([sys.executable, "-m", "kimi_oracle.workflows.nightly", "--worker", str(w.spec_path)],
+                              stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    log.close()
+    w.deadline = time.monotonic() + budget
+    return w
+
+
+def _grace(opts: CampaignOptions) -> float:
+    # One example may call the candidate a few times, each up to the case timeout.
+    return 2 * opts.case_timeout_s + 20.0
+
+
+def _wait(batch: list[_Worker], opts: CampaignOptions) -> None:
+    while True:
+        alive = [w for w in batch if w.returncode is None]
+        if not alive:
+            return
+        now = time.monotonic()
+        for w in alive:
+            code = w.proc.poll() if w.proc else -1
+            if code is not None:
+                w.returncode = code
+                _reap_group(w)
+            elif now > w.deadline + _grace(opts):
+                w.killed = True
+                _signal_group(w, signal.SIGINT)
+                try:
+                    w.returncode = w.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    _signal_group(w, signal.SIGKILL)
+                    w.returncode = w.proc.wait()
+                _reap_group(w)
+        time.sleep(0.2)
+
+
+def _interrupt(alive: list[_Worker], opts: CampaignOptions) -> None:
+    for w in alive:
+        _signal_group(w, signal.SIGINT)
+    deadline = time.monotonic() + 15.0
+    for w in alive:
+        try:
+            w.returncode = w.proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            w.killed = True
+            _signal_group(w, signal.SIGKILL)
+            w.returncode = w.proc.wait()
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
+            w.killed = True
+            _signal_group(w, signal.SIGKILL)
+            w.returncode = w.proc.wait()
+
+
+def _signal_group(w: _Worker, sig: int) -> None:
+    if w.proc is None:
+        return
+    try:
+        os.killpg(w.proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reap_group(w: _Worker) -> None:
+    # Leftovers of a finished worker (an executor spinning in a hung candidate, the fork
+    # server) live in its session: end them.
+    if w.proc is None:
+        return
+    if w.proc.poll() is None:
+        return
+    if w.returncode is None:
+        w.returncode = w.proc.returncode
+    _signal_group(w, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------------------------------------
+# summary
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _finding_entry(path: Path, engine: str | None = None) -> dict[str, Any] | None:
+    case = _read_json(path / "case.json")
+    if not case:
+        return None
+    check = str(case.get("check"))
+    kind = check if check in FINDING_KINDS else "crash"
+    detail = check
+    if check == "invariance":
+        inv = case.get("invariance") or {}
+        detail = f"invariance:{inv.get('kind')}" if inv.get("kind") else check
+    return {
+        "id": case.get("id", path.name),
+        "engine": case.get("engine") or engine or "unknown",
+        "kind": kind,
+        "check": detail,
+        "path": str(path),
+        "message": case.get("message", ""),
+        "signature": case.get("signature"),
+    }
+
+
+def _summarize(opts: CampaignOptions, engines: list[str], workers: list[_Worker], engine_info: dict[str, Any],
+               errors: list[str], stopped: str, seed: int, started_wall: str, started: float,
+               existing: set[str], corpus_before: dict[str, int], db_before: int) -> dict[str, Any]:
+    from kimi_oracle.inputs import corpus as corpus_mod
+
+    findings: dict[str, dict[str, Any]] = {}
+    for engine in engines:
+        engine_info.setdefault(engine, {"status": "ran", "workers": 0, "examples": 0, "budget_s": 0.0})
+    for w in workers:
+        st = _read_json(w.status_path)
+        info = engine_info[w.engine]
+        info["workers"] = info.get("workers", 0) + 1
+        info["budget_s"] = round(info.get("budget_s", 0.0) + w.budget_s, 3)
+        info["examples"] = info.get("examples", 0) + int(st.get("examples", 0))
+        for key in ("calls", "rejected", "restarts", "iterations", "duplicates", "candidate_crashes",
+                    "candidate_timeouts", "harness_crashes"):
+            if key in st:
+                info[key] = info.get(key, 0) + int(st[key])
+        cov = st.get("coverage") or {}
+        if cov:
+            merged = info.setdefault("coverage", {})
+            for k, v in cov.items():
+                if isinstance(v, dict):
+                    sub = merged.setdefault(k, {})
+                    for kk, vv in v.items():
+                        sub[kk] = max(sub.get(kk, 0), vv) if isinstance(vv, (int, float)) else vv
+                elif isinstance(v, (int, float)):
+                    merged[k] = max(merged.get(k, 0), v)
+        behaviours = set(info.get("_behaviours", [])) | set(st.get("behaviours", []))
+        info["_behaviours"] = sorted(behaviours)
+        if st.get("error"):
+            errors.append(f"{w.engine} worker {w.index}: {st['error']}")
+            info["status"] = "error"
+        elif not st and w.returncode not in (0, None):
+            errors.append(f"{w.engine} worker {w.index} exited with {w.returncode} without a status; see {w.log_path}")
+            info["status"] = "error"
+        if st.get("stopped") == "interrupted":
+            stopped = "interrupted"
+        if w.killed:
+            info["killed_workers"] = info.get("killed_workers", 0) + 1
+        for f in st.get("findings", []):
+            entry = _finding_entry(Path(f["path"]), w.engine) if f.get("path") else None
+            if entry is not None:
+                entry["signature"] = entry.get("signature") or f.get("signature")
+                findings.setdefault(entry["id"], entry)
+    # Findings written by a worker that was killed before it could report them.
+    root = opts.out / "findings"
+    if root.is_dir():
+        for path in sorted(root.iterdir()):
+            if path.is_dir() and not path.name.startswith(".") and path.name not in existing and path.name not in findings:
+                entry = _finding_entry(path)
+                if entry is not None:
+                    findings[entry["id"]] = entry
+    for engine, info in engine_info.items():
+        behaviours = info.pop("_behaviours", None)
+        if behaviours:
+            info.setdefault("coverage", {})["behaviours"] = len(behaviours)
+        info.setdefault("coverage", None if not behaviours else info.get("coverage"))
+        info["findings"] = sum(1 for f in findings.values() if f["engine"] == engine)
+    if "atheris" in engine_info and corpus_before:
+        after = {name: len(corpus_mod.entries(opts.corpus / name)) for name in corpus_before}
+        engine_info["atheris"]["corpus"] = {
+            name: {"before": corpus_before[name], "after": after[name], "added": after[name] - corpus_before[name]}
+            for name in corpus_before
+        }
+    if "hypothesis" in engine_info:
+        engine_info["hypothesis"]["database"] = {"path": str(opts.db), "entries_before": db_before,
+                                                 "entries_after": _count_db(opts.db)}
+    ordered = sorted(findings.values(), key=lambda f: (FINDING_KINDS.index(f["kind"]) if f["kind"] in FINDING_KINDS else 99, f["id"]))
+    counts = {k: 0 for k in FINDING_KINDS}
+    for f in ordered:
+        counts[f["kind"]] = counts.get(f["kind"], 0) + 1
+    from kimi_oracle.core.config import PreprocessConfig
+
+    try:
+        config = (PreprocessConfig.from_hf_json(opts.config_path) if opts.config_path
+                  else PreprocessConfig.profile(opts.profile)).to_hf_json()
+    except Exception:
+        config = None
+    elapsed = time.monotonic() - started
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "schema_version": SUMMARY_SCHEMA_VERSION,
+        "command": "nightly",
+        "candidate": opts.candidate,
+        "profile": opts.config_path.stem if opts.config_path else opts.profile,
+        "config": config,
+        "tolerance": opts.tolerance,
+        "start_time": started_wall,
+        "end_time": utc_now(),
+        "elapsed_s": round(elapsed, 3),
+        "budget_s": opts.budget_s,
+        "stopped": stopped,
+        "shard": {"index": opts.shard[0], "count": opts.shard[1]},
+        "jobs": opts.jobs,
+        "case_timeout_s": opts.case_timeout_s,
+        "seed": seed,
+        "corpus_dir": str(opts.corpus),
+        "db_dir": str(opts.db),
+        "engines": {e: engine_info[e] for e in (*ENGINES, *[k for k in engine_info if k not in ENGINES]) if e in engine_info},
+        "findings": ordered,
+        "counts": counts,
+        "errors": errors,
+        "versions": versions(),
+    }
+
+
+def coverage_text(cov: dict[str, Any] | None) -> str:
+    """`behaviours 180; structured cov 466 ft 827` from an engine's coverage object."""
+    if not cov:
+        return "n/a"
+    parts = []
+    for key, value in cov.items():
+        if isinstance(value, dict):
+            if value:
+                parts.append(f"{key} " + " ".join(f"{k} {v}" for k, v in value.items()))
+        else:
+            parts.append(f"{key} {value}")
+    return "; ".join(parts) or "n/a"
+
+
+def summary_markdown(summary: dict[str, Any]) -> str:
+    """summary.md: what ran, how much, and what was found."""
+    out = [f"# kimi-oracle nightly: candidate `{summary['candidate']}`", ""]
+    shard = summary.get("shard", {})
+    out.append(f"- profile {summary['profile']}, tolerance {summary['tolerance']}, shard "
+               f"{shard.get('index')}/{shard.get('count')}, {summary['jobs']} job(s), seed {summary['seed']}")
+    out.append(f"- {summary['start_time']} → {summary['end_time']} ({summary['elapsed_s']:.0f} s of a "
+               f"{summary['budget_s']:.0f} s budget; stopped: {summary['stopped']})")
+    out.append(f"- findings: **{len(summary['findings'])}**; exit code {summary.get('exit_code')}")
+    out += ["", "## Engines", "", "| engine | status | examples | coverage | findings |", "|---|---|---|---|---|"]
+    for name, info in summary["engines"].items():
+        cov_text = coverage_text(info.get("coverage"))
+        out.append(f"| {name} | {info.get('status')} | {info.get('examples', 0)} | {cov_text} | {info.get('findings', 0)} |")
+    corpus = summary["engines"].get("atheris", {}).get("corpus")
+    if corpus:
+        out += ["", "Corpus: " + "; ".join(f"{k} {v['before']} → {v['after']} (+{v['added']})" for k, v in corpus.items())]
+    db = summary["engines"].get("hypothesis", {}).get("database")
+    if db:
+        out.append(f"Hypothesis database: {db['entries_before']} → {db['entries_after']} entries ({db['path']})")
+    if summary["findings"]:
+        out += ["", "## Findings", "", "| kind | check | engine | message | directory |", "|---|---|---|---|---|"]
+        for f in summary["findings"]:
+            msg = str(f.get("message", "")).replace("|", "\\|").replace("\n", " ")[:200]
+            out.append(f"| {f['kind']} | {f['check']} | {f['engine']} | {msg} | [{f['id']}]({f['path']}) |")
+        out += ["", "Reproduce one: `kimi-oracle repro <directory>`."]
+    if summary["errors"]:
+        out += ["", "## Harness errors", ""] + [f"- {e}" for e in summary["errors"]]
+    out.append("")
+    return "\n".join(out)
+
+
+def write_summary(out: Path, summary: dict[str, Any]) -> None:
+    """summary.json, summary.md and junit.xml (atomic files)."""
+    write_json(out / "summary.json", summary)
+    atomic_write_text(out / "summary.md", summary_markdown(summary))
+    cases = junit_cases_for([{**f, "check": f["kind"]} for f in summary["findings"]], FINDING_KINDS,
+                            classname="kimi-oracle.nightly")
+    for err in summary["errors"]:
+        cases.append(JUnitCase("harness", "kimi-oracle.nightly", error=err, details=err))
+    props = {"candidate": summary["candidate"], "profile": summary["profile"], "budget_s": summary["budget_s"],
+             "stopped": summary["stopped"]}
+    for name, info in summary["engines"].items():
+        props[f"{name}.examples"] = info.get("examples", 0)
+    write_junit(out / "junit.xml", "kimi-oracle nightly", cases, time=float(summary["elapsed_s"]), properties=props)
+
+
+# ---------------------------------------------------------------------------------------------
+# workers
+
+
+class _Status:
+    def __init__(self, path: Path, engine: str):
+        self.path = path
+        self.data: dict[str, Any] = {"engine": engine, "examples": 0, "findings": [], "error": None, "stopped": None}
+        self._last = 0.0
+
+    def write(self, force: bool = False) -> None:
+        if force or time.monotonic() - self._last > 1.0:
+            self._last = time.monotonic()
+            write_json(self.path, self.data)
+
+
+def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def worker_main(spec_path: str) -> int:
+    """Entry of a worker subprocess."""
+    spec = _read_json(Path(spec_path))
+    signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+    status = _Status(Path(spec["work"]) / "status.json", spec["engine"])
+    status.write(force=True)
+    try:
+        if spec["engine"] == "hypothesis":
+            _hypothesis_worker(spec, status)
+        else:
+            _atheris_worker(spec, status)
+        status.data["stopped"] = status.data.get("stopped") or "budget"
+    except KeyboardInterrupt:
+        status.data["stopped"] = "interrupted"
+    except Exception as exc:  # harness errors: reported, exit 2
+        import traceback
+
+        from kimi_oracle.core.errors import KimiOracleError
+
+        status.data["error"] = f"{type(exc).__name__}: {exc}" if isinstance(exc, KimiOracleError) else \
+            f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-3000:]}"
+        status.write(force=True)
+        return EXIT_ERROR
+    status.write(force=True)
+    return EXIT_OK
+
+
+def _base_config(spec: dict[str, Any]) -> Any:
+    from kimi_oracle.core.config import PreprocessConfig
+
+    if spec.get("config_path"):
+        return PreprocessConfig.from_hf_json(spec["config_path"])
+    return PreprocessConfig.profile(spec["profile"])
+
+
+def merge_database(source: Path, target: Path) -> int:
+    """Copy a hypothesis directory database's entries into another (atomic files); count added."""
+    from kimi_oracle.inputs import corpus as corpus_mod
+
+    added = 0
+    if not source.is_dir():
+        return 0
+    for key_dir in source.iterdir():
+        if key_dir.is_dir() and not key_dir.name.startswith("."):
+            for value in key_dir.iterdir():
+                if value.is_file() and not value.name.startswith("."):
+                    added += corpus_mod.add_entry(target / key_dir.name, value.read_bytes(), name=value.name)
+    return added
+
+
+def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
+    from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
+    from kimi_oracle.fuzzers.harnesses import signature
+    from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
+
+    config = _base_config(spec)
+    deadline = time.monotonic() + float(spec["budget_s"])
+    out = Path(spec["out"])
+    before = {p.name for p in (out / "findings").iterdir()} if (out / "findings").is_dir() else set()
+    candidate = IsolatedCandidate(spec["candidate"], timeout_s=float(spec["case_timeout_s"]),
+                                  memory_limit_mb=spec.get("memory_limit_mb"))
+    candidate.start()
+    # hypothesis writes a database entry to a temporary file and renames it into place: keep
+    # that file on the database's filesystem so the rename is atomic (set after the executor's
+    # fork server exists: its socket lives in the default temporary directory).
+    import tempfile
+
+    db_tmp = Path(spec["db"]).parent / f".{Path(spec['db']).name}.tmp"
+    db_tmp.mkdir(parents=True, exist_ok=True)
+    tempfile.tempdir = str(db_tmp)
+    data = status.data
+    data.update(calls=0, rejected=0, iterations=0, duplicates=0, restarts=0)
+    signatures: dict[str, str] = {}
+    totals = {"examples": 0, "calls": 0, "rejected": 0}
+
+    def live(run: Any) -> None:
+        data["examples"] = totals["examples"] + run.examples
+        data["calls"] = totals["calls"] + run.calls
+        data["rejected"] = totals["rejected"] + run.rejected
+        data["restarts"] = candidate.restarts
+        data["candidate_crashes"] = candidate.crashes
+        data["candidate_timeouts"] = candidate.timeouts
+        data["behaviours"] = sorted("|".join(b) for b in candidate.behaviours)
+        status.write()
+
+    try:
+        iteration = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining < 1.0:
+                break
+            # fuzz() may run 25% over its budget to shrink what it found: stay inside ours.
+            # The first iteration replays the persistent database (last night's failures first).
+            # hypothesis stops generating soon after a failure, so later iterations start from a
+            # fresh database (no replay of what this run already found) merged back afterwards.
+            db_dir = Path(spec["db"]) if iteration == 0 else Path(spec["work"]) / f"db-{iteration}"
+            options = FuzzOptions(budget_s=remaining * 0.8, seed=derive_seed(spec["seed"], tuple(spec["shard"]), spec["worker"], iteration),
+                                  tolerance=spec["tolerance"], vary_config=bool(spec["vary_config"]),
+                                  db_dir=db_dir)
+            try:
+                # fuzz() seeds without switching the database off (tests/oracle/test_fuzz_cli.py).
+                run = fuzz(candidate, config, options, out_dir=out, on_example=live)
+            finally:
+                if iteration > 0:
+                    merge_database(db_dir, Path(spec["db"]))
+            for key in totals:
+                totals[key] += getattr(run, key)
+            iteration += 1
+            data["iterations"] = iteration
+            for finding in run.findings:
+                verdict = SimpleNamespace(check=finding.check, stats=finding.stats)
+                sig = signature(verdict, finding.images, finding.config)
+                if sig in signatures and signatures[sig] != finding.id:
+                    data["duplicates"] += 1
+                    # Only a folder this worker created: with --jobs N another worker may have
+                    # written (and reported) the same id.
+                    if finding.path is not None and finding.written_here and finding.path.name not in before:
+                        shutil.rmtree(finding.path, ignore_errors=True)
+                    continue
+                if sig not in signatures:
+                    signatures[sig] = finding.id
+                    data["findings"].append({"id": finding.id, "path": str(finding.path), "kind": finding.check,
+                                             "signature": sig})
+            live(SimpleNamespace(examples=0, calls=0, rejected=0))
+            status.write(force=True)
+            if run.stopped in ("budget", "interrupted"):
+                if run.stopped == "interrupted":
+                    raise KeyboardInterrupt
+                if deadline - time.monotonic() < 1.0:
+                    break
+    finally:
+        data["coverage"] = {"behaviours": len(candidate.behaviours)}
+        candidate.close()
+        status.write(force=True)
+
+
+_COV = re.compile(r"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/")
+_UNITS = re.compile(r"stat::number_of_executed_units: (\d+)")
+
+
+def _libfuzzer_stats(log: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for m in _COV.finditer(log):
+        out["execs"] = int(m.group(1))
+        out["cov"] = int(m.group(2))
+        out["ft"] = int(m.group(3))
+        out["corpus_entries"] = int(m.group(4))
+    units = _UNITS.findall(log)
+    if units:
+        out["execs"] = int(units[-1])
+    return out
+
+
+def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
+    from kimi_oracle.inputs import corpus as corpus_mod
+    from kimi_oracle.fuzzers.harnesses import HarnessSettings
+
+    work = Path(spec["work"])
+    harnesses = list(spec["harnesses"])
+    shard = tuple(spec["shard"])
+    deadline = time.monotonic() + float(spec["budget_s"])
+    data = status.data
+    data.update(restarts=0, harness_crashes=0, duplicates=0, rejected=0, coverage={})
+    dict_path = work / "png_jpeg.dict"
+    atomic_write_text(dict_path, corpus_mod.dictionary_text())
+    seen_findings: set[str] = set()
+    t0 = time.monotonic()
+    total = float(spec["budget_s"])
+    overhead = 4.0  # interpreter start, imports and instrumentation before libFuzzer's clock starts
+    for position, name in enumerate(harnesses):
+        slice_end = t0 + total * (position + 1) / len(harnesses)
+        hdir = work / name
+        new_dir = hdir / "new"
+        start_dir = hdir / "start"
+        artifacts = hdir / "artifacts"
+        for d in (new_dir, start_dir, artifacts):
+            d.mkdir(parents=True, exist_ok=True)
+        persistent = Path(spec["corpus"]) / name
+        for path in corpus_mod.shard_entries(corpus_mod.entries(persistent), shard):
+            try:
+                os.link(path, start_dir / path.name)
+            except OSError:
+                shutil.copyfile(path, start_dir / path.name)
+        settings = HarnessSettings(
+            candidate=spec["candidate"], profile=spec["profile"], config_path=spec.get("config_path"),
+            tolerance=spec["tolerance"], isolate=True, case_timeout_s=float(spec["case_timeout_s"]),
+            shard=shard, findings_dir=spec["out"], status_path=str(hdir / "harness-status.json"),
+            max_findings=int(spec["max_findings"]), vary_config=bool(spec["vary_config"]),
+        )
+        env = dict(os.environ)
+        env.update(settings.to_env())
+        cov: dict[str, int] = {}
+        execs_total = 0
+        run_no = 0
+        try:
+            while True:
+                remaining = min(slice_end, deadline) - time.monotonic() - overhead
+                if remaining < 1.0:
+                    break
+                log_path = hdir / f"libfuzzer-{run_no}.log"
+                env["KIMI_FUZZ_DEADLINE"] = repr(time.time() + (min(slice_end, deadline) - time.monotonic()))
+                known_artifacts = {p.name for p in artifacts.iterdir()}
+                cmd = [sys.executable, "-m", "kimi_oracle.fuzzers.atheris_entry", name, str(new_dir), str(start_dir),
+                       f"-max_total_time={max(1, int(remaining))}",
+                       f"-seed={derive_seed(spec['seed'], shard, spec['worker'], run_no) % 2**31 or 1}",
+                       f"-artifact_prefix={artifacts}/",
+                       f"-timeout={int(4 * float(spec['case_timeout_s']) + 60)}",
+                       "-rss_limit_mb=8192", "-print_final_stats=1", "-close_fd_mask=0"]
+                if name == "decoder":
+                    cmd += [f"-dict={dict_path}", "-max_len=65536"]
+                else:
+                    cmd += ["-max_len=256"]
+                launched = time.monotonic()
+                with open(log_path, "wb") as log:
+                    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+                    try:
+                        code = proc.wait(timeout=remaining + 2 * float(spec["case_timeout_s"]) + 30)
+                    except subprocess.TimeoutExpired:
+                        proc.send_signal(signal.SIGINT)
+                        try:
+                            code = proc.wait(10)
+                        except subprocess.TimeoutExpired:
+                            proc.kill()
+                            code = proc.wait()
+                    except KeyboardInterrupt:
+                        proc.send_signal(signal.SIGINT)
+                        try:
+                            proc.wait(10)
+                        except subprocess.TimeoutExpired:
+                            proc.kill()
+                        raise
+                    finally:
+                        text = log_path.read_text(errors="replace")
+                        stats = _libfuzzer_stats(text)
+                        execs_total += stats.get("execs", 0)
+                        for k in ("cov", "ft", "corpus_entries"):
+                            if k in stats:
+                                cov[k] = max(cov.get(k, 0), stats[k])
+                        _collect_harness(spec, name, hdir, data, execs_total, cov, seen_findings)
+                        status.write(force=True)
+                run_no += 1
+                if code == 0:
+                    overhead = max(1.0, time.monotonic() - launched - max(1, int(remaining)))
+                new_artifacts = [p for p in artifacts.iterdir() if p.name not in known_artifacts]
+                for art in new_artifacts:
+                    _harness_artifact_finding(spec, name, art, settings, data, seen_findings)
+                status.write(force=True)
+                if code == 0 or not new_artifacts:
+                    break
+                data["restarts"] += 1
+        finally:
+            added = corpus_mod.merge(new_dir, persistent)
+            data.setdefault("corpus_added", {})[name] = added
+            _collect_harness(spec, name, hdir, data, execs_total, cov, seen_findings)
+            status.write(force=True)
+
+
+def _collect_harness(spec: dict[str, Any], name: str, hdir: Path, data: dict[str, Any], execs: int,
+                     cov: dict[str, int], seen: set[str]) -> None:
+    hs = _read_json(hdir / "harness-status.json")
+    counters = hs.get("counters", {})
+    per = data.setdefault("per_harness", {})
+    per[name] = {"examples": max(execs, int(counters.get("examples", 0))), "rejected": int(counters.get("rejected", 0)),
+                 "duplicates": int(counters.get("duplicates", 0)), "coverage": dict(cov)}
+    data["examples"] = sum(v["examples"] for v in per.values())
+    data["rejected"] = sum(v["rejected"] for v in per.values())
+    data["duplicates"] = sum(v["duplicates"] for v in per.values())
+    data["coverage"] = {h: v["coverage"] for h, v in per.items()}
+    behaviours = set(data.get("behaviours", [])) | set(hs.get("behaviours", []))
+    data["behaviours"] = sorted(behaviours)
+    for fid in hs.get("finding_ids", []):
+        if fid not in seen:
+            seen.add(fid)
+            data["findings"].append({"id": fid, "path": str(Path(spec["out"]) / "findings" / fid)})
+
+
+def _harness_artifact_finding(spec: dict[str, Any], name: str, art: Path, settings: Any, data: dict[str, Any],
+                              seen: set[str]) -> None:
+    """A libFuzzer artifact means the harness process itself died or hung (not the candidate,
+    which runs in the executor): replay it in a subprocess to see how, and file a finding."""
+    prefix = art.name.split("-", 1)[0]
+    if prefix not in ("crash", "timeout", "oom", "leak"):
+        return
+    raw = art.read_bytes()
+    env = dict(os.environ)
+    env.update(dataclasses.replace(settings, findings_dir=None, status_path=None).to_env())
+    limit = 4 * float(spec["case_timeout_s"]) + 60
+    try:
+        proc = subprocess.run([sys.executable, "-m", "kimi_oracle.fuzzers.atheris_entry", name, "--replay", str(art)],
+                              capture_output=True, timeout=limit, env=env)
+        how = f"replay exit {proc.returncode}"
+        tail = (proc.stdout + proc.stderr).decode(errors="replace")[-4000:]
+    except subprocess.TimeoutExpired as exc:
+        how = f"replay hung for {limit:.0f} s"
+        tail = ((exc.stdout or b"") + (exc.stderr or b"")).decode(errors="replace")[-4000:]
+    kind = "timeout" if prefix == "timeout" else "crash"
+    message = f"the {name} harness process itself {'hung' if kind == 'timeout' else 'died'} on this input " \
+              f"(libFuzzer {prefix}; {how})"
+    path = write_harness_finding(Path(spec["out"]), name, raw, kind, message, tail, spec, settings)
+    data["harness_crashes"] = data.get("harness_crashes", 0) + 1
+    if path.name not in seen:
+        seen.add(path.name)
+        data["findings"].append({"id": path.name, "path": str(path)})
+
+
+def write_harness_finding(out: Path, name: str, raw: bytes, kind: str, message: str, detail: str,
+                          spec: dict[str, Any], settings: Any) -> Path:
+    """A finding for an input that killed the harness process (no verdict, maybe no image)."""
+    from kimi_oracle.fuzzers.harnesses import FUZZ_INPUT_FILE, fuzz_input_record
+    from kimi_oracle.results.report import Finding, write_finding
+
+    config = _base_config(spec)
+    images: list[Any] = []
+    params: list[Any] = []
+    if name == "structured":
+        from kimi_oracle.fuzzers.harnesses import structured_case
+
+        try:
+            case, _ = structured_case(raw, config, shard=tuple(spec["shard"]))
+            config = case.config
+            images = case.make_images()
+            params = [p.to_dict() for p in case.images]
+        except Exception:
+            images, params = [], []
+    # Without images the raw input's digest names the finding (report.Finding.id).
+    finding = Finding(check=kind, message=message, candidate=spec["candidate"], config=config, images=images,
+                      params=params, tolerance=spec["tolerance"], engine="atheris",
+                      stats={"exception": message, "traceback": detail}, raw_inputs=[] if images else [raw],
+                      extra={"fuzz_input": fuzz_input_record(name, raw), "harness_level": True})
+    return write_finding(out, finding, extra_files={FUZZ_INPUT_FILE: raw})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m kimi_oracle.workflows.nightly --worker SPEC.json` (used by the runner only)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) == 2 and args[0] == "--worker":
+        return worker_main(args[1])
+    print("usage: python -m kimi_oracle.workflows.nightly --worker SPEC.json (internal); use `kimi-oracle nightly`",
+          file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
