@@ -21,6 +21,9 @@ def _common(func):
                         help="Only these profiles (repeatable; default: all).")(func)
     func = click.option("--golden-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                         help="Directory of the golden files (default: the ones shipped with kimi-oracle).")(func)
+    func = click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                        help="Where .obtained files and golden-report.json/.md go (default: "
+                             "./kimi-oracle-out/golden; never inside the golden directory).")(func)
     return func
 
 
@@ -40,7 +43,8 @@ def register(group: click.Group) -> None:
 
         `check` recomputes them (grids with the geometry, pixels with a candidate) and exits 1 on
         any difference; `regen` records them with the reference and replaces them only with
-        --accept. Both write <golden file>.obtained next to each file that differs.
+        --accept. Both write OUT/<kind>/<profile>.jsonl.obtained for each file that differs and
+        OUT/golden-report.json/.md (candidate, versions, every difference); OUT is --out.
         """
 
     @golden_group.command("check")
@@ -48,12 +52,13 @@ def register(group: click.Group) -> None:
                   help="Pipeline for the pixel goldens: reference, gpu, eager, module:function, file.py:function.")
     @_common
     @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-    def check_cmd(candidate: str, golden_dir: Path | None, profiles: tuple[str, ...], kinds: tuple[str, ...],
-                  max_lines: int, as_json: bool) -> int:
+    def check_cmd(candidate: str, golden_dir: Path | None, out_dir: Path | None, profiles: tuple[str, ...],
+                  kinds: tuple[str, ...], max_lines: int, as_json: bool) -> int:
         """Compare the golden files with what is computed now; exit 0 match, 1 differ."""
         from kimi_oracle.workflows import golden
 
-        report = golden.check(golden_dir, candidate, kinds=kinds or None, profiles=profiles or None)
+        report = golden.check(golden_dir, candidate, kinds=kinds or None, profiles=profiles or None,
+                              out_dir=out_dir)
         _emit(report, as_json, max_lines)
         return 0 if report.ok else 1
 
@@ -64,7 +69,7 @@ def register(group: click.Group) -> None:
     @click.option("--force", is_flag=True, help="With --accept: accept however many entries changed.")
     @_common
     @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-    def regen_cmd(accept: bool, max_changes: int | None, force: bool, golden_dir: Path | None,
+    def regen_cmd(accept: bool, max_changes: int | None, force: bool, golden_dir: Path | None, out_dir: Path | None,
                   profiles: tuple[str, ...], kinds: tuple[str, ...], max_lines: int, as_json: bool) -> int:
         """Record the goldens with the reference and write .obtained files for those that differ.
 
@@ -80,6 +85,7 @@ def register(group: click.Group) -> None:
             force=force,
             kinds=kinds or None,
             profiles=profiles or None,
+            out_dir=out_dir,
         )
         _emit(report, as_json, max_lines)
         return 0 if report.ok or all(f.accepted for f in report.failing()) else 1

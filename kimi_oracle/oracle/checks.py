@@ -202,17 +202,8 @@ def _compare(
         })
 
     # 3. shapes and dtypes
-    p = config.patch_size
-    want_shape = [total, 3, p, p]
-    allowed = {torch.float32} | ({torch.bfloat16} if tol.kind == "bf16" else set())
-    problems = []
-    if list(act.pixel_values.shape) != want_shape:
-        problems.append(f"pixel_values shape {list(act.pixel_values.shape)} != {want_shape}")
-    if act.pixel_values.dtype not in allowed:
-        problems.append(f"pixel_values dtype {str(act.pixel_values.dtype).replace('torch.', '')} "
-                        f"!= {' or '.join(sorted(str(d).replace('torch.', '') for d in allowed))}")
-    if act.grid_thws.dtype != torch.int64:
-        problems.append(f"grid_thws dtype {str(act.grid_thws.dtype).replace('torch.', '')} != int64")
+    want_shape = [total, 3, config.patch_size, config.patch_size]
+    problems = shape_dtype_problems(act, config, tol)
     if problems:
         return Verdict(SHAPE_DTYPE, "; ".join(problems), {
             "pixel_values_shape": list(act.pixel_values.shape),
@@ -232,6 +223,30 @@ def _compare(
         )
         return Verdict(PIXEL_MISMATCH, message, stats)
     return Verdict(None, "all checks passed", stats)
+
+
+def shape_dtype_problems(result: PreprocessResult, config: PreprocessConfig,
+                         tolerance: "str | Tolerance" = "exact") -> list[str]:
+    """What is wrong with a result's shapes and dtypes (empty when nothing): pixel_values must be
+    float32 (N, 3, p, p) with N the rows its grids advertise (bfloat16 too under the bf16
+    tolerance), grid_thws int64 (n, 3)."""
+    tol = Tolerance.parse(tolerance)
+    grids = _grid_rows(result.grid_thws)
+    problems = []
+    if grids is None:
+        problems.append(f"grid_thws shape {list(result.grid_thws.shape)} != [n, 3]")
+    else:
+        p = config.patch_size
+        want_shape = [sum(_rows_of(g) for g in grids), 3, p, p]
+        if list(result.pixel_values.shape) != want_shape:
+            problems.append(f"pixel_values shape {list(result.pixel_values.shape)} != {want_shape}")
+    allowed = {torch.float32} | ({torch.bfloat16} if tol.kind == "bf16" else set())
+    if result.pixel_values.dtype not in allowed:
+        problems.append(f"pixel_values dtype {str(result.pixel_values.dtype).replace('torch.', '')} "
+                        f"!= {' or '.join(sorted(str(d).replace('torch.', '') for d in allowed))}")
+    if result.grid_thws.dtype != torch.int64:
+        problems.append(f"grid_thws dtype {str(result.grid_thws.dtype).replace('torch.', '')} != int64")
+    return problems
 
 
 def levels_of(values: torch.Tensor, config: PreprocessConfig) -> np.ndarray:

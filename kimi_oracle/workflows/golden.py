@@ -11,17 +11,18 @@ The first line of each file is `{"_meta": {...}}`: schema version, kind, profile
 config and its hash, generator version, entry count and the versions of the libraries used.
 
 `check()` recomputes everything for the current catalogue (grids with `plan()`, pixels with a
-candidate, the reference by default), compares entry by entry and writes `<file>.obtained` next
-to every file that differs. `regen()` does the same with the reference and replaces the goldens
-only when asked, atomically, and only up to `max_changes` changed entries unless forced.
+candidate, the reference by default), compares entry by entry and writes, under an output folder
+(`DEFAULT_OUT_DIR` in the current directory unless told otherwise; never inside the golden
+directory, so an installed package is never written to), `<kind>/<profile>.jsonl.obtained` for
+every file that differs and `golden-report.json` / `golden-report.md` naming the candidate and the
+library versions. `regen()` does the same with the reference and replaces the goldens only when
+asked, atomically, and only up to `max_changes` changed entries unless forced.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
-import importlib.util
 import json
 import warnings
 from dataclasses import dataclass, field
@@ -35,11 +36,16 @@ from kimi_oracle.core.config import FILL_STAGES, PATTERNS, PROFILES, PreprocessC
 from kimi_oracle.core.errors import BackendError, CandidateError, KimiOracleError, PlanError
 from kimi_oracle.core.geometry import plan
 from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.oracle import candidates as oracle_candidates
+from kimi_oracle.oracle.candidates import Candidate
+from kimi_oracle.oracle.checks import shape_dtype_problems
 
 SCHEMA_VERSION = 1
 KINDS = ("grids", "pixels")
 DEFAULT_MAX_CHANGES = 20
 OBTAINED_SUFFIX = ".obtained"
+DEFAULT_OUT_DIR = Path("kimi-oracle-out") / "golden"
+REPORT_NAME = "golden-report"
 # Pixel cases are grouped into one candidate call per config, at most this many images a call.
 _BATCH_IMAGES = 48
 
@@ -99,9 +105,14 @@ def golden_path(golden_dir: Path, kind: str, profile: str) -> Path:
     return Path(golden_dir) / kind / f"{profile}.jsonl"
 
 
-def obtained_path(path: Path) -> Path:
-    """`<golden file>.obtained`."""
-    return path.with_name(path.name + OBTAINED_SUFFIX)
+def obtained_path(out_dir: Path | str, kind: str, profile: str) -> Path:
+    """`<out dir>/<kind>/<profile>.jsonl.obtained`: what a differing golden file would hold now."""
+    return Path(out_dir) / kind / f"{profile}.jsonl{OBTAINED_SUFFIX}"
+
+
+def default_out_dir() -> Path:
+    """Where `check` and `regen` write by default: `kimi-oracle-out/golden` in the current directory."""
+    return Path.cwd() / DEFAULT_OUT_DIR
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,44 +310,28 @@ def _error_text(exc: BaseException) -> str:
 # candidates
 
 
-Candidate = Callable[[list, PreprocessConfig], Any]
-
-
 def load_candidate(spec: str | Callable | None) -> tuple[str, Candidate]:
-    """(label, callable) for a candidate spec; `None` or "reference" is the CPU reference.
-
-    Other specs (gpu, eager, module:function, file.py:function) are resolved by
-    `kimi_oracle.oracle.candidates.load_candidate`; a callable is used as it is.
-    """
-    if callable(spec):
-        return getattr(spec, "__name__", None) or type(spec).__name__, spec
-    if spec is None or spec == "reference":
-        from kimi_oracle.pipelines import reference
-
-        return "reference", reference.preprocess
-    if importlib.util.find_spec("kimi_oracle.oracle.candidates") is None:  # pragma: no cover
-        raise CandidateError(f"candidate {spec!r}: this installation only has the reference")
-    from kimi_oracle.oracle.candidates import load_candidate as _load
-
-    loaded = _load(spec)
-    return spec, loaded
+    """(label, candidate) for a spec (`None` is the reference) or a plain callable, loaded and
+    wrapped by `kimi_oracle.oracle.candidates` like in every other command."""
+    if callable(spec) and not isinstance(spec, Candidate):
+        label = getattr(spec, "__name__", None) or type(spec).__name__
+        return label, Candidate(label, spec)
+    if isinstance(spec, Candidate):
+        return spec.spec, spec
+    loaded = oracle_candidates.load_candidate(spec or "reference")
+    return loaded.spec, loaded
 
 
-def _as_result(out: Any) -> PreprocessResult:
-    if isinstance(out, PreprocessResult):
-        pv, grids = out.pixel_values, out.grid_thws
-    elif hasattr(out, "pixel_values") and hasattr(out, "grid_thws"):
-        pv, grids = out.pixel_values, out.grid_thws
-    elif isinstance(out, (tuple, list)) and len(out) == 2:
-        pv, grids = out
-    else:
-        raise CandidateError(f"candidate returned {type(out).__name__}, not (pixel_values, grid_thws)")
-    import torch
+class ShapeDtypeError(CandidateError):
+    """The candidate's result has the wrong shape or dtype (the oracle's `shape_dtype` check)."""
 
-    if not isinstance(pv, torch.Tensor):
-        pv = torch.as_tensor(np.asarray(pv))
-    grids = torch.as_tensor(_to_numpy(grids)).to(torch.int64).reshape(-1, 3)
-    return PreprocessResult(pv.detach().cpu(), grids)
+
+def _checked(result: PreprocessResult, config: PreprocessConfig) -> PreprocessResult:
+    # The same shape/dtype rule as the oracle: int32 grids or float64 pixels are not accepted.
+    problems = shape_dtype_problems(result, config)
+    if problems:
+        raise ShapeDtypeError("; ".join(problems))
+    return result
 
 
 def _split(result: PreprocessResult, count: int) -> list[PreprocessResult] | None:
@@ -371,7 +366,8 @@ def _run_pixel_cases(cases: Sequence[PixelCase], candidate: Candidate) -> list[P
             config = cases[chunk[0]].config()
             parts = None
             try:
-                parts = _split(_as_result(candidate([cases[i].make_image() for i in chunk], config)), len(chunk))
+                parts = _split(_checked(candidate([cases[i].make_image() for i in chunk], config), config),
+                               len(chunk))
             except (KeyboardInterrupt, SystemExit):
                 raise
             except Exception:
@@ -387,7 +383,9 @@ def _run_pixel_cases(cases: Sequence[PixelCase], candidate: Candidate) -> list[P
 
 def _run_one(case: PixelCase, candidate: Candidate, config: PreprocessConfig) -> PreprocessResult | BaseException:
     try:
-        return _as_result(candidate([case.make_image()], config))
+        return _checked(candidate([case.make_image()], config), config)
+    except ShapeDtypeError as exc:  # the candidate's fault on this case: its golden entry differs
+        return exc
     except (KeyboardInterrupt, SystemExit, CandidateError, BackendError):
         # A broken candidate (bad return type, no backend) is a harness error, not a finding.
         raise
@@ -709,6 +707,7 @@ class GoldenReport:
 
     candidate: str
     golden_dir: Path
+    command: str = "check"
     files: list[FileReport] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # printed first (Pillow mismatch)
     messages: list[str] = field(default_factory=list)  # printed last (refusals, acceptance)
@@ -848,8 +847,8 @@ def _pillow_warning(files: list[FileReport]) -> list[str]:
             f"{PIL.__version__}: pixel digests can differ because of Pillow itself, not the pipeline"]
 
 
-def _write_obtained(report: FileReport, messages: list[str]) -> None:
-    target = obtained_path(report.path)
+def _write_obtained(report: FileReport, out_dir: Path, messages: list[str]) -> None:
+    target = obtained_path(out_dir, report.kind, report.profile)
     if report.ok:
         # A stale .obtained from an earlier run no longer describes anything.
         with contextlib.suppress(FileNotFoundError, OSError):
@@ -860,6 +859,34 @@ def _write_obtained(report: FileReport, messages: list[str]) -> None:
         report.obtained = target
     except OSError as exc:
         messages.append(f"could not write {_display(target)}: {_error_text(exc)}")
+
+
+def _check_out_dir(out_dir: Path | str | None, golden_dir: Path) -> Path:
+    out = Path(out_dir) if out_dir is not None else default_out_dir()
+    with contextlib.suppress(OSError):
+        if out.resolve() == golden_dir.resolve() or golden_dir.resolve() in out.resolve().parents:
+            raise GoldenError(f"the output folder {out} is inside the golden directory {golden_dir}: "
+                              "choose another --out")
+    return out
+
+
+def write_report(report: "GoldenReport", out_dir: Path) -> None:
+    """`golden-report.json` and `.md` under `out_dir`: the candidate, versions, every file's result."""
+    data = {"schema": "kimi-oracle.golden-report", "schema_version": 1, "command": report.command,
+            "created": core_files.utc_now(), "versions": core_files.versions(), **report.to_dict()}
+    try:
+        core_files.atomic_write_many({out_dir / f"{REPORT_NAME}.json": core_files.to_json(data),
+                                      out_dir / f"{REPORT_NAME}.md": _report_markdown(report)})
+    except OSError as exc:
+        report.messages.append(f"could not write the report under {_display(out_dir)}: {_error_text(exc)}")
+
+
+def _report_markdown(report: "GoldenReport") -> str:
+    versions = core_files.versions()
+    head = [f"# kimi-oracle golden {report.command}: candidate `{report.candidate}`", "",
+            f"- golden directory: `{report.golden_dir}`",
+            "- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v), "", "```"]
+    return "\n".join(head + [report.render(max_lines=10_000), "```", ""])
 
 
 def _compute(kind: str, profile: str, candidate: str | Callable | None, select: CaseFilter | None = None) -> GoldenFile:
@@ -876,29 +903,34 @@ def check(
     profiles: Iterable[str] | None = None,
     write_obtained: bool = True,
     select: CaseFilter | None = None,
+    out_dir: Path | str | None = None,
 ) -> GoldenReport:
     """Recompute the goldens (grids with `plan()`, pixels with `candidate`) and compare.
 
-    Writes `<file>.obtained` next to each differing file when `write_obtained`. `select`
-    restricts the pixel cases (a partial check, which never writes `.obtained` files).
+    When `write_obtained`, writes under `out_dir` (default `default_out_dir()`) one `.obtained`
+    file per differing golden file and the report files; nothing is ever written into the golden
+    directory. `select` restricts the pixel cases (a partial check, which writes nothing).
     """
     gdir = Path(golden_dir) if golden_dir is not None else default_golden_dir()
     if not gdir.is_dir():
         raise GoldenError(f"golden directory {gdir} does not exist")
+    out = _check_out_dir(out_dir, gdir) if write_obtained and select is None else None
     selection = _selection(kinds, profiles)
     if any(kind == "pixels" for kind, _ in selection):
         label, fn = load_candidate(candidate)
     else:  # grids do not run a candidate
         label, fn = (candidate if isinstance(candidate, str) else "reference"), None
-    report = GoldenReport(label, gdir)
+    report = GoldenReport(label, gdir, command="check")
     for kind, profile in selection:
         partial = select is not None and kind == "pixels"
         new = _compute(kind, profile, fn if kind == "pixels" else None, select)
         file_report, _ = _compare(kind, profile, golden_path(gdir, kind, profile), new, partial)
         report.files.append(file_report)
-        if write_obtained and not partial:
-            _write_obtained(file_report, report.messages)
+        if out is not None:
+            _write_obtained(file_report, out, report.messages)
     report.warnings = _pillow_warning(report.files)
+    if out is not None:
+        write_report(report, out)
     return report
 
 
@@ -928,8 +960,10 @@ def regen(
     force: bool = False,
     kinds: Iterable[str] | None = None,
     profiles: Iterable[str] | None = None,
+    out_dir: Path | str | None = None,
 ) -> GoldenReport:
-    """Record the goldens anew with the reference; write `.obtained` files for the differing ones.
+    """Record the goldens anew with the reference; write `.obtained` files for the differing ones
+    (under `out_dir`, default `default_out_dir()`) and the report files.
 
     Only with `accept` are the goldens replaced (atomically, all files staged before any is
     renamed), and only if at most `max_changes` entries changed overall, unless `force`.
@@ -939,17 +973,26 @@ def regen(
     gdir = Path(golden_dir) if golden_dir is not None else default_golden_dir()
     if gdir.exists() and not gdir.is_dir():
         raise GoldenError(f"golden directory {gdir} is not a directory")
+    out = _check_out_dir(out_dir, gdir)
     remove_stale_temporaries(gdir)
-    report = GoldenReport("reference", gdir)
+    report = GoldenReport("reference", gdir, command="regen")
     for kind, profile in _selection(kinds, profiles):
         new = _compute(kind, profile, None)
         file_report, _ = _compare(kind, profile, golden_path(gdir, kind, profile), new)
         report.files.append(file_report)
-        _write_obtained(file_report, report.messages)
+        _write_obtained(file_report, out, report.messages)
     report.warnings = _pillow_warning(report.files)
+    try:
+        _accept(report, accept=accept, max_changes=max_changes, force=force)
+    finally:
+        write_report(report, out)
+    return report
+
+
+def _accept(report: GoldenReport, *, accept: bool, max_changes: int, force: bool) -> None:
     failing = report.failing()
     if not accept or not failing:
-        return report
+        return
     total = report.num_changes
     unreadable = [f for f in failing if f.problems and not f.changes]
     if unreadable and not force:
@@ -960,13 +1003,13 @@ def regen(
             "by entry (" + "; ".join(f.problems[0] for f in unreadable) + "); review the .obtained "
             "files, then rerun with --force"
         )
-        return report
+        return
     if total > max_changes and not force:
         report.messages.append(
             f"refused: {total} changed entries is more than --max-changes {max_changes}; review the "
             f".obtained files, then rerun with a larger --max-changes or with --force"
         )
-        return report
+        return
     core_files.atomic_write_many({f.path: f.new_text or "" for f in failing})
     for f in failing:
         f.accepted = True
@@ -978,7 +1021,6 @@ def regen(
         f"accepted: {len(failing)} golden files replaced ({total} entries): "
         + ", ".join(_display(f.path) for f in failing)
     )
-    return report
 
 
 __all__ = [
@@ -996,6 +1038,7 @@ __all__ = [
     "check_pixels",
     "config_hash",
     "default_golden_dir",
+    "default_out_dir",
     "diff_entries",
     "digest",
     "golden_path",

@@ -16,11 +16,18 @@ FILES = [(kind, profile) for kind in golden.KINDS for profile in ("k3", "k25", "
 
 
 @pytest.fixture
-def golden_copy(tmp_path: Path) -> Path:
-    """A private copy of the committed golden files (tests may edit and regenerate it)."""
+def golden_copy(tmp_path: Path, monkeypatch) -> Path:
+    """A private copy of the committed golden files (tests may edit and regenerate it); the
+    current directory is `tmp_path`, so the default output folder lands there too."""
     dest = tmp_path / "golden"
     shutil.copytree(golden.package_golden_dir(), dest, ignore=shutil.ignore_patterns("*.obtained", ".*"))
+    monkeypatch.chdir(tmp_path)
     return dest
+
+
+def obtained_of(path: Path) -> Path:
+    """Where check/regen write the .obtained file of golden file `path` (default output folder)."""
+    return golden.obtained_path(golden.default_out_dir(), path.parent.name, path.name[: -len(".jsonl")])
 
 
 def read_lines(path: Path) -> list[str]:

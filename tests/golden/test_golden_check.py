@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import torch
 
-from golden_testlib import FILES, edit_entry, edit_meta, entries, golden_copy, key_of, mutate, read_lines, \
+from golden_testlib import obtained_of, FILES, edit_entry, edit_meta, entries, golden_copy, key_of, mutate, read_lines, \
     snapshot, write_lines  # noqa: F401  (fixture)
 from kimi_oracle import cli
 from kimi_oracle.workflows import golden
@@ -45,13 +45,13 @@ def test_editing_any_one_entry_fails_naming_it(golden_copy, kind, profile):
         assert not report.ok, f"edit of {key}.{field_path} went unnoticed"
         text = report.render(max_lines=10)
         assert key in text, f"{key}.{field_path}: report does not name the entry:\n{text}"
-        obtained = golden.obtained_path(path)
+        obtained = obtained_of(path)
         assert obtained.is_file()
         # The .obtained file holds what is computed now: the committed entries.
         assert entries(obtained) == original
         path.write_bytes(pristine)
     assert golden.check(golden_copy, kinds=[kind], profiles=[profile]).ok
-    assert not golden.obtained_path(path).exists(), "a stale .obtained file is removed once the file matches"
+    assert not obtained_of(path).exists(), "a stale .obtained file is removed once the file matches"
 
 
 def test_grid_diff_is_readable(golden_copy):
@@ -125,7 +125,7 @@ def test_damaged_files_fail_with_the_line(golden_copy, damage):
     expected = {"truncate": "truncated", "count": "count", "schema": "schema_version 99",
                 "bad_json": "line 8: not JSON", "duplicate": "line 10: duplicate entry"}[damage]
     assert expected in problem, problem
-    assert golden.obtained_path(path).is_file()
+    assert obtained_of(path).is_file()
 
 
 def test_config_change_fails_and_other_versions_are_notes(golden_copy):
@@ -177,7 +177,7 @@ def test_wrong_candidate_fails_on_exactly_its_wrong_cases(golden_copy):
     want = {e["id"] for e in entries(golden_copy / "pixels" / "k3-small.jsonl") if e["params"]["mode"] == "LA"}
     assert changed == want
     assert all(c.change == "changed" and "digest changed" in c.describe() for c in report.files[0].changes)
-    assert not golden.obtained_path(golden_copy / "pixels" / "k3-small.jsonl").exists()
+    assert not obtained_of(golden_copy / "pixels" / "k3-small.jsonl").exists()
 
 
 def test_candidate_with_swapped_grids_and_crashes(golden_copy):
@@ -229,10 +229,16 @@ def test_cli_check_exit_codes_and_obtained(golden_copy, capsys):
     assert code == 0 and "all 6 files match" in out
     assert snapshot(golden_copy) == before
     edit_entry(golden_copy / "grids" / "k3.jsonl", "grids", "1920x1080", lambda e: e.update(num_tokens=1))
+    edited = snapshot(golden_copy)
     code, out, _ = run_cli(["golden", "check", "--golden-dir", str(golden_copy), "--kind", "grids"], capsys)
     assert code == 1 and "~ 1920x1080 [real_world]" in out
-    after = snapshot(golden_copy)
-    assert set(after) - set(before) == {"grids/k3.jsonl.obtained"}
+    assert snapshot(golden_copy) == edited, "check wrote into the golden directory"
+    out_dir = golden.default_out_dir()
+    assert sorted(str(p.relative_to(out_dir)) for p in out_dir.rglob("*") if p.is_file()) == [
+        "golden-report.json", "golden-report.md", "grids/k3.jsonl.obtained"]
+    recorded = json.loads((out_dir / "golden-report.json").read_text())
+    assert recorded["candidate"] == "reference" and recorded["command"] == "check"
+    assert recorded["versions"]["Pillow"] and recorded["num_changes"] == 1
     code, out, _ = run_cli(["golden", "check", "--golden-dir", str(golden_copy), "--kind", "grids", "--json"], capsys)
     doc = json.loads(out)
     assert code == 1 and doc["ok"] is False and doc["num_changes"] == 1
@@ -249,7 +255,7 @@ def test_missing_file_fails(golden_copy):
     report = golden.check(golden_copy, kinds=["grids"], profiles=["k25"])
     assert not report.ok and report.files[0].problems == ["missing golden file"]
     assert "4061 added" in report.render()
-    assert golden.obtained_path(golden_copy / "grids" / "k25.jsonl").is_file()
+    assert obtained_of(golden_copy / "grids" / "k25.jsonl").is_file()
 
 
 def test_partial_check_compares_only_the_selected_cases(golden_copy):
@@ -258,7 +264,20 @@ def test_partial_check_compares_only_the_selected_cases(golden_copy):
     report = golden.check_pixels(_nudged("LA"), golden_copy, profiles=["k3-small"],
                                  select=lambda c: c.params.mode in ("LA", "L"), write_obtained=True)
     assert {c.key for c in report.files[0].changes} == la
-    assert not golden.obtained_path(path).exists(), "a partial check never writes .obtained files"
+    assert not obtained_of(path).exists(), "a partial check never writes .obtained files"
     report = golden.check_pixels(_nudged("LA"), golden_copy, profiles=["k3-small"],
                                  select=lambda c: c.params.mode == "L")
     assert report.ok
+
+
+def test_int32_grids_fail_like_the_oracles_shape_dtype_check(golden_copy):
+    # The oracle's shape_dtype check rejects int32 grids; the goldens used to cast them to int64.
+    def int32_grids(images, config):
+        out = reference.preprocess(images, config)
+        return PreprocessResult(out.pixel_values, out.grid_thws.to(torch.int32))
+
+    report = golden.check_pixels(int32_grids, golden_copy, profiles=["k3-small"],
+                                 select=lambda c: c.params.mode in ("L", "RGB"))
+    changes = report.files[0].changes
+    assert changes and not report.ok
+    assert all("grid_thws dtype int32 != int64" in c.describe() for c in changes)

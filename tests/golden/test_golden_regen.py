@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from golden_testlib import edit_entry, entries, golden_copy, snapshot  # noqa: F401  (fixture)
+from golden_testlib import obtained_of, edit_entry, entries, golden_copy, snapshot  # noqa: F401  (fixture)
 from kimi_oracle import cli
 from kimi_oracle.core import files
 from kimi_oracle.workflows import golden
@@ -49,13 +49,15 @@ def test_regen_without_accept_writes_only_obtained_files(golden_copy, capsys):
     before = snapshot(golden_copy)
     code, out, _ = run_cli(["golden", "regen", "--golden-dir", str(golden_copy)], capsys)
     assert code == 1
-    after = snapshot(golden_copy)
-    assert {k: v for k, v in after.items() if k in before} == before, "a golden file changed"
-    assert set(after) - set(before) == {"grids/k25.jsonl.obtained", "pixels/k3.jsonl.obtained"}
+    assert snapshot(golden_copy) == before, "regen without --accept wrote into the golden directory"
+    out_dir = golden.default_out_dir()
+    after = snapshot(out_dir)
+    assert set(after) == {"grids/k25.jsonl.obtained", "pixels/k3.jsonl.obtained", "golden-report.json",
+                          "golden-report.md"}
     assert "~ 640x480 [real_world]" in out and "~ P/key (" in out
     # A second run leaves the same state (the .obtained files are replaced, not accumulated).
     run_cli(["golden", "regen", "--golden-dir", str(golden_copy)], capsys)
-    assert snapshot(golden_copy) == after
+    assert set(snapshot(out_dir)) == set(after) and snapshot(golden_copy) == before
 
 
 def test_accept_restores_and_removes_obtained(golden_copy, capsys):
@@ -67,6 +69,7 @@ def test_accept_restores_and_removes_obtained(golden_copy, capsys):
     for name, data in pristine.items():
         assert entries(golden_copy / name) == entries_from_bytes(data), name
     assert not list(golden_copy.rglob("*.obtained")) and not list(golden_copy.rglob(".*"))
+    assert not list(golden.default_out_dir().rglob("*.obtained")), "accepted: no .obtained file is left"
     assert golden.check(golden_copy, write_obtained=False).ok
 
 
@@ -107,9 +110,17 @@ def test_unreadable_golden_file_needs_force(golden_copy, capsys):
 
 def test_default_guard_refuses_a_full_regeneration(tmp_path, capsys):
     code, out, _ = run_cli(["golden", "regen", "--golden-dir", str(tmp_path / "fresh"), "--accept",
-                            "--kind", "pixels", "--profile", "k3"], capsys)
+                            "--kind", "pixels", "--profile", "k3", "--out", str(tmp_path / "out")], capsys)
     assert code == 1 and "refused: 47 changed entries is more than --max-changes 20" in out
-    assert sorted(p.name for p in (tmp_path / "fresh").rglob("*")) == ["k3.jsonl.obtained", "pixels"]
+    assert not (tmp_path / "fresh").exists()
+    assert sorted(p.name for p in (tmp_path / "out").rglob("*")) == [
+        "golden-report.json", "golden-report.md", "k3.jsonl.obtained", "pixels"]
+
+
+def test_out_inside_the_golden_directory_is_refused(golden_copy, capsys):
+    code, _, err = run_cli(["golden", "check", "--golden-dir", str(golden_copy), "--out",
+                            str(golden_copy / "sub")], capsys)
+    assert code == 2 and "inside the golden directory" in err
 
 
 def _failing_write(fail_on: str):

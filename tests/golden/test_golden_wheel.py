@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
-import pytest
-
-from golden_testlib import edit_entry
+from golden_testlib import edit_entry, snapshot
 from kimi_oracle.workflows import golden
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_package_data_globs_cover_every_golden_file():
-    tomllib = pytest.importorskip("tomllib")
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
     globs = data["tool"]["setuptools"]["package-data"]["kimi_oracle"]
     pkg = ROOT / "kimi_oracle"
@@ -28,7 +25,6 @@ def test_package_data_globs_cover_every_golden_file():
     assert not any(p.name.endswith(".obtained") for p in shipped)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("setuptools") is None, reason="building a wheel needs setuptools")
 def test_check_from_an_installed_wheel(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
@@ -45,7 +41,7 @@ def test_check_from_an_installed_wheel(tmp_path):
                     str(site), str(wheel)], check=True, capture_output=True, timeout=300)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    env = dict(os.environ, PYTHONPATH=str(site))
+    env = dict(os.environ, PYTHONPATH=str(site), PYTHONDONTWRITEBYTECODE="1")
 
     def run(*args):
         return subprocess.run([sys.executable, *args], cwd=run_dir, env=env, capture_output=True,
@@ -60,5 +56,13 @@ def test_check_from_an_installed_wheel(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     shutil.copytree(site / "kimi_oracle" / "golden_data", elsewhere)
     edit_entry(elsewhere / "grids" / "k3.jsonl", "grids", "640x480", lambda e: e.update(num_tokens=7))
+    package_before = snapshot(site / "kimi_oracle")
     bad = run("-m", "kimi_oracle", "golden", "check", "--kind", "grids", "--golden-dir", str(elsewhere))
     assert bad.returncode == 1 and "~ 640x480 [real_world]" in bad.stdout
+    assert (run_dir / "kimi-oracle-out" / "golden" / "grids" / "k3.jsonl.obtained").is_file()
+    # A candidate check against the shipped goldens writes its report into the current
+    # directory, never into the installed package.
+    cand = run("-m", "kimi_oracle", "golden", "check", "--kind", "pixels", "--profile", "k3-small",
+               "--candidate", "reference")
+    assert cand.returncode == 0, cand.stdout + cand.stderr
+    assert snapshot(site / "kimi_oracle") == package_before, "golden check wrote into the installed package"
