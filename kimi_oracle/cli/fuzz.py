@@ -11,7 +11,7 @@ import click
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError, KimiOracleError
-from kimi_oracle.inputs.generators import MODES
+from kimi_oracle.inputs.generators import DEFAULT_MAX_SIDE, MODES
 from kimi_oracle.oracle.checks import FINDING_KINDS, Tolerance, ToleranceError
 from kimi_oracle.cli.common import parse_duration, profile_options, resolve_config
 
@@ -110,7 +110,7 @@ def register(group: click.Group) -> None:
                   help="Write JUnit XML (one test case per check) here.")
     @click.option("--max-images", type=click.IntRange(1, 16), default=3, show_default=True,
                   help="Largest batch drawn.")
-    @click.option("--max-side", type=click.IntRange(1, 20000), default=64, show_default=True,
+    @click.option("--max-side", type=click.IntRange(1, 20000), default=DEFAULT_MAX_SIDE, show_default=True,
                   help="Longest side drawn (ratio sizes reach about 4x).")
     @click.option("--modes", default=None, metavar="M1,M2", help=f"Restrict modes (default all: {','.join(MODES)}).")
     @click.option("--no-invariance", is_flag=True, help="Skip the batch/subset/permutation/determinism checks.")

@@ -29,7 +29,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kimi-tolerance", default="exact", metavar="POLICY", help="exact | levels:K | bf16")
     group.addoption("--kimi-seed", type=int, default=None, metavar="S", help="seed (default: random)")
     group.addoption("--kimi-fixed-config", action="store_true", help="do not vary the configuration")
-    group.addoption("--kimi-max-side", type=int, default=64, metavar="PX", help="longest side drawn (64)")
+    group.addoption("--kimi-max-side", type=int, default=None, metavar="PX",
+                    help="longest side drawn (default: the fuzzer's, as in `kimi-oracle fuzz`)")
     group.addoption("--kimi-out", default="kimi-oracle-out", metavar="DIR", help="findings directory")
 
 
@@ -51,6 +52,7 @@ class KimiItem(pytest.Item):
         if run is None:
             from kimi_oracle.cli.common import parse_duration, resolve_config
             from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
+            from kimi_oracle.inputs.generators import DEFAULT_MAX_SIDE
 
             opts = _options(self.config)
             cfg = resolve_config(opts["profile"], Path(opts["config"]) if opts["config"] else None)
@@ -59,7 +61,7 @@ class KimiItem(pytest.Item):
                 examples=opts["examples"] if not opts["budget"] else None,
                 budget_s=parse_duration(opts["budget"]) if opts["budget"] else None,
                 seed=opts["seed"], tolerance=opts["tolerance"], vary_config=not opts["fixed_config"],
-                max_side=opts["max_side"], db_dir=out / "hypothesis-db",
+                max_side=opts["max_side"] or DEFAULT_MAX_SIDE, db_dir=out / "hypothesis-db",
             )
             run = fuzz(self.config.stash[_CANDIDATE_KEY], cfg, options, out_dir=out)
             self.config.stash[_RUN_KEY] = run

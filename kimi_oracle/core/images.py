@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import json
 import os
 import threading
 import warnings
@@ -201,3 +202,56 @@ def resize_class(img: Image.Image, config: PreprocessConfig) -> str:
         return resample_kind(img.mode, img.size, (p.new_w, p.new_h))
     except Exception:
         return "unplanned"
+
+
+# ---------------------------------------------------------------------------------------------
+# the raw image container: everything the checkpoint's behaviour depends on, in one byte string
+
+RAW_MAGIC = b"KIMIRAW1"
+
+
+def _info_to_json(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return {"bytes": bytes(value).hex()}
+    if isinstance(value, tuple):
+        return {"tuple": [_info_to_json(v) for v in value]}
+    return value
+
+
+def _info_from_json(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"bytes"}:
+        return bytes.fromhex(value["bytes"])
+    if isinstance(value, dict) and set(value) == {"tuple"}:
+        return tuple(_info_from_json(v) for v in value["tuple"])
+    return value
+
+
+def pack_raw(img: Image.Image) -> bytes:
+    """Mode, size, pixels, palette and the scalar `info` entries (transparency among them) of
+    `img` as one byte string; `unpack_raw` rebuilds an image the checkpoint treats identically.
+    Used for the last-resort input file of a finding and for sending images to a sandbox."""
+    header: dict[str, Any] = {"mode": img.mode, "size": list(img.size)}
+    if img.mode in ("P", "PA") and img.palette is not None:
+        raw_mode = img.palette.mode if img.palette.mode in ("RGB", "RGBA") else "RGB"
+        header["palette"] = [raw_mode, bytes(img.getpalette(rawmode=raw_mode) or b"").hex()]
+    header["info"] = {str(k): _info_to_json(v) for k, v in img.info.items()
+                      if isinstance(v, (int, float, str, bytes, bytearray, tuple, bool, type(None)))}
+    head = json.dumps(header).encode()
+    return RAW_MAGIC + len(head).to_bytes(4, "little") + head + img.tobytes()
+
+
+def unpack_raw(data: bytes) -> Image.Image:
+    """The image `pack_raw` packed; `InputError` if `data` is not such a container."""
+    if not data.startswith(RAW_MAGIC) or len(data) < 12:
+        raise InputError("not a kimi-oracle raw image container")
+    n = int.from_bytes(data[8:12], "little")
+    try:
+        header = json.loads(data[12 : 12 + n])
+        img = Image.frombytes(header["mode"], tuple(header["size"]), data[12 + n :])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"damaged raw image container: {exc}") from None
+    if "palette" in header:
+        raw_mode, palette = header["palette"]
+        img.putpalette(bytes.fromhex(palette), rawmode=raw_mode)
+    img.info = {k: _info_from_json(v) for k, v in (header.get("info") or {}).items()}
+    return img

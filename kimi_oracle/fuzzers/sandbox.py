@@ -33,7 +33,7 @@ from PIL import Image
 from kimi_oracle.oracle.candidates import Candidate, CandidateCrash
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import BackendError, CandidateError
-from kimi_oracle.core.images import alpha_class, resize_class
+from kimi_oracle.core.images import alpha_class, pack_raw, resize_class, unpack_raw
 from kimi_oracle.core.result import PreprocessResult
 
 # Modules the fork server imports once, so that forked executors start warm.
@@ -95,30 +95,6 @@ def signal_name(returncode: int | None) -> str:
 # images and tensors across the pipe
 
 
-def pack_image(img: Image.Image) -> dict[str, Any]:
-    """Everything the checkpoint's behaviour depends on: mode, size, bytes, palette, info."""
-    out: dict[str, Any] = {"mode": img.mode, "size": img.size, "data": img.tobytes()}
-    if img.mode in ("P", "PA") and img.palette is not None:
-        raw_mode = img.palette.mode if img.palette.mode in ("RGB", "RGBA") else "RGB"
-        out["palette"] = (raw_mode, bytes(img.getpalette(rawmode=raw_mode) or b""))
-    info = {}
-    for key, value in img.info.items():
-        if isinstance(value, (int, float, str, bytes, tuple, bool, type(None))):
-            info[key] = value
-    out["info"] = info
-    return out
-
-
-def unpack_image(data: dict[str, Any]) -> Image.Image:
-    """Inverse of `pack_image`."""
-    img = Image.frombytes(data["mode"], tuple(data["size"]), data["data"])
-    if "palette" in data:
-        raw_mode, palette = data["palette"]
-        img.putpalette(palette, rawmode=raw_mode)
-    img.info = dict(data.get("info") or {})
-    return img
-
-
 def _pack_tensor(t: torch.Tensor) -> tuple[str, tuple[int, ...], bytes]:
     t = t.detach().cpu().contiguous()
     return str(t.dtype).replace("torch.", ""), tuple(t.shape), t.reshape(-1).view(torch.uint8).numpy().tobytes()
@@ -165,7 +141,7 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -
         if msg is None:
             return
         packed_images, config = msg
-        images = [unpack_image(p) for p in packed_images]
+        images = [unpack_raw(p) for p in packed_images]
         try:
             out = candidate(images, config)
         except CandidateCrash as exc:
@@ -358,7 +334,7 @@ class IsolatedCandidate(Candidate):
     def __call__(self, images: Sequence[Image.Image], config: PreprocessConfig) -> PreprocessResult:
         """Run the candidate on `images` in the executor; CandidateCrash subclasses on failure."""
         self._note(images, config)
-        packed = [pack_image(img) for img in images]
+        packed = [pack_raw(img) for img in images]
         if self._proc is None or not self._proc.is_alive():
             self.start()
         self.calls += 1
@@ -420,7 +396,5 @@ __all__ = [
     "CandidateRaised",
     "CandidateTimeout",
     "IsolatedCandidate",
-    "pack_image",
     "signal_name",
-    "unpack_image",
 ]

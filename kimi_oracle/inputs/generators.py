@@ -9,6 +9,7 @@ the same PIL image on every machine (NumPy's PCG64 streams are stable across pla
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
@@ -558,6 +559,76 @@ def config_variants(base: PreprocessConfig) -> list[PreprocessConfig]:
     return unique
 
 
+# ---------------------------------------------------------------------------------------------
+# the fuzzers' input space: one definition for the hypothesis strategies and the atheris harness
+
+# Chessboard squares and (white, grey) values the fuzzers vary the background with.
+CHECKER_SQUARES = (1, 2, 3, 5, 8, 16)
+CHESS_VALUES = ((255, 180), (255, 200), (240, 0), (0, 255))
+
+
+@functools.lru_cache(maxsize=512)
+def threshold_sizes(config: PreprocessConfig, max_side: int) -> tuple[tuple[int, int], ...]:
+    """Sizes at the config's thresholds (pass order, patch budget, side cap) with sides ≤ max_side;
+    never empty (falls back to 1×1)."""
+    sizes = pass_order_sizes(config, count=9, max_side=max_side) + budget_sizes(config) + side_cap_sizes(config)
+    return tuple(sorted({s for s in sizes if max(s) <= max_side})) or ((1, 1),)
+
+
+@functools.lru_cache(maxsize=64)
+def special_sides(max_side: int) -> tuple[int, ...]:
+    """Sides at multiples of 14/28 ±1, powers of two ±1 and primes, ≤ max_side (never empty)."""
+    specials = multiple_sides(12) + pow2_sides(13) + list(PRIME_SIDES)
+    return tuple(sorted({s for s in specials if s <= max_side})) or (1,)
+
+
+def ratio_long_side(max_side: int) -> int:
+    """The longest side of the >100:1 size class drawn for a given max side."""
+    return max(100, 4 * max_side)
+
+
+@dataclass(frozen=True)
+class ConfigChoices:
+    """What the fuzzers vary a base configuration over, each list with the base's own value first
+    (so both engines shrink towards the profile)."""
+
+    tiny_limits: tuple[int, ...]      # budgets of at most 16 patches: small images resample
+    other_limits: tuple[int, ...]     # larger budgets and the base's
+    caps: tuple[int, ...]             # side caps, multiples of the merge size
+    patterns: tuple[str, ...]         # empty when the base has no background
+    squares: tuple[int, ...]
+    top_left: tuple[bool, ...]
+    chess_values: tuple[tuple[int, int], ...]
+    stages: tuple[str | None, ...]    # the base's stage first
+
+    @property
+    def limits(self) -> tuple[int, ...]:
+        """Every budget, the 16-patch one first."""
+        return self.tiny_limits + self.other_limits
+
+
+@functools.lru_cache(maxsize=64)
+def config_choices(base: PreprocessConfig) -> ConfigChoices:
+    """The choices `vary_config` is drawn from around `base`."""
+    tiny = (16,) + tuple(v for v in SMALL_PATCH_LIMITS if v <= 16 and v != 16)
+    other = tuple(v for v in SMALL_PATCH_LIMITS if v > 16) + (base.in_patch_limit,)
+    caps = (base.patch_limit_on_one_side,) + tuple(c for c in side_caps(base, max_cap=16)
+                                                   if c != base.patch_limit_on_one_side)
+    bg = base.transparent_bg_config
+    if bg is None:
+        return ConfigChoices(tiny, other, caps, (), (), (), (), (base.transparent_bg_fill_stage,))
+    base_values = (bg.chessboard_white_value, bg.chessboard_gray_value)
+    return ConfigChoices(
+        tiny, other, caps,
+        patterns=(bg.pattern,) + tuple(p for p in PATTERNS if p != bg.pattern),
+        squares=(bg.chessboard_square_size,) + tuple(q for q in CHECKER_SQUARES if q != bg.chessboard_square_size),
+        top_left=(bg.chessboard_square_on_top_left, not bg.chessboard_square_on_top_left),
+        chess_values=(base_values,) + tuple(v for v in CHESS_VALUES if v != base_values),
+        stages=(base.transparent_bg_fill_stage,) + tuple(s for s in (*FILL_STAGES, None)
+                                                         if s != base.transparent_bg_fill_stage),
+    )
+
+
 def config_label(config: PreprocessConfig) -> str:
     """A compact description of how a config differs from nothing (for reports and ids)."""
     bg = config.transparent_bg_config
@@ -571,6 +642,13 @@ def config_label(config: PreprocessConfig) -> str:
 
 
 __all__ = [
+    "CHECKER_SQUARES",
+    "CHESS_VALUES",
+    "ConfigChoices",
+    "config_choices",
+    "ratio_long_side",
+    "special_sides",
+    "threshold_sizes",
     "ALPHA_BAND_MODES",
     "ALPHA_PATTERNS",
     "COMMON_MODES",

@@ -12,34 +12,25 @@ from typing import Any, Sequence
 
 from hypothesis import strategies as st
 
-from kimi_oracle.core.config import FILL_STAGES, PATTERNS, PreprocessConfig
+from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.inputs.generators import (
     ALPHA_PATTERNS,
+    CHECKER_SQUARES,
     CONTENTS,
     DEFAULT_MAX_SIDE,
     MODES,
-    SMALL_PATCH_LIMITS,
     CaseParams,
     FuzzCase,
     alpha_patterns_for,
-    budget_sizes,
-    multiple_sides,
-    pass_order_sizes,
-    pow2_sides,
-    PRIME_SIDES,
-    side_cap_sizes,
-    side_caps,
+    config_choices,
+    ratio_long_side,
+    special_sides,
+    threshold_sizes,
     tiny_sizes,
     vary_config,
 )
 
 MODE_WEIGHTS = {"RGB": 2, "RGBA": 4, "LA": 2, "P": 4, "1": 2, "CMYK": 2, "I;16": 2}
-
-
-@functools.lru_cache(maxsize=256)
-def _threshold_sizes(config: PreprocessConfig, max_side: int) -> tuple[tuple[int, int], ...]:
-    sizes = pass_order_sizes(config, count=9, max_side=max_side) + budget_sizes(config) + side_cap_sizes(config)
-    return tuple(sorted({s for s in sizes if max(s) <= max_side}))
 
 
 # Strategies are built once per distinct argument tuple and reused: constructing a strategy (an
@@ -62,9 +53,8 @@ def _orientations(wh: tuple[int, int]) -> st.SearchStrategy[tuple[int, int]]:
 @functools.lru_cache(maxsize=1024)
 def _sizes(thresholds: tuple[tuple[int, int], ...], max_side: int) -> st.SearchStrategy[tuple[int, int]]:
     side = st.integers(1, max_side)
-    specials = [s for s in multiple_sides(12) + pow2_sides(13) + list(PRIME_SIDES) if s <= max_side] or [1]
-    special_side = st.sampled_from(sorted(set(specials)))
-    long_side = max(100, 4 * max_side)
+    special_side = st.sampled_from(special_sides(max_side))
+    long_side = ratio_long_side(max_side)
     ratio = st.integers(1, 2).flatmap(lambda short: _ratio_side(short, long_side)).flatmap(_orientations)
     medium = st.integers(min(14, max_side), max_side)
     medium_sizes = st.tuples(medium, medium)
@@ -86,7 +76,7 @@ def _sizes(thresholds: tuple[tuple[int, int], ...], max_side: int) -> st.SearchS
 
 def sizes(config: PreprocessConfig | None = None, *, max_side: int = DEFAULT_MAX_SIDE) -> st.SearchStrategy[tuple[int, int]]:
     """(width, height) from every size class, sides ≤ max_side (ratio sizes reach ~4× that)."""
-    return _sizes(_threshold_sizes(config, max_side) if config is not None else (), max_side)
+    return _sizes(threshold_sizes(config, max_side) if config is not None else (), max_side)
 
 
 @st.composite
@@ -113,7 +103,7 @@ def _draw_case_params(draw: st.DrawFn, size_strategy: st.SearchStrategy[tuple[in
 def _case_params(thresholds: tuple[tuple[int, int], ...] | None, base_square: int, max_side: int,
                  modes: tuple[str, ...], alpha_patterns: tuple[str, ...] | None,
                  contents: tuple[str, ...]) -> st.SearchStrategy[CaseParams]:
-    squares = sorted({base_square, 1, 2, 3, 5, 8, 16}, key=lambda s: (s != base_square, s))
+    squares = sorted({base_square, *CHECKER_SQUARES}, key=lambda s: (s != base_square, s))
     # Modes whose resize path is special (premultiplied, NEAREST, own-domain) are drawn more often.
     weighted_modes = [m for m in modes for _ in range(MODE_WEIGHTS.get(m, 1))]
     pattern_choices = [a for a in ALPHA_PATTERNS if alpha_patterns is None or a in alpha_patterns] or ["opaque"]
@@ -139,7 +129,7 @@ def case_params(
     bg = config.transparent_bg_config if config is not None else None
     # The strategy depends on the config only through its threshold sizes and chessboard square.
     return _case_params(
-        _threshold_sizes(config, max_side) if config is not None else None,
+        threshold_sizes(config, max_side) if config is not None else None,
         bg.chessboard_square_size if bg is not None else 8,
         max_side,
         tuple(modes),
@@ -179,22 +169,19 @@ def configs(base: PreprocessConfig, *, vary: bool = True) -> st.SearchStrategy[P
         return st.just(base)
     # Two thirds of the draws use budgets of at most 16 patches (most of them below 9), so that
     # images of a few dozen pixels resample.
-    tiny_limits = [4] + [v for v in SMALL_PATCH_LIMITS if v <= 16 and v != 4]
-    other_limits = [v for v in SMALL_PATCH_LIMITS if v > 16] + [base.in_patch_limit]
-    limit_strategy = st.one_of(st.sampled_from(tiny_limits), st.sampled_from(tiny_limits[1:]),
-                               st.sampled_from(other_limits))
-    caps = [base.patch_limit_on_one_side] + [c for c in side_caps(base, max_cap=16) if c != base.patch_limit_on_one_side]
-    bg = base.transparent_bg_config
+    choices = config_choices(base)
+    limit_strategy = st.one_of(st.sampled_from(choices.tiny_limits), st.sampled_from(choices.tiny_limits[1:]),
+                               st.sampled_from(choices.other_limits))
+    caps = choices.caps
     background = None
-    if bg is not None:
+    if base.transparent_bg_config is not None:
         # The base stage twice: the profile's own behaviour gets half the draws.
-        stages = [base.transparent_bg_fill_stage] * 2 + [s for s in (*FILL_STAGES, None) if s != base.transparent_bg_fill_stage]
         background = (
-            st.sampled_from([bg.pattern] + [p for p in PATTERNS if p != bg.pattern]),
-            st.sampled_from([bg.chessboard_square_size] + [s for s in (1, 2, 3, 5, 16) if s != bg.chessboard_square_size]),
-            st.sampled_from([bg.chessboard_square_on_top_left, not bg.chessboard_square_on_top_left]),
-            st.sampled_from([(bg.chessboard_white_value, bg.chessboard_gray_value), (255, 200), (240, 0), (0, 255)]),
-            st.sampled_from(stages),
+            st.sampled_from(choices.patterns),
+            st.sampled_from(choices.squares),
+            st.sampled_from(choices.top_left),
+            st.sampled_from(choices.chess_values),
+            st.sampled_from(choices.stages[:1] + choices.stages),
         )
     return _draw_config(base, limit_strategy, st.sampled_from(caps), background)
 

@@ -26,6 +26,7 @@ from PIL import Image, ImageDraw
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError
+from kimi_oracle.core.images import RAW_MAGIC, decode, pack_raw, unpack_raw
 from kimi_oracle.core.files import atomic_write_text, fsync_dir, to_json, utc_now, versions
 from kimi_oracle.core.result import PreprocessResult
 
@@ -65,37 +66,15 @@ def encode_input(img: Image.Image) -> tuple[str, bytes]:
         data = buf.getvalue()
         if _faithful(img, data):
             return ext, data
-    return "kimiraw", _raw_container(img)
-
-
-def _raw_container(img: Image.Image) -> bytes:
-    header: dict[str, Any] = {"mode": img.mode, "size": list(img.size)}
-    if img.mode in ("P", "PA"):
-        header["palette"] = bytes(img.getpalette(rawmode="RGB") or b"").hex()
-    t = img.info.get("transparency")
-    if t is not None:
-        header["transparency"] = {"bytes": bytes(t).hex()} if isinstance(t, (bytes, bytearray)) else t
-    head = json.dumps(header).encode()
-    return b"KIMIRAW1" + len(head).to_bytes(4, "little") + head + img.tobytes()
+    return "kimiraw", pack_raw(img)
 
 
 def load_input(path: str | os.PathLike) -> Image.Image:
     """Load an input written by `encode_input` (or any image file), fully decoded."""
     path = Path(path)
     data = path.read_bytes()
-    if data.startswith(b"KIMIRAW1"):
-        n = int.from_bytes(data[8:12], "little")
-        header = json.loads(data[12 : 12 + n])
-        img = Image.frombytes(header["mode"], tuple(header["size"]), data[12 + n :])
-        if "palette" in header:
-            img.putpalette(bytes.fromhex(header["palette"]), rawmode="RGB")
-        t = header.get("transparency")
-        if t is not None:
-            img.info["transparency"] = bytes.fromhex(t["bytes"]) if isinstance(t, dict) else (
-                tuple(t) if isinstance(t, list) else t)
-        return img
-    from kimi_oracle.core.images import decode
-
+    if data.startswith(RAW_MAGIC):
+        return unpack_raw(data)
     return decode(data, name=str(path))
 
 

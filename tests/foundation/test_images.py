@@ -97,3 +97,25 @@ def test_resample_kind_matches_pillow_behaviour():
     rgba = Image.fromarray(rng.integers(0, 256, (20, 30, 4), np.uint8), "RGBA")
     manual = rgba.convert("RGBa").resize((11, 7), Image.BICUBIC).convert("RGBA")
     assert rgba.resize((11, 7), Image.BICUBIC).tobytes() == manual.tobytes()
+
+
+def test_raw_container_round_trips_what_the_checkpoint_reads():
+    # One container for finding inputs of last resort and for images sent to a sandbox.
+    from kimi_oracle.core.images import pack_raw, unpack_raw
+
+    p = Image.new("P", (5, 3))
+    p.putpalette(bytes(range(256)) * 4, rawmode="RGBA")
+    p.putdata([0, 1, 2, 3, 4] * 3)
+    p.info.update(transparency=b"\x00\x80\xff", dpi=(72, 72.5), comment="c")
+    la = Image.new("LA", (2, 2), (10, 200))
+    la.info["transparency"] = 7
+    for img in (p, la, Image.new("I;16", (3, 1), 60000), Image.new("F", (1, 1), -1.5)):
+        back = unpack_raw(pack_raw(img))
+        assert (back.mode, back.size, back.tobytes()) == (img.mode, img.size, img.tobytes())
+        assert back.info == img.info
+        if img.mode == "P":
+            assert back.getpalette(rawmode="RGBA") == img.getpalette(rawmode="RGBA")
+    with pytest.raises(InputError):
+        unpack_raw(b"KIMIRAW1\x05\x00\x00\x00{bad}")
+    with pytest.raises(InputError):
+        unpack_raw(b"PNG...")

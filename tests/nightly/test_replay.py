@@ -14,7 +14,7 @@ from kimi_oracle.oracle.candidates import load_candidate
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.inputs.corpus import entries
 from kimi_oracle.fuzzers.harnesses import Harness, HarnessSettings, PyFuzzedDataProvider
-from kimi_oracle.fuzzers.sandbox import pack_image, unpack_image
+from kimi_oracle.core.images import pack_raw, unpack_raw
 from nightly_helpers import FUZZ, planted
 
 STRUCTURED = entries(FUZZ / "corpus" / "structured")
@@ -90,7 +90,7 @@ def test_executor_transport_keeps_what_the_checkpoint_depends_on():
                 img.load()
         except Exception:
             continue
-        back = unpack_image(pack_image(img))
+        back = unpack_raw(pack_raw(img))
         assert back.mode == img.mode and back.size == img.size, path.name
         try:
             want = reference.preprocess([img], cfg)
