@@ -69,3 +69,38 @@ def test_drawn_cases_keep_their_weights():
     )
     # Many first images resample (small budgets, and a budget forced below their patch count).
     assert resampled >= 0.25 * len(cases)
+
+
+class _PickEverything:
+    """A stand-in FuzzedDataProvider that takes the last size class and records every list offered."""
+
+    def __init__(self):
+        self.offered: list[list] = []
+
+    def ConsumeIntInRange(self, lo, hi):  # noqa: N802 - atheris' name
+        return hi
+
+    def PickValueInList(self, values):  # noqa: N802
+        self.offered.append(list(values))
+        return values[0]
+
+
+def test_both_engines_reach_the_pass_order_sizes():
+    # The atheris harness once lacked the pass-order sizes that the strategies had: both now draw
+    # threshold sizes from one list, and that list holds the sizes where Pillow's pass order flips.
+    from hypothesis import find
+
+    from kimi_oracle.fuzzers.harnesses import draw_size
+    from kimi_oracle.inputs.generators import pass_order_sizes, vary_config
+    from kimi_oracle.inputs.strategies import sizes
+
+    # A 4-patch budget (one the fuzzers draw) puts the boundary below the default 64-pixel side.
+    cfg = vary_config(PreprocessConfig.k3_small(), in_patch_limit=4)
+    wanted = set(pass_order_sizes(cfg, count=9, max_side=64))
+    assert wanted
+    fdp = _PickEverything()
+    draw_size(fdp, cfg, 64)
+    assert wanted <= set(fdp.offered[-1])
+    for size in sorted(wanted)[:3]:
+        assert find(sizes(cfg, max_side=64), lambda s, size=size: s == size,
+                    settings=settings(max_examples=5000, database=None, phases=[Phase.generate])) == size
