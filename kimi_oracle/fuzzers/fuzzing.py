@@ -70,6 +70,7 @@ class FuzzOptions:
     db_dir: Path | None = None  # hypothesis example database; None: no database
     split_by_mode: bool = True  # one pixel_mismatch / crash finding per mode class
     keep_searching: bool = True  # after a failure, search on (new seeds) until the examples are spent
+    clock: Callable[[], float] = time.monotonic  # the budget's clock (tests inject a fake one)
 
     def max_examples(self) -> int:
         """The example count hypothesis is given (huge under a time budget)."""
@@ -337,13 +338,14 @@ def fuzz(
     run.started = utc_now()
     records: dict[str, tuple[FuzzCase, Verdict, int]] = {}
     first_by_group: dict[str, int] = {}
-    start = time.monotonic()
+    clock = options.clock
+    start = clock()
     budget = options.budget_s
 
     def over_budget() -> bool:
         if budget is None:
             return False
-        elapsed = time.monotonic() - start
+        elapsed = clock() - start
         # A little grace for shrinking what was found (SHRINK_GRACE).
         return elapsed > (budget * SHRINK_GRACE if records else budget)
 
@@ -403,7 +405,7 @@ def fuzz(
     # groups found so far masked) keep searching until the example count or budget is spent.
     def publish() -> None:
         """Write what was found so far (also when a harness error ends the run early)."""
-        run.elapsed_s = time.monotonic() - start
+        run.elapsed_s = clock() - start
         order = {c: i for i, c in enumerate(FINDING_KINDS)}
         for group in sorted(records, key=lambda g: (order.get(g.split("[")[0], 99), first_by_group[g], g)):
             case, verdict, example = records[group]
