@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 import sys
 import time
 from pathlib import Path
@@ -249,22 +250,24 @@ def register(group: click.Group) -> None:
 
         from kimi_oracle.oracle.candidates import load_candidate
         from kimi_oracle.fuzzers.fuzzing import check_images
-        from kimi_oracle.core.images import decode
+        from kimi_oracle.core.images import decode, read_file
         from kimi_oracle.core.files import utc_now, versions
 
         config = resolve_config(profile, config_path)
         candidate = load_candidate(candidate_spec)
-        files = _expand(paths)
+        files, skipped = _expand(paths)
+        for line in skipped[:20]:
+            click.echo(f"skipped: {line}", err=True)
+        if len(skipped) > 20:
+            click.echo(f"skipped: ... and {len(skipped) - 20} more (all listed in --json)", err=True)
         if not files:
             raise InputError("no image files found", source=" ".join(str(p) for p in paths))
         loaded: list[tuple[str, Any, bytes | None]] = []
         errors: list[str] = []
         for path in files:
             try:
-                raw = path.read_bytes()
+                raw = read_file(path)
                 loaded.append((str(path), decode(raw, name=str(path)), raw))
-            except OSError as exc:
-                errors.append(f"{path}: cannot read: {exc.strerror or exc}")
             except InputError as exc:
                 errors.append(str(exc))
         started = time.monotonic()
@@ -289,7 +292,7 @@ def register(group: click.Group) -> None:
             "schema": "kimi-oracle.check-run", "schema_version": 1, "command": "check",
             "candidate": candidate.spec, "profile": config.name, "config": config.to_hf_json(),
             "tolerance": tolerance, "started": utc_now(), "elapsed_s": round(elapsed, 3),
-            "images": rows, "errors": errors,
+            "images": rows, "errors": errors, "skipped": skipped,
             "findings": [{"id": f.id, "check": f.check, "kind": f.kind, "message": f.message,
                           "path": str(f.path) if f.path else None, "sources": f.sources} for f in findings],
             "versions": versions(),
@@ -300,14 +303,30 @@ def register(group: click.Group) -> None:
         return 2 if errors else 0
 
 
-def _expand(paths: Sequence[Path]) -> list[Path]:
+def _expand(paths: Sequence[Path]) -> tuple[list[Path], list[str]]:
+    """Files to check, and what a folder scan skipped (with why). A path named explicitly is
+    always tried: a missing, odd or non-regular file is then reported as unreadable."""
     out: list[Path] = []
+    skipped: list[str] = []
     for path in paths:
-        if path.is_dir():
-            out += sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
-        else:
-            out.append(path)  # a missing or odd file is reported as unreadable
-    return out
+        if not path.is_dir():
+            out.append(path)
+            continue
+        for p in sorted(path.rglob("*")):
+            try:
+                mode = p.stat().st_mode
+            except OSError as exc:
+                skipped.append(f"{p}: cannot stat: {exc.strerror or exc}")
+                continue
+            if stat.S_ISDIR(mode):
+                continue
+            if not stat.S_ISREG(mode):
+                skipped.append(f"{p}: not a regular file")
+            elif p.suffix.lower() not in IMAGE_SUFFIXES:
+                skipped.append(f"{p}: {p.suffix or 'no suffix'} is not an image suffix")
+            else:
+                out.append(p)
+    return out, skipped
 
 
 __all__ = ["register"]

@@ -7,9 +7,9 @@ import binascii
 import io
 import json
 import os
+import stat
 import threading
 import warnings
-from pathlib import Path
 from typing import Any, Iterable, Literal, Sequence
 
 import numpy as np
@@ -30,6 +30,10 @@ MODES_16BIT = frozenset({"I;16", "I;16L", "I;16B", "I;16N"})
 MODES_32BIT = frozenset({"I", "F"})
 
 ImageSource = Any  # PIL image, path, bytes, data: URL, uint8 array or tensor
+
+# The largest file read as an image: an uncompressed image at Pillow's default bomb threshold
+# (2 × 89,478,485 pixels) of 3 bytes a pixel, rounded up.
+DEFAULT_MAX_BYTES = 512 << 20
 
 _PIL_LIMIT_LOCK = threading.Lock()
 
@@ -82,27 +86,72 @@ def _open_bytes(data: bytes, name: str, max_pixels: int) -> Image.Image:
     if not data:
         raise InputError("empty input (0 bytes)", source=name)
     with _PIL_LIMIT_LOCK, warnings.catch_warnings():
-        # We apply the cap ourselves (so it can be configured); Pillow's check is off meanwhile.
+        # Pillow's own bomb check stays on while it parses the file, set from our cap: it refuses
+        # an image (or a GIF/APNG frame) above 2 × MAX_IMAGE_PIXELS before allocating it, so a
+        # tiny file announcing a huge frame costs nothing. Its warning band is ours to judge.
         warnings.simplefilter("ignore")
         saved = Image.MAX_IMAGE_PIXELS
-        Image.MAX_IMAGE_PIXELS = None
+        Image.MAX_IMAGE_PIXELS = (max_pixels + 1) // 2 if max_pixels else None
         try:
             img = Image.open(io.BytesIO(data))
+            _check_size(img, max_pixels, name)
+            img.load()
+        except Image.DecompressionBombError as exc:
+            raise InputError(f"exceeds the pixel cap of {max_pixels} ({_reason(exc)})", source=name) from None
         except Image.UnidentifiedImageError:
             raise InputError("cannot decode: not an image format Pillow recognises", source=name) from None
+        except InputError:
+            raise
         except Exception as exc:  # Pillow raises many types on corrupt headers
             raise InputError(f"cannot decode: {_reason(exc)}", source=name) from None
         finally:
             Image.MAX_IMAGE_PIXELS = saved
     _check_size(img, max_pixels, name)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            img.load()
-    except Exception as exc:
-        raise InputError(f"cannot decode: {_reason(exc)}", source=name) from None
-    _check_size(img, max_pixels, name)
     return img
+
+
+def read_file(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES, name: str | None = None) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`; anything else (a FIFO, a device such
+    as /dev/zero, a directory, a socket, a larger file) is refused with `InputError`, unread."""
+    label = name or str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise InputError("no such file", source=label) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, not an image file", source=label) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", source=label) from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError("is a directory, not an image file", source=label)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"not a regular file ({_file_kind(st.st_mode)}): refused unread", source=label)
+        if st.st_size > max_bytes:
+            raise InputError(f"file of {st.st_size} bytes exceeds the byte cap of {max_bytes}", source=label)
+        chunks, total = [], 0
+        while True:  # read at most max_bytes + 1: a file that grows while read is still capped
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
+                raise InputError(f"file exceeds the byte cap of {max_bytes}", source=label)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", source=label) from None
+    finally:
+        os.close(fd)
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a plain file"
 
 
 def _reason(exc: BaseException) -> str:
@@ -162,17 +211,8 @@ def decode(source: ImageSource, *, max_pixels: int | None = None, name: str | No
             raise InputError(f"malformed base64 in data URL: {exc}", source=label) from None
         return _open_bytes(data, label, cap)
     if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        label = name or str(path)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise InputError("no such file", source=label) from None
-        except IsADirectoryError:
-            raise InputError("is a directory, not an image file", source=label) from None
-        except OSError as exc:
-            raise InputError(f"cannot read: {exc.strerror or exc}", source=label) from None
-        return _open_bytes(data, label, cap)
+        label = name or str(source)
+        return _open_bytes(read_file(source, name=label), label, cap)
     if hasattr(source, "__array__") or hasattr(source, "shape"):
         img = _from_array(source, name or "<array>")
         _check_size(img, cap, name or "<array>")

@@ -119,3 +119,60 @@ def test_raw_container_round_trips_what_the_checkpoint_reads():
         unpack_raw(b"KIMIRAW1\x05\x00\x00\x00{bad}")
     with pytest.raises(InputError):
         unpack_raw(b"PNG...")
+
+
+def _bomb_gif() -> bytes:
+    """A 37-byte GIF: a 1×1 screen announcing one 60000×60000 frame (disposal 2), built by hand."""
+    import struct
+
+    return (b"GIF89a" + struct.pack("<HH", 1, 1) + b"\x00\x00\x00"
+            + b"\x21\xf9\x04\x08\x00\x00\x00\x00"                    # graphic control: disposal 2
+            + b"\x2c" + struct.pack("<HHHH", 0, 0, 60000, 60000) + b"\x00"
+            + b"\x02\x02\x4c\x01\x00" + b"\x3b")
+
+
+def test_bomb_gif_is_refused_before_it_is_allocated():
+    # Measured in a fresh process (VmHWM: the peak resident size of its own memory, which unlike
+    # ru_maxrss does not carry the parent's peak across exec).
+    import subprocess
+    import sys
+
+    script = ("import re, sys\n"
+              "from kimi_oracle.core.images import decode\n"
+              "from kimi_oracle.core.errors import InputError\n"
+              "try:\n    decode(sys.stdin.buffer.read(), name='bomb.gif')\n    print('DECODED')\n"
+              "except InputError as exc:\n    print('REFUSED', exc)\n"
+              "print(int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)) // 1024)\n")
+    proc = subprocess.run([sys.executable, "-c", script], input=_bomb_gif(), capture_output=True, timeout=120)
+    out = proc.stdout.decode().splitlines()
+    assert proc.returncode == 0 and out[0].startswith("REFUSED bomb.gif: exceeds the pixel cap"), proc.stderr
+    assert int(out[-1]) < 200, f"refusing the bomb took {out[-1]} MB"
+
+
+def test_only_regular_files_are_read(tmp_path):
+    import os
+
+    from kimi_oracle.core.images import read_file
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="not a regular file \\(a FIFO\\)"):
+        decode(fifo)  # would block forever if it were opened for a blocking read
+    with pytest.raises(InputError, match="not a regular file \\(a character device\\)"):
+        decode("/dev/zero")  # would be read until memory runs out
+    with pytest.raises(InputError, match="is a directory"):
+        decode(tmp_path)
+    big = tmp_path / "big.png"
+    big.write_bytes(b"\x89PNG" + bytes(100))
+    with pytest.raises(InputError, match="exceeds the byte cap of 50"):
+        read_file(big, max_bytes=50)
+    assert read_file(big, max_bytes=104) == big.read_bytes()
+
+
+def test_cli_refuses_devices_with_one_line(tmp_path, capsys):
+    from kimi_oracle.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["explain", "/dev/zero"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and "not a regular file" in err[0]

@@ -190,3 +190,20 @@ def test_findings_are_readable_images(tmp_path, capsys):
         assert img.mode == "RGBA"
     with Image.open(finding / "diff.png") as diff:
         assert diff.width >= 150
+
+
+def test_check_folder_scan_lists_what_it_skipped(tmp_path, capsys):
+    import os
+
+    folder = tmp_path / "imgs"
+    _write_images(folder)
+    (folder / "notes.txt").write_text("not an image")
+    os.mkfifo(folder / "stream.png")  # an image suffix, but a FIFO: never opened
+    code = run_cli("check", folder, "--candidate", "reference", "--profile", "k3-small", "--out", tmp_path / "o",
+                   "--json", tmp_path / "check.json")
+    assert code == 0
+    err = capsys.readouterr().err
+    assert f"skipped: {folder / 'notes.txt'}: .txt is not an image suffix" in err
+    assert f"skipped: {folder / 'stream.png'}: not a regular file" in err
+    summary = json.loads((tmp_path / "check.json").read_text())
+    assert len(summary["skipped"]) == 2 and len(summary["images"]) >= 3 and summary["errors"] == []
