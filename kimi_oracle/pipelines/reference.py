@@ -1,10 +1,28 @@
-"""The CPU reference: what the checkpoint processor computes, with Pillow doing the resize (spec §3)."""
+"""The CPU reference: what the checkpoint processor computes, with Pillow doing the resize (spec §3).
+
+The pipeline is a short sequence of named steps, per image:
+
+    stage     where the background fill happens (the config's `transparent_bg_fill_stage`)
+    resize    Pillow's `resize(BICUBIC)` in the image's own mode (Pillow's rules: NEAREST for
+              "1"/"P", premultiplied alpha for "RGBA"/"LA", each mode's own arithmetic)
+    convert   what the fill turns the image into: kept RGB, plain RGB, or RGBA to composite
+    composite the float32 alpha blend on the `background`, truncated to uint8
+    pad       zeros at the bottom and right, to the multiple of merge × patch
+    normalize the checkpoint's float32 normalization (a 3 × 256 table)
+    patchify  (gh·gw, C, p, p), patch index gy·gw + gx
+
+`Steps()` (= `CHECKPOINT`) is exactly the checkpoint. The diagnosis replaces single steps with
+the way other engines do them (`kimi_oracle.oracle.diagnosis`); the checkpoint's own path stays
+the fused fast one (pad + normalize + patchify in one table lookup).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
-from typing import Iterable
+from dataclasses import dataclass
+from typing import Callable, Iterable
 
 import numpy as np
 import torch
@@ -13,21 +31,40 @@ from PIL import Image
 from kimi_oracle.core.config import PreprocessConfig, TransparentBgConfig
 from kimi_oracle.core.errors import InputError
 from kimi_oracle.core.geometry import ResizePlan, plan
-from kimi_oracle.core.images import ImageSource, has_alpha, load_images
+from kimi_oracle.core.images import PREMULTIPLIED_MODES, ImageSource, has_alpha, load_images
 from kimi_oracle.core.result import PreprocessResult
 
 __all__ = [
+    "CHECKPOINT",
+    "EIGHT_BIT_MODES",
+    "PATTERN_VALUES",
     "PreprocessResult",
+    "Steps",
     "background",
+    "blend",
     "composite",
     "fill",
     "fill_conversion",
     "normalization_lut",
+    "pad_bottom_right",
+    "patches_chw",
+    "patchify",
+    "pillow_resample",
     "preprocess",
     "preprocess_image",
+    "resize",
 ]
 
 PATTERN_VALUES = {"white": 255, "black": 0, "gray": 128}
+
+# Modes with 8 bits per band that Pillow resamples band by band with its 8-bit fixed-point
+# bicubic ("1" and "P" are forced to NEAREST; "PA", the 16- and 32-bit modes keep Pillow's own
+# paths in every variant of the pipeline).
+EIGHT_BIT_MODES = frozenset({"L", "LA", "La", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr", "LAB", "HSV"})
+
+
+# ---------------------------------------------------------------------------------------------
+# normalize
 
 
 @functools.lru_cache(maxsize=64)
@@ -49,6 +86,10 @@ def normalization_lut(config: PreprocessConfig) -> np.ndarray:
     return _lut(tuple(config.image_mean), tuple(config.image_std))
 
 
+# ---------------------------------------------------------------------------------------------
+# background and composite
+
+
 def background(bg: TransparentBgConfig, height: int, width: int) -> np.ndarray:
     """The uint8 (height, width, 3) background the checkpoint composites transparent pixels on."""
     if bg.pattern in PATTERN_VALUES:
@@ -63,13 +104,21 @@ def background(bg: TransparentBgConfig, height: int, width: int) -> np.ndarray:
     return out
 
 
+def blend(rgba: np.ndarray, back: np.ndarray) -> np.ndarray:
+    """The checkpoint's composite arithmetic: float32 `α·rgb + (1 − α)·back`, truncated to uint8."""
+    alpha = rgba[..., 3].astype(np.float32) / 255.0
+    alpha = np.stack([alpha, alpha, alpha], axis=-1)
+    return (alpha * rgba[..., :3] + (1 - alpha) * back).astype(np.uint8)
+
+
 def composite(rgba: np.ndarray, bg: TransparentBgConfig) -> np.ndarray:
     """The checkpoint's float32 alpha composite of a uint8 (h, w, 4) array: uint8 (h, w, 3)."""
     h, w = rgba.shape[:2]
-    alpha = rgba[..., 3].astype(np.float32) / 255.0
-    alpha = np.stack([alpha, alpha, alpha], axis=-1)
-    back = background(bg, h, w)
-    return (alpha * rgba[..., :3] + (1 - alpha) * back).astype(np.uint8)
+    return blend(rgba, background(bg, h, w))
+
+
+# ---------------------------------------------------------------------------------------------
+# convert
 
 
 def _convert(img: Image.Image, mode: str) -> Image.Image:
@@ -114,23 +163,72 @@ def fill(img: Image.Image, bg: TransparentBgConfig | None) -> Image.Image:
     return Image.fromarray(composite(np.asarray(_convert(img, "RGBA")), bg), mode="RGB")
 
 
-def _resize(img: Image.Image, p: ResizePlan) -> Image.Image:
+# ---------------------------------------------------------------------------------------------
+# resize
+
+
+def resize(img: Image.Image, size: tuple[int, int]) -> Image.Image:
+    """The checkpoint's resize: `img.resize(size, BICUBIC)` with Pillow's rules for the mode."""
     try:
-        return img.resize((p.new_w, p.new_h), Image.Resampling.BICUBIC)
+        return img.resize(size, Image.Resampling.BICUBIC)
     except (ValueError, OSError) as exc:
         raise InputError(f"mode {img.mode!r}: Pillow cannot resize it: {exc}") from None
 
 
-def _resized_rgb(img: Image.Image, config: PreprocessConfig, p: ResizePlan) -> np.ndarray:
-    bg = config.transparent_bg_config
-    if config.fill_stage == "before_resize":
-        rgb = fill(img, bg)
-        return np.asarray(_resize(rgb, p))
-    return _fill_array(_resize(img, p), bg)
+def pillow_resample(arr: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Pillow's 8-bit bicubic of a uint8 (h, w, c) array to `size` (w, h), band by band."""
+    bands = [Image.frombytes("L", (arr.shape[1], arr.shape[0]), np.ascontiguousarray(arr[..., c]).tobytes())
+             .resize(size, Image.Resampling.BICUBIC) for c in range(arr.shape[2])]
+    return np.stack([np.asarray(b) for b in bands], axis=-1)
 
 
-def patchify(rgb: np.ndarray, config: PreprocessConfig, p: ResizePlan) -> torch.Tensor:
-    """Pad a uint8 (h, w, 3) array, normalize it through the LUT and cut it into patches."""
+def _resize_by_parts(img: Image.Image, size: tuple[int, int], steps: "Steps") -> Image.Image:
+    # Pillow's dispatch, with the 8-bit resampler and the alpha handling taken from `steps`.
+    if img.size == size:
+        return img.copy()
+    if img.mode not in EIGHT_BIT_MODES:
+        return resize(img, size)
+    premultiply = img.mode in PREMULTIPLIED_MODES and not steps.straight_alpha
+    src = _convert(img, PREMULTIPLIED_MODES[img.mode]) if premultiply else img
+    arr = np.asarray(src)
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    out = np.asarray(steps.resample(arr, size), dtype=np.uint8)
+    raw = out[:, :, 0] if len(src.getbands()) == 1 else out
+    res = Image.frombytes(src.mode, size, np.ascontiguousarray(raw).tobytes())
+    if premultiply:
+        res = _convert(res, img.mode)
+    res.info.update(img.info)  # as Image.resize: the transparency key stays
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# pad, normalize, patchify
+
+
+def pad_bottom_right(values: np.ndarray, p: ResizePlan, normalized: Callable[[np.ndarray], np.ndarray],
+                     back: Callable[[int, int], np.ndarray | None]) -> np.ndarray:
+    """The checkpoint's padding of normalized (h, w, 3) values: level 0 at the bottom and right."""
+    hp, wp = p.new_h + p.pad_h, p.new_w + p.pad_w
+    out = np.empty((hp, wp, 3), dtype=np.float32)
+    out[...] = normalized(np.zeros((1, 1, 3), dtype=np.uint8))[0, 0]
+    out[: p.new_h, : p.new_w] = values
+    return out
+
+
+def patches_chw(values: np.ndarray, patch: int) -> torch.Tensor:
+    """The checkpoint's patchify of (hp, wp, 3) values: (gh·gw, C, p, p), patch gy·gw + gx."""
+    hp, wp, _ = values.shape
+    gh, gw = hp // patch, wp // patch
+    tiles = values.reshape(gh, patch, gw, patch, 3).transpose(0, 2, 4, 1, 3)
+    return torch.from_numpy(np.ascontiguousarray(tiles, dtype=np.float32).reshape(gh * gw, 3, patch, patch))
+
+
+def patchify(rgb: np.ndarray, config: PreprocessConfig, p: ResizePlan, lut: np.ndarray | None = None) -> torch.Tensor:
+    """Pad a uint8 (h, w, 3) array, normalize it through the LUT and cut it into patches.
+
+    The fused form of the checkpoint's pad, normalize and patchify steps; `lut` replaces the
+    checkpoint's table (`normalization_lut(config)`) when given."""
     ps = config.patch_size
     hp, wp = p.new_h + p.pad_h, p.new_w + p.pad_w
     if rgb.shape != (p.new_h, p.new_w, 3):
@@ -143,27 +241,139 @@ def patchify(rgb: np.ndarray, config: PreprocessConfig, p: ResizePlan) -> torch.
     gh, gw = hp // ps, wp // ps
     # (gh, p, gw, p, C) -> (gh, gw, C, p, p): patch gy*gw+gx, inside a patch (C, py, px).
     tiles = padded.reshape(gh, ps, gw, ps, 3).transpose(0, 2, 4, 1, 3)
-    lut = normalization_lut(config)
+    if lut is None:
+        lut = normalization_lut(config)
     out = np.empty((gh, gw, 3, ps, ps), dtype=np.float32)
     for c in range(3):
         np.take(lut[c], tiles[:, :, c], out=out[:, :, c])
     return torch.from_numpy(out.reshape(gh * gw, 3, ps, ps))
 
 
-def preprocess_image(img: Image.Image, config: PreprocessConfig) -> tuple[torch.Tensor, ResizePlan]:
+# ---------------------------------------------------------------------------------------------
+# the steps
+
+
+Resample = Callable[[np.ndarray, tuple[int, int]], np.ndarray]
+Conversion = Callable[[Image.Image, "TransparentBgConfig | None"], "str | None"]
+BackgroundStep = Callable[[TransparentBgConfig, int, int], np.ndarray]
+CompositeStep = Callable[[np.ndarray, np.ndarray], np.ndarray]
+PadStep = Callable[[np.ndarray, ResizePlan, Callable[[np.ndarray], np.ndarray], Callable[[int, int], "np.ndarray | None"]],
+                   np.ndarray]
+NormalizeStep = Callable[[PreprocessConfig], np.ndarray]
+PatchifyStep = Callable[[np.ndarray, int], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The reference as named steps; every default is the checkpoint's own (`CHECKPOINT`).
+
+    stage           None: the config's fill stage; "before_resize" / "after_resize" forces one.
+    convert_first   source modes converted (by `convert`'s rule, to RGB or RGBA) before the
+                    resize instead of after it.
+    resample        the 8-bit resampler, uint8 (h, w, c) → uint8 at size (w, h).
+    straight_alpha  RGBA / LA resampled as they are instead of premultiplied.
+    convert         the fill's conversion rule (`fill_conversion`: None, "RGB" or "RGBA").
+    background      the uint8 background of a given size.
+    composite       the blend of a uint8 RGBA array on a background array.
+    pad             the padding of normalized (h, w, 3) values to the padded size.
+    normalize       the (3, 256) float32 table from uint8 levels to model values.
+    patchify        (hp, wp, 3) values → (N, 3, p, p) patches.
+    """
+
+    stage: str | None = None
+    convert_first: frozenset[str] = frozenset()
+    resample: Resample = pillow_resample
+    straight_alpha: bool = False
+    convert: Conversion = fill_conversion
+    background: BackgroundStep = background
+    composite: CompositeStep = blend
+    pad: PadStep = pad_bottom_right
+    normalize: NormalizeStep = normalization_lut
+    patchify: PatchifyStep = patches_chw
+
+    def replace(self, **changes) -> "Steps":
+        """A copy with some steps replaced."""
+        return dataclasses.replace(self, **changes)
+
+    # The checkpoint's resize is Pillow's own call; the parts are only taken apart when a
+    # variant replaces one of them.
+    def _pillow_resizes(self) -> bool:
+        return self.resample is pillow_resample and not self.straight_alpha
+
+    def _checkpoint_fill(self) -> bool:
+        return self.convert is fill_conversion and self.background is background and self.composite is blend
+
+    def _fill(self, img: Image.Image, bg: TransparentBgConfig | None) -> np.ndarray:
+        if self._checkpoint_fill():
+            return _fill_array(img, bg)
+        kind = self.convert(img, bg)
+        if kind is None:
+            return np.asarray(img)
+        if kind == "RGB":
+            return np.asarray(_convert(img, "RGB"))
+        assert bg is not None
+        rgba = np.asarray(_convert(img, "RGBA"))
+        return self.composite(rgba, self.background(bg, rgba.shape[0], rgba.shape[1]))
+
+    def resized_rgb(self, img: Image.Image, config: PreprocessConfig, p: ResizePlan) -> np.ndarray:
+        """Stage fill, resize, convert and composite: the uint8 (new_h, new_w, 3) array."""
+        bg = config.transparent_bg_config
+        size = (p.new_w, p.new_h)
+        if (self.stage or config.fill_stage) == "before_resize":
+            if self._checkpoint_fill():
+                img = fill(img, bg)
+            else:
+                img = Image.fromarray(np.ascontiguousarray(self._fill(img, bg)), mode="RGB")
+        elif img.mode in self.convert_first and img.size != size:
+            kind = self.convert(img, bg)
+            if kind is not None:
+                img = _convert(img, kind)
+        img = resize(img, size) if self._pillow_resizes() else _resize_by_parts(img, size, self)
+        if (self.stage or config.fill_stage) == "before_resize":
+            return np.asarray(img)
+        return self._fill(img, bg)
+
+    def patches(self, rgb: np.ndarray, config: PreprocessConfig, p: ResizePlan) -> torch.Tensor:
+        """Pad, normalize and patchify a uint8 (new_h, new_w, 3) array."""
+        lut = self.normalize(config)
+        if self.pad is pad_bottom_right and self.patchify is patches_chw:
+            return patchify(rgb, config, p, lut)
+
+        def normalized(u8: np.ndarray) -> np.ndarray:
+            return np.stack([lut[c][u8[..., c]] for c in range(3)], axis=-1)
+
+        bg = config.transparent_bg_config
+
+        def back(height: int, width: int) -> np.ndarray | None:
+            return None if bg is None else self.background(bg, height, width)
+
+        values = self.pad(normalized(rgb), p, normalized, back)
+        return self.patchify(values, config.patch_size)
+
+
+CHECKPOINT = Steps()
+
+
+# ---------------------------------------------------------------------------------------------
+# the pipeline
+
+
+def preprocess_image(img: Image.Image, config: PreprocessConfig, *,
+                     steps: Steps = CHECKPOINT) -> tuple[torch.Tensor, ResizePlan]:
     """Patches (N, 3, p, p) float32 and the plan for one decoded image."""
     p = plan(img.width, img.height, config)
-    rgb = _resized_rgb(img, config, p)
-    return patchify(rgb, config, p), p
+    rgb = steps.resized_rgb(img, config, p)
+    return steps.patches(rgb, config, p), p
 
 
-def preprocess(images: Iterable[ImageSource], config: PreprocessConfig) -> PreprocessResult:
+def preprocess(images: Iterable[ImageSource], config: PreprocessConfig, *,
+               steps: Steps = CHECKPOINT) -> PreprocessResult:
     """Run the checkpoint's preprocessing on a batch: concatenated patches and grids."""
     decoded = load_images(images)
     patches = []
     grids = []
     for img in decoded:
-        values, p = preprocess_image(img, config)
+        values, p = preprocess_image(img, config, steps=steps)
         patches.append(values)
         grids.append(p.grid_thw)
     pixel_values = patches[0] if len(patches) == 1 else torch.cat(patches, dim=0)

@@ -286,15 +286,64 @@ class Nondeterministic(Pipeline):
         return PreprocessResult(values, out.grid_thws)
 
 
+class TransparencyKeyIgnored(Pipeline):
+    """Only an "A" band counts as transparency: a `transparency` key (P, L, RGB) is ignored."""
+
+    def fill(self, img: Image.Image) -> np.ndarray:
+        if "A" not in img.getbands() and "transparency" in img.info:
+            return np.asarray(img.convert("RGB"))
+        return super().fill(img)
+
+
+class CompositeRounded(Pipeline):
+    """The composite rounded (+0.5, then truncated) instead of truncated."""
+
+    def fill(self, img: Image.Image) -> np.ndarray:
+        bg = self.bg()
+        if bg is None or img.mode == "RGB" or not has_alpha(img):
+            return super().fill(img)
+        rgba = np.asarray(img.convert("RGBA"))
+        alpha = rgba[..., 3:4].astype(np.float32) / np.float32(255.0)
+        back = background(bg, rgba.shape[0], rgba.shape[1])
+        return (alpha * rgba[..., :3] + (1 - alpha) * back + np.float32(0.5)).astype(np.uint8)
+
+
+class ConvertBeforeResize(Pipeline):
+    """Every mode but RGB, RGBA, P and 1 converted to RGB (RGBA with transparency) before the
+    resize, where the checkpoint resizes CMYK, 16-bit, I, F, LAB, YCbCr, PA... in their own mode."""
+
+    def resize(self, img: Image.Image, p: ResizePlan) -> Image.Image:
+        if img.mode not in ("RGB", "RGBA", "P", "1") and img.size != (p.new_w, p.new_h):
+            img = img.convert("RGBA" if self.bg() is not None and has_alpha(img) else "RGB")
+        return super().resize(img, p)
+
+
+class ChessboardGrayDefault(Pipeline):
+    """The chessboard's grey squares at the dataclass default (200), the config's value unread."""
+
+    def bg(self):
+        bg = self.config.transparent_bg_config
+        if bg is None or bg.pattern != "chessboard":
+            return bg
+        return dataclasses.replace(bg, chessboard_gray_value=200)
+
+
+class StraightAlphaFloatNormalization(StraightAlpha, FloatNormalization):
+    """Two planted deviations: straight-alpha resize and float normalization."""
+
+
 @dataclass(frozen=True)
 class Mutant:
-    """A planted bug: the candidate function, the check that must catch it, the tolerance."""
+    """A planted bug: the candidate function, the check that must catch it, the tolerance, and
+    the diagnosis ids (kimi_oracle.oracle.diagnosis) its pixel differences were planted to
+    carry (empty when it plants no pixel deviation of the catalogue)."""
 
     name: str
     cls: type
     check: str
     tolerance: str = "exact"
     note: str = ""
+    root_causes: tuple[str, ...] = ()
 
     def __call__(self, images: list[Image.Image], config: PreprocessConfig) -> Any:
         return self.cls(config).run(images)
@@ -302,22 +351,41 @@ class Mutant:
 
 MUTANTS = [
     Mutant("plan_round", PlanRound, "pixel_mismatch", note="round() in the plan"),
-    Mutant("pad_top_left", PadTopLeft, "pixel_mismatch", note="padding on the wrong side"),
-    Mutant("no_antialias", NoAntialias, "pixel_mismatch", note="bicubic without antialias"),
-    Mutant("straight_alpha", StraightAlpha, "pixel_mismatch", note="straight-alpha resize"),
-    Mutant("fill_before_resize", FillBeforeResize, "pixel_mismatch", note="fill stage ignored"),
-    Mutant("chessboard_flipped", ChessboardFlipped, "pixel_mismatch", note="chessboard phase flipped"),
-    Mutant("bg_in_padding", BgInPadding, "pixel_mismatch", note="background colour in the padding"),
-    Mutant("float_normalization", FloatNormalization, "pixel_mismatch", note="float math, not the table"),
-    Mutant("channels_last", ChannelsLast, "pixel_mismatch", note="patchify with channels last"),
+    Mutant("pad_top_left", PadTopLeft, "pixel_mismatch", note="padding on the wrong side", root_causes=("pad",)),
+    Mutant("no_antialias", NoAntialias, "pixel_mismatch", note="bicubic without antialias",
+           root_causes=("resample-float",)),
+    Mutant("straight_alpha", StraightAlpha, "pixel_mismatch", note="straight-alpha resize",
+           root_causes=("alpha-straight",)),
+    Mutant("fill_before_resize", FillBeforeResize, "pixel_mismatch", note="fill stage ignored",
+           root_causes=("fill-stage",)),
+    Mutant("chessboard_flipped", ChessboardFlipped, "pixel_mismatch", note="chessboard phase flipped",
+           root_causes=("background",)),
+    Mutant("bg_in_padding", BgInPadding, "pixel_mismatch", note="background colour in the padding",
+           root_causes=("pad",)),
+    Mutant("float_normalization", FloatNormalization, "pixel_mismatch", note="float math, not the table",
+           root_causes=("normalize-float",)),
+    Mutant("channels_last", ChannelsLast, "pixel_mismatch", note="patchify with channels last",
+           root_causes=("patch-order",)),
     Mutant("drop_patch_row", DropPatchRow, "feature_length", note="one patch row dropped"),
     Mutant("wrong_patch_grid", WrongPatchGrid, "grid_mismatch", note="grid with patch size 16"),
     Mutant("chunk_local_grids", ChunkLocalGrids, "grid_mismatch", note="local positions index the grid table"),
-    Mutant("palette_bicubic", PaletteBicubic, "pixel_mismatch", note="P/1 resized bicubic"),
+    Mutant("palette_bicubic", PaletteBicubic, "pixel_mismatch", note="P/1 resized bicubic",
+           root_causes=("palette-bicubic",)),
     Mutant("grid_int32", GridInt32, "shape_dtype", note="int32 grids"),
     Mutant("crash_on_thin", CrashOnThin, "crash", note="raises on 1-2 px sides"),
-    Mutant("batch_path_float", BatchPathFloat, "invariance", "levels:1", note="batched path differs by 1 ulp"),
+    Mutant("batch_path_float", BatchPathFloat, "invariance", "levels:1", note="batched path differs by 1 ulp",
+           root_causes=("normalize-float",)),
     Mutant("nondeterministic", Nondeterministic, "invariance", "levels:1", note="1 ulp race"),
+    Mutant("transparency_key_ignored", TransparencyKeyIgnored, "pixel_mismatch", note="transparency key ignored",
+           root_causes=("transparency-key",)),
+    Mutant("composite_rounded", CompositeRounded, "pixel_mismatch", note="composite rounded, not truncated",
+           root_causes=("composite-rounding",)),
+    Mutant("convert_before_resize", ConvertBeforeResize, "pixel_mismatch", note="CMYK/16-bit/... converted first",
+           root_causes=("convert-before-resize",)),
+    Mutant("chessboard_gray_default", ChessboardGrayDefault, "pixel_mismatch", note="grey squares at 200",
+           root_causes=("background",)),
+    Mutant("straight_alpha_float_normalization", StraightAlphaFloatNormalization, "pixel_mismatch",
+           note="two deviations", root_causes=("alpha-straight", "normalize-float")),
 ]
 BY_NAME = {m.name: m for m in MUTANTS}
 

@@ -1,0 +1,768 @@
+"""Diagnosis: which step of the checkpoint's pipeline a candidate does differently.
+
+The catalogue names the root causes of pixel differences. Each is one or more *variants* of
+the reference: a step of `kimi_oracle.pipelines.reference.Steps` replaced by the way engines
+commonly do it. `attribute` runs the reference with variants swapped in, greedily, keeping the
+swap that brings its output closest to the candidate's, and reports the ids taken and the
+difference left over. The rule is documented in docs/diagnosis.md.
+
+Magnitudes are in levels: one level is one step of the 8-bit input (`checks.levels_of`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from kimi_oracle.core.config import FILL_STAGES, PreprocessConfig, TransparentBgConfig
+from kimi_oracle.core.errors import CandidateError
+from kimi_oracle.core.geometry import ResizePlan, plan
+from kimi_oracle.core.images import ImageSource, has_alpha, load_images
+from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.oracle.candidates import as_result
+from kimi_oracle.oracle.checks import levels_of
+from kimi_oracle.pipelines.reference import (
+    CHECKPOINT,
+    PATTERN_VALUES,
+    Steps,
+    background,
+    fill_conversion,
+    pad_bottom_right,
+    preprocess_image,
+)
+
+UNEXPLAINED = "unexplained"
+# A variant is taken when it leaves at most this share of the remaining total level difference
+# (or none at all): it must remove at least a quarter of what is still unexplained.
+KEEP_AT_MOST = 0.75
+# When no single swap qualifies, pairs are tried: the best swaps that changed the output (one per
+# root cause, this many) each combined with every variant of every other root cause.
+PAIR_SEEDS = 4
+
+
+# ---------------------------------------------------------------------------------------------
+# normalize-float: the normalization in float32, in another order or fused
+
+
+@functools.lru_cache(maxsize=64)
+def _float_lut(kind: str, mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
+    x = torch.arange(256, dtype=torch.float32).repeat(3, 1)
+    m = torch.tensor(mean, dtype=torch.float32).view(3, 1)
+    s = torch.tensor(std, dtype=torch.float32).view(3, 1)
+    scale = 1.0 / (255.0 * s)
+    bias = -m / s
+    if kind == "scale-bias":
+        out = x * scale + bias
+    elif kind == "fused":
+        # addcmul / a fused multiply-add: one rounding of the exact x·scale + bias (a product of
+        # two float32 is exact in float64). torch's CPU addcmul gives these values (measured).
+        out = (x.double() * scale.double() + bias.double()).float()
+    elif kind == "divide":
+        out = (x / 255.0 - m) / s
+    else:  # "reciprocal"
+        out = (x / 255.0 - m) * (1.0 / s)
+    lut = np.ascontiguousarray(out.numpy())
+    lut.setflags(write=False)
+    return lut
+
+
+def _normalize_in_float(kind: str) -> Callable[[PreprocessConfig], np.ndarray]:
+    def normalize(config: PreprocessConfig) -> np.ndarray:
+        return _float_lut(kind, tuple(config.image_mean), tuple(config.image_std))
+
+    normalize.__name__ = f"normalize_{kind.replace('-', '_')}"
+    return normalize
+
+
+NORMALIZE_SCALE_BIAS = _normalize_in_float("scale-bias")
+NORMALIZE_FUSED = _normalize_in_float("fused")
+NORMALIZE_DIVIDE = _normalize_in_float("divide")
+NORMALIZE_RECIPROCAL = _normalize_in_float("reciprocal")
+
+
+# ---------------------------------------------------------------------------------------------
+# resample-float: 8-bit images resized in floating point
+
+
+def _torch_bicubic(arr: np.ndarray, size: tuple[int, int], *, antialias: bool, rounding: str) -> np.ndarray:
+    x = torch.from_numpy(np.array(arr.transpose(2, 0, 1), dtype=np.float32))[None]
+    y = F.interpolate(x, size=(size[1], size[0]), mode="bicubic", align_corners=False, antialias=antialias)
+    y = torch.round(y) if rounding == "round" else y
+    return y.clamp(0, 255).to(torch.uint8)[0].permute(1, 2, 0).numpy()
+
+
+def torch_bicubic_antialias(arr: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """float32 torch bicubic with antialias (a = −0.5), rounded half to even, clamped."""
+    return _torch_bicubic(arr, size, antialias=True, rounding="round")
+
+
+def torch_bicubic_no_antialias(arr: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """float32 torch bicubic without antialias (a = −0.75), rounded half to even, clamped."""
+    return _torch_bicubic(arr, size, antialias=False, rounding="round")
+
+
+def torch_bicubic_antialias_truncated(arr: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """float32 torch bicubic with antialias, clamped and truncated to uint8 (no rounding)."""
+    return _torch_bicubic(arr, size, antialias=True, rounding="truncate")
+
+
+# ---------------------------------------------------------------------------------------------
+# convert: which images count as transparent
+
+
+def convert_ignoring_key(img: Image.Image, bg: TransparentBgConfig | None) -> str | None:
+    """The fill's conversion with a `transparency` key ignored: only an "A" band composites."""
+    if "transparency" in img.info and "A" not in img.getbands():
+        return None if img.mode == "RGB" else "RGB"
+    return fill_conversion(img, bg)
+
+
+def convert_honouring_key(img: Image.Image, bg: TransparentBgConfig | None) -> str | None:
+    """The fill's conversion with a `transparency` key honoured on RGB images too."""
+    if bg is not None and img.mode == "RGB" and "transparency" in img.info:
+        return "RGBA"
+    return fill_conversion(img, bg)
+
+
+# ---------------------------------------------------------------------------------------------
+# composite-rounding
+
+
+def _alpha(rgba: np.ndarray, dtype: type) -> np.ndarray:
+    a = rgba[..., 3:4].astype(dtype) / dtype(255.0)
+    return a
+
+
+def blend_rounded(rgba: np.ndarray, back: np.ndarray) -> np.ndarray:
+    """float32 composite rounded half to even instead of truncated."""
+    a = _alpha(rgba, np.float32)
+    return np.clip(np.rint(a * rgba[..., :3] + (1 - a) * back), 0, 255).astype(np.uint8)
+
+
+def blend_half_up(rgba: np.ndarray, back: np.ndarray) -> np.ndarray:
+    """float32 composite rounded half up (floor(x + 0.5))."""
+    a = _alpha(rgba, np.float32)
+    return np.clip(np.floor(a * rgba[..., :3] + (1 - a) * back + np.float32(0.5)), 0, 255).astype(np.uint8)
+
+
+def blend_float64(rgba: np.ndarray, back: np.ndarray) -> np.ndarray:
+    """The composite in float64, truncated."""
+    a = _alpha(rgba, np.float64)
+    return (a * rgba[..., :3] + (1 - a) * back).astype(np.uint8)
+
+
+def blend_integer_rounded(rgba: np.ndarray, back: np.ndarray) -> np.ndarray:
+    """Integer composite (α·c + (255 − α)·b + 127) // 255."""
+    a = rgba[..., 3:4].astype(np.int32)
+    return ((a * rgba[..., :3] + (255 - a) * back.astype(np.int32) + 127) // 255).astype(np.uint8)
+
+
+def blend_integer_truncated(rgba: np.ndarray, back: np.ndarray) -> np.ndarray:
+    """Integer composite (α·c + (255 − α)·b) // 255."""
+    a = rgba[..., 3:4].astype(np.int32)
+    return ((a * rgba[..., :3] + (255 - a) * back.astype(np.int32)) // 255).astype(np.uint8)
+
+
+# ---------------------------------------------------------------------------------------------
+# background
+
+
+@dataclass(frozen=True)
+class OtherBackground:
+    """The background step with the config's background replaced by `change(bg)`."""
+
+    name: str
+    change: Callable[[TransparentBgConfig], TransparentBgConfig]
+
+    def __call__(self, bg: TransparentBgConfig, height: int, width: int) -> np.ndarray:
+        return background(self.change(bg), height, width)
+
+
+def _background_variants(config: PreprocessConfig) -> list[tuple[str, Callable[[TransparentBgConfig], TransparentBgConfig]]]:
+    bg = config.transparent_bg_config
+    if bg is None:
+        return []
+    out: list[tuple[str, Callable[[TransparentBgConfig], TransparentBgConfig]]] = []
+
+    def to(**changes: Any) -> Callable[[TransparentBgConfig], TransparentBgConfig]:
+        return lambda b: dataclasses.replace(b, **changes)
+
+    default = TransparentBgConfig()
+    if bg.pattern == "chessboard":
+        out.append(("chessboard-phase-flipped", to(chessboard_square_on_top_left=not bg.chessboard_square_on_top_left)))
+        s = bg.chessboard_square_size
+        for square in dict.fromkeys((default.chessboard_square_size, 8, 2 * s, s // 2)):
+            if square >= 1 and square != s:
+                out.append((f"chessboard-square-{square}", to(chessboard_square_size=square)))
+        for gray in dict.fromkeys((default.chessboard_gray_value, 180, PATTERN_VALUES["gray"], 192)):
+            if gray != bg.chessboard_gray_value:
+                out.append((f"chessboard-gray-{gray}", to(chessboard_gray_value=gray)))
+        if bg.chessboard_white_value != 255:
+            out.append(("chessboard-white-255", to(chessboard_white_value=255)))
+    for pattern in ("black", "white", "gray"):
+        if pattern != bg.pattern:
+            out.append((f"solid-{pattern}", to(pattern=pattern)))
+    if bg.pattern != "chessboard":
+        out.append(("chessboard-default", lambda b: dataclasses.replace(default, pattern="chessboard")))
+        out.append(("chessboard-k3", lambda b: TransparentBgConfig("chessboard", 8, True, 255, 180)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# pad
+
+
+def pad_top_left(values, p, normalized, back):
+    """Level 0 at the top and left instead of the bottom and right."""
+    out = pad_bottom_right(values, p, normalized, back)
+    out[...] = normalized(np.zeros((1, 1, 3), dtype=np.uint8))[0, 0]
+    out[p.pad_h:, p.pad_w:] = values
+    return out
+
+
+def pad_background(values, p, normalized, back):
+    """The padding filled with the background pattern instead of level 0."""
+    hp, wp = p.new_h + p.pad_h, p.new_w + p.pad_w
+    board = back(hp, wp)
+    if board is None:
+        return pad_bottom_right(values, p, normalized, back)
+    out = normalized(board).astype(np.float32)
+    out[: p.new_h, : p.new_w] = values
+    return out
+
+
+def pad_white(values, p, normalized, back):
+    """The padding filled with level 255."""
+    out = pad_bottom_right(values, p, normalized, back)
+    out[p.new_h:, :] = normalized(np.full((1, 1, 3), 255, dtype=np.uint8))[0, 0]
+    out[:, p.new_w:] = normalized(np.full((1, 1, 3), 255, dtype=np.uint8))[0, 0]
+    return out
+
+
+def pad_after_normalize(values, p, normalized, back):
+    """The padding added after the normalization, as 0.0 (the mean level, not level 0)."""
+    out = pad_bottom_right(values, p, normalized, back)
+    out[p.new_h:, :] = 0.0
+    out[:, p.new_w:] = 0.0
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# patch-order
+
+
+def _grid(values: np.ndarray, patch: int) -> tuple[int, int]:
+    return values.shape[0] // patch, values.shape[1] // patch
+
+
+def patches_channels_last(values: np.ndarray, patch: int) -> torch.Tensor:
+    """Patches cut as (p, p, C) and read as (C, p, p)."""
+    gh, gw = _grid(values, patch)
+    tiles = values.reshape(gh, patch, gw, patch, 3).transpose(0, 2, 1, 3, 4)
+    return torch.from_numpy(np.ascontiguousarray(tiles, dtype=np.float32).reshape(gh * gw, 3, patch, patch))
+
+
+def patches_column_major(values: np.ndarray, patch: int) -> torch.Tensor:
+    """Patch index gx·gh + gy (columns first)."""
+    gh, gw = _grid(values, patch)
+    tiles = values.reshape(gh, patch, gw, patch, 3).transpose(2, 0, 4, 1, 3)
+    return torch.from_numpy(np.ascontiguousarray(tiles, dtype=np.float32).reshape(gh * gw, 3, patch, patch))
+
+
+def patches_transposed(values: np.ndarray, patch: int) -> torch.Tensor:
+    """Inside a patch (C, px, py) instead of (C, py, px)."""
+    gh, gw = _grid(values, patch)
+    tiles = values.reshape(gh, patch, gw, patch, 3).transpose(0, 2, 4, 3, 1)
+    return torch.from_numpy(np.ascontiguousarray(tiles, dtype=np.float32).reshape(gh * gw, 3, patch, patch))
+
+
+def patches_bgr(values: np.ndarray, patch: int) -> torch.Tensor:
+    """Channels in BGR order."""
+    gh, gw = _grid(values, patch)
+    tiles = values[..., ::-1].reshape(gh, patch, gw, patch, 3).transpose(0, 2, 4, 1, 3)
+    return torch.from_numpy(np.ascontiguousarray(tiles, dtype=np.float32).reshape(gh * gw, 3, patch, patch))
+
+
+# ---------------------------------------------------------------------------------------------
+# the catalogue
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way an engine does a step differently: `apply` swaps it into a `Steps`."""
+
+    name: str
+    apply: Callable[[Steps], Steps]
+
+
+Touches = Callable[[Image.Image, ResizePlan, PreprocessConfig, Steps], bool]
+
+
+@dataclass(frozen=True)
+class RootCause:
+    """A named deviation: its id, meaning, variants (per config), and which images it can touch.
+
+    `touches(img, plan, config, steps)` is False only when no variant of this cause can change
+    that image's output, whatever other variants `steps` already holds (attribution skips it)."""
+
+    id: str
+    meaning: str
+    variants: Callable[[PreprocessConfig], Sequence[Variant]]
+    touches: Touches
+
+
+def _resized(img: Image.Image, p: ResizePlan) -> bool:
+    return img.size != (p.new_w, p.new_h)
+
+
+def _composited(img: Image.Image, config: PreprocessConfig) -> bool:
+    return config.transparent_bg_config is not None and has_alpha(img)
+
+
+def _fixed(*variants: Variant) -> Callable[[PreprocessConfig], Sequence[Variant]]:
+    return lambda config: variants
+
+
+# Modes the checkpoint resizes in their own domain and engines convert first. "P" and "1"
+# belong to palette-bicubic, "RGBA" needs no conversion.
+CONVERTED_FIRST = frozenset(Image.MODES) - {"P", "1", "RGBA", "RGBa", "La"}
+# Modes whose conversion to RGB commutes with the resize (unless a transparency key is set).
+_COMMUTING = frozenset({"RGB", "L", "LA"})
+
+
+def _other_stage(config: PreprocessConfig) -> str:
+    return next(s for s in FILL_STAGES if s != config.fill_stage)
+
+
+CATALOGUE: tuple[RootCause, ...] = (
+    RootCause(
+        "normalize-float",
+        "normalization done in float32 arithmetic in another order or fused (x·scale+bias, addcmul, "
+        "(x/255−mean)/std) instead of the checkpoint's table; differs by less than one level",
+        _fixed(
+            Variant("x*scale+bias", lambda s: s.replace(normalize=NORMALIZE_SCALE_BIAS)),
+            Variant("addcmul(bias,x,scale)", lambda s: s.replace(normalize=NORMALIZE_FUSED)),
+            Variant("(x/255-mean)/std", lambda s: s.replace(normalize=NORMALIZE_DIVIDE)),
+            Variant("(x/255-mean)*(1/std)", lambda s: s.replace(normalize=NORMALIZE_RECIPROCAL)),
+        ),
+        lambda img, p, config, steps: True,
+    ),
+    RootCause(
+        "resample-float",
+        "8-bit images resized in floating point (torch bicubic, then round and clamp) instead of "
+        "Pillow's fixed-point two passes",
+        _fixed(
+            Variant("torch-bicubic-antialias", lambda s: s.replace(resample=torch_bicubic_antialias)),
+            Variant("torch-bicubic", lambda s: s.replace(resample=torch_bicubic_no_antialias)),
+            Variant("torch-bicubic-antialias-truncated", lambda s: s.replace(resample=torch_bicubic_antialias_truncated)),
+        ),
+        lambda img, p, config, steps: _resized(img, p),
+    ),
+    RootCause(
+        "alpha-straight",
+        "images with alpha resized without premultiplying, so hidden colours bleed",
+        _fixed(Variant("straight-alpha", lambda s: s.replace(straight_alpha=True))),
+        lambda img, p, config, steps: _resized(img, p) and has_alpha(img),
+    ),
+    RootCause(
+        "palette-bicubic",
+        "\"P\" and \"1\" images converted and resized bicubically, where Pillow resizes them with NEAREST",
+        _fixed(Variant("palette-converted-first", lambda s: s.replace(convert_first=s.convert_first | {"P", "1"}))),
+        lambda img, p, config, steps: _resized(img, p) and img.mode in ("P", "1"),
+    ),
+    RootCause(
+        "convert-before-resize",
+        "a mode converted to RGB/RGBA before the resize, where the checkpoint resizes in the source "
+        "mode and converts after (16-bit, I, F, CMYK, YCbCr, LAB, PA, ...)",
+        _fixed(Variant("converted-first", lambda s: s.replace(convert_first=s.convert_first | CONVERTED_FIRST))),
+        lambda img, p, config, steps: (_resized(img, p) and img.mode in CONVERTED_FIRST
+                                       and (img.mode not in _COMMUTING or "transparency" in img.info)),
+    ),
+    RootCause(
+        "fill-stage",
+        "the background composited at the other stage than transparent_bg_fill_stage says",
+        lambda config: (Variant(f"fill-{_other_stage(config)}",
+                                lambda s: s.replace(stage=_other_stage(config))),),
+        lambda img, p, config, steps: _resized(img, p) and (img.mode != "RGB" or "transparency" in img.info),
+    ),
+    RootCause(
+        "transparency-key",
+        "a transparency key honoured where the checkpoint ignores it, or ignored where it honours it",
+        _fixed(
+            Variant("key-ignored", lambda s: s.replace(convert=convert_ignoring_key)),
+            Variant("key-honoured", lambda s: s.replace(convert=convert_honouring_key)),
+        ),
+        lambda img, p, config, steps: "transparency" in img.info,
+    ),
+    RootCause(
+        "composite-rounding",
+        "the composite rounded or truncated differently",
+        _fixed(
+            Variant("round-half-even", lambda s: s.replace(composite=blend_rounded)),
+            Variant("round-half-up", lambda s: s.replace(composite=blend_half_up)),
+            Variant("integer-rounded", lambda s: s.replace(composite=blend_integer_rounded)),
+            Variant("integer-truncated", lambda s: s.replace(composite=blend_integer_truncated)),
+            Variant("float64", lambda s: s.replace(composite=blend_float64)),
+        ),
+        lambda img, p, config, steps: _composited(img, config),
+    ),
+    RootCause(
+        "background",
+        "another background: chessboard phase, square size, grey or white value, solid level",
+        lambda config: tuple(Variant(name, (lambda c, n: lambda s: s.replace(background=OtherBackground(n, c)))(change, name))
+                             for name, change in _background_variants(config)),
+        lambda img, p, config, steps: (_composited(img, config)
+                                       or (steps.pad is pad_background and bool(p.pad_w or p.pad_h))),
+    ),
+    RootCause(
+        "pad",
+        "padding with another value or on other sides",
+        _fixed(
+            Variant("pad-top-left", lambda s: s.replace(pad=pad_top_left)),
+            Variant("pad-background", lambda s: s.replace(pad=pad_background)),
+            Variant("pad-white", lambda s: s.replace(pad=pad_white)),
+            Variant("pad-after-normalize", lambda s: s.replace(pad=pad_after_normalize)),
+        ),
+        lambda img, p, config, steps: bool(p.pad_w or p.pad_h),
+    ),
+    RootCause(
+        "patch-order",
+        "patches or channels in another order",
+        _fixed(
+            Variant("channels-last", lambda s: s.replace(patchify=patches_channels_last)),
+            Variant("patches-column-major", lambda s: s.replace(patchify=patches_column_major)),
+            Variant("patch-transposed", lambda s: s.replace(patchify=patches_transposed)),
+            Variant("channels-bgr", lambda s: s.replace(patchify=patches_bgr)),
+        ),
+        lambda img, p, config, steps: True,
+    ),
+)
+
+MEANINGS: dict[str, str] = {c.id: c.meaning for c in CATALOGUE}
+MEANINGS[UNEXPLAINED] = "none of the catalogued deviations accounts for the difference"
+# Every id that can appear in `root_causes`, in catalogue order.
+ROOT_CAUSE_IDS: tuple[str, ...] = tuple(MEANINGS)
+_BY_ID = {c.id: c for c in CATALOGUE}
+
+
+def meaning(root_cause: str) -> str:
+    """The one-sentence meaning of a root-cause id (KeyError for an unknown id)."""
+    return MEANINGS[root_cause]
+
+
+def steps_for(config: PreprocessConfig, variants: Sequence[tuple[str, str]]) -> Steps:
+    """The reference's steps with the named (root cause, variant) pairs swapped in, in order."""
+    steps = CHECKPOINT
+    for cause_id, name in variants:
+        matches = [v for v in _BY_ID[cause_id].variants(config) if v.name == name]
+        if not matches:
+            raise KeyError(f"{cause_id}: no variant {name!r} under this config")
+        steps = matches[0].apply(steps)
+    return steps
+
+
+# ---------------------------------------------------------------------------------------------
+# attribution
+
+
+@dataclass(frozen=True)
+class Explained:
+    """One greedy step: the root cause taken, its variant, and what was left after it."""
+
+    root_cause: str
+    variant: str
+    residual_max_levels: float
+    residual_mean_levels: float
+    residual_total_levels: float
+    # Other root causes whose best variant gave bit-identical output at this step (the
+    # candidate's output cannot tell them apart; the first in catalogue order was taken).
+    equivalent: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        out = dataclasses.asdict(self)
+        out["equivalent"] = list(self.equivalent)
+        return out
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Root causes of a pixel difference and the magnitudes before and after explaining them.
+
+    `max_levels` / `mean_levels` are the candidate's own distance from the reference, over the
+    values that differ (bitwise); the `residual_*` fields are the distance left once the root
+    causes' variants are applied. `root_causes` is in catalogue order; `["unexplained"]` when no
+    variant explains any of it, `[]` when the candidate equals the reference."""
+
+    root_causes: tuple[str, ...]
+    max_levels: float
+    mean_levels: float
+    differing: int
+    residual_max_levels: float
+    residual_mean_levels: float
+    residual_differing: int
+    explained: tuple[Explained, ...] = ()
+    images: tuple[int, ...] = ()
+    runs: int = 0
+    seconds: float = field(default=0.0, compare=False)
+
+    @property
+    def fully_explained(self) -> bool:
+        """True when the root causes' variants reproduce the candidate's values bit for bit."""
+        return self.residual_differing == 0
+
+    @property
+    def sub_level(self) -> bool:
+        """True when the candidate is everywhere less than one level from the reference."""
+        return self.max_levels < 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (lists, plain numbers; an infinite level is written as None)."""
+        def num(v: float) -> float | None:
+            return float(v) if np.isfinite(v) else None
+
+        return {
+            "root_causes": list(self.root_causes),
+            "max_levels": num(self.max_levels),
+            "mean_levels": num(self.mean_levels),
+            "differing": self.differing,
+            "residual_max_levels": num(self.residual_max_levels),
+            "residual_mean_levels": num(self.residual_mean_levels),
+            "residual_differing": self.residual_differing,
+            "fully_explained": self.fully_explained,
+            "explained": [e.to_dict() for e in self.explained],
+            "images": list(self.images),
+            "runs": self.runs,
+            "seconds": self.seconds,
+        }
+
+
+@dataclass(frozen=True)
+class LevelSummary:
+    """Max and mean level difference over the values that differ, and how many differ."""
+
+    max_levels: float
+    mean_levels: float
+    differing: int
+    total_levels: float
+
+
+@dataclass
+class _Option:
+    """A trial swap: its total level difference, its place in the catalogue, what it produced."""
+
+    total: float
+    cause_index: int
+    variant_index: int
+    cause: RootCause
+    variant: Variant
+    steps: Steps
+    model: dict[int, torch.Tensor]
+    dist: dict[int, LevelSummary]
+    changed: bool
+
+
+class _Target:
+    """The candidate's values of one image, in levels, and distances of model outputs from them."""
+
+    def __init__(self, values: torch.Tensor, config: PreprocessConfig):
+        self.config = config
+        self.bits = values.float().contiguous().view(torch.int32).numpy()
+        self.levels = levels_of(values, config)
+        self.finite = np.isfinite(values.float().numpy())
+
+    def summary(self, model: torch.Tensor) -> LevelSummary:
+        differ = self.bits != model.contiguous().view(torch.int32).numpy()
+        if not differ.any():
+            return LevelSummary(0.0, 0.0, 0, 0.0)
+        d = np.abs(self.levels - levels_of(model, self.config))[differ & self.finite]
+        total = float(d.sum())
+        infinite = int((differ & ~self.finite).sum())
+        n = int(differ.sum())
+        if infinite:
+            return LevelSummary(float("inf"), float("inf"), n, total)
+        return LevelSummary(float(d.max()), total / n, n, total)
+
+
+def _merge(parts: Sequence[LevelSummary]) -> LevelSummary:
+    n = sum(s.differing for s in parts)
+    if not n:
+        return LevelSummary(0.0, 0.0, 0, 0.0)
+    total = sum(s.total_levels for s in parts)
+    worst = max(s.max_levels for s in parts)
+    mean = float("inf") if not np.isfinite(worst) else total / n
+    return LevelSummary(worst, mean, n, total)
+
+
+def level_summary(expected: PreprocessResult, actual: Any, config: PreprocessConfig) -> LevelSummary:
+    """The candidate's distance from the reference in levels (the cheap part of a diagnosis)."""
+    act = as_result(actual)
+    if act.pixel_values.shape != expected.pixel_values.shape:
+        raise CandidateError(f"pixel_values shape {list(act.pixel_values.shape)} != "
+                             f"{list(expected.pixel_values.shape)}: no level distance")
+    return _Target(act.pixel_values, config).summary(expected.pixel_values)
+
+
+def attribute(
+    images: Sequence[ImageSource],
+    config: PreprocessConfig,
+    actual: Any,
+    *,
+    expected: PreprocessResult | None = None,
+    image: int | None = None,
+    causes: Sequence[str] | None = None,
+) -> Attribution:
+    """The root causes of the candidate's pixel differences (rule: docs/diagnosis.md).
+
+    `actual` is the candidate's result for `images` under `config` (a PreprocessResult or a
+    (pixel_values, grid_thws) pair), with the reference's grids and shape (a pixel finding);
+    `expected`, when given, is the reference's result (saves one run); `image` restricts the
+    diagnosis to one image's rows; `causes` to some root-cause ids. Raises CandidateError when
+    the candidate's shape is not the reference's."""
+    start = time.perf_counter()
+    decoded = load_images(images)
+    act = as_result(actual)
+    plans = [plan(img.width, img.height, config) for img in decoded]
+    offsets = [0]
+    for p in plans:
+        offsets.append(offsets[-1] + p.num_patches)
+    want = [offsets[-1], 3, config.patch_size, config.patch_size]
+    if list(act.pixel_values.shape) != want:
+        raise CandidateError(f"pixel_values shape {list(act.pixel_values.shape)} != {want}: "
+                             "attribution needs the reference's grids")
+    if image is not None and not 0 <= image < len(decoded):
+        raise IndexError(f"image {image} of a batch of {len(decoded)}")
+    scope = list(range(len(decoded))) if image is None else [image]
+    catalogue = CATALOGUE if causes is None else tuple(_BY_ID[c] for c in causes)
+    runs = 0
+
+    def run(i: int, steps: Steps) -> torch.Tensor:
+        nonlocal runs
+        runs += 1
+        return preprocess_image(decoded[i], config, steps=steps)[0]
+
+    targets = {i: _Target(act.pixel_values[offsets[i]:offsets[i + 1]], config) for i in scope}
+    if expected is not None:
+        model = {i: expected.pixel_values[offsets[i]:offsets[i + 1]] for i in scope}
+    else:
+        model = {i: run(i, CHECKPOINT) for i in scope}
+    dist = {i: targets[i].summary(model[i]) for i in scope}
+    before = _merge(list(dist.values()))
+
+    steps = CHECKPOINT
+    taken: list[Explained] = []
+    current = before
+
+    def try_variants(base: Steps, base_model: dict[int, torch.Tensor], base_dist: dict[int, LevelSummary],
+                     skip: set[str]) -> list[_Option]:
+        options = []
+        for ci, cause in enumerate(catalogue):
+            if cause.id in skip:
+                continue
+            touched = [i for i in scope if cause.touches(decoded[i], plans[i], config, base)]
+            if not touched:
+                continue
+            for vi, variant in enumerate(cause.variants(config)):
+                trial = variant.apply(base)
+                outs = {i: run(i, trial) for i in touched}
+                d = {i: targets[i].summary(outs[i]) for i in touched}
+                merged = _merge([d.get(i, base_dist[i]) for i in scope])
+                changed = any(not torch.equal(outs[i], base_model[i]) for i in touched)
+                options.append(_Option(merged.total_levels, ci, vi, cause, variant, trial,
+                                       {**base_model, **outs}, {**base_dist, **d}, changed))
+        options.sort(key=lambda o: (o.total, o.cause_index, o.variant_index))
+        return options
+
+    def qualifies(total: float) -> bool:
+        return total == 0 or total <= KEEP_AT_MOST * current.total_levels
+
+    while current.total_levels > 0:
+        done = {e.root_cause for e in taken}
+        options = try_variants(steps, model, dist, done)
+        if not options:
+            break
+        best = options[0]
+        chosen: list[_Option] = []
+        if qualifies(best.total):
+            chosen = [best]
+        else:
+            # No single swap explains enough: try pairs, seeded by the swaps that changed the
+            # output and came closest (one per root cause).
+            seeds: list[_Option] = []
+            for o in options:
+                if o.changed and all(o.cause.id != s.cause.id for s in seeds):
+                    seeds.append(o)
+                if len(seeds) == PAIR_SEEDS:
+                    break
+            pairs = []
+            for seed in seeds:
+                for partner in try_variants(seed.steps, seed.model, seed.dist, done | {seed.cause.id}):
+                    pairs.append((partner.total, seed.cause_index, seed.variant_index, partner.cause_index,
+                                  partner.variant_index, seed, partner))
+            pairs.sort(key=lambda t: t[:5])
+            if pairs and qualifies(pairs[0][0]):
+                chosen = [pairs[0][5], pairs[0][6]]
+        if not chosen:
+            break
+        final = chosen[-1]
+        equivalent: list[str] = []
+        if len(chosen) == 1:
+            for o in options[1:]:
+                if (o.total == final.total and o.cause.id != final.cause.id and o.cause.id not in equivalent
+                        and all(torch.equal(final.model[i], o.model[i]) for i in scope)):
+                    equivalent.append(o.cause.id)
+        for o in chosen:
+            left = _merge([o.dist[i] for i in scope])
+            taken.append(Explained(o.cause.id, o.variant.name, left.max_levels, left.mean_levels,
+                                   left.total_levels, tuple(equivalent) if o is final else ()))
+        steps, model, dist = final.steps, final.model, final.dist
+        current = _merge([dist[i] for i in scope])
+
+    if taken:
+        ids = {e.root_cause for e in taken}
+        root_causes = tuple(c for c in ROOT_CAUSE_IDS if c in ids)
+    elif before.differing:
+        root_causes = (UNEXPLAINED,)
+    else:
+        root_causes = ()
+    return Attribution(
+        root_causes=root_causes,
+        max_levels=before.max_levels,
+        mean_levels=before.mean_levels,
+        differing=before.differing,
+        residual_max_levels=current.max_levels,
+        residual_mean_levels=current.mean_levels,
+        residual_differing=current.differing,
+        explained=tuple(taken),
+        images=tuple(scope),
+        runs=runs,
+        seconds=time.perf_counter() - start,
+    )
+
+
+__all__ = [
+    "CATALOGUE",
+    "CONVERTED_FIRST",
+    "KEEP_AT_MOST",
+    "PAIR_SEEDS",
+    "MEANINGS",
+    "ROOT_CAUSE_IDS",
+    "UNEXPLAINED",
+    "Attribution",
+    "Explained",
+    "LevelSummary",
+    "RootCause",
+    "Variant",
+    "attribute",
+    "level_summary",
+    "meaning",
+    "steps_for",
+]
