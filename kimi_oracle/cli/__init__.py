@@ -43,8 +43,21 @@ def _register_all() -> None:
 _register_all()
 
 
+def _inert_streams() -> None:
+    # Text from data (a candidate's message, a file name from undecodable bytes) may hold lone
+    # surrogates: written escaped, never a UnicodeEncodeError that loses a report.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # pragma: no cover - a stream that cannot change
+                pass
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, turning our typed errors into one line on stderr and exit 2."""
+    _inert_streams()
     try:
         code = cli.main(args=argv, prog_name="kimi-oracle", standalone_mode=False)
     except click.exceptions.Abort:

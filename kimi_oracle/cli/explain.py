@@ -13,6 +13,7 @@ from kimi_oracle.core.errors import InputError
 from kimi_oracle.core.geometry import plan
 from kimi_oracle.core.images import alpha_class, decode, has_alpha, resample_kind
 from kimi_oracle.cli.common import profile_options, resolve_config
+from kimi_oracle.core.text import rich_text
 
 
 def explain_image(source: Any, config: PreprocessConfig, name: str | None = None) -> dict[str, Any]:
@@ -84,21 +85,21 @@ def _print_table(config: PreprocessConfig, rows: list[dict[str, Any]]) -> None:
     import sys
 
     console = Console(width=None if sys.stdout.isatty() else 140)
-    table = Table(title=f"kimi-oracle explain ({config.describe()})", title_justify="left")
+    table = Table(title=rich_text(f"kimi-oracle explain ({config.describe()})"), title_justify="left")
     for column in ("image", "size", "mode", "alpha", "resize to", "pad", "grid", "tokens", "resample", "background"):
         table.add_column(column, overflow="fold")
     for r in rows:
         table.add_row(
-            Path(r["image"]).name,
+            rich_text(Path(r["image"]).name),
             f"{r['width']}x{r['height']}",
-            r["mode"],
-            r["alpha"],
+            rich_text(r["mode"]),
+            rich_text(r["alpha"]),
             f"{r['new_w']}x{r['new_h']}",
             f"+{r['pad_w']} +{r['pad_h']}",
             "x".join(str(v) for v in r["grid_thw"]),
             str(r["num_tokens"]),
             f"{r['resample']} ({r['resize_mode']})",
-            r["background"],
+            rich_text(r["background"]),
         )
     if rows:
         console.print(table)

@@ -15,9 +15,15 @@ from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.inputs.generators import DEFAULT_MAX_SIDE, MODES
 from kimi_oracle.oracle.checks import FINDING_KINDS, Tolerance, ToleranceError
 from kimi_oracle.cli.common import parse_duration, profile_options, resolve_config
+from kimi_oracle.core.text import rich_text, safe_text
+from rich.text import Text
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm",
                   ".pnm", ".ico", ".tga", ".jp2", ".avif", ".heic", ".psd", ".im", ".pcx", ".sgi", ".dds"}
+
+
+def _positive_duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    return parse_duration(value)
 
 
 def _tolerance(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -54,19 +60,19 @@ def _print_findings_table(title: str, findings: Sequence[Any], checks: Sequence[
         result = "[red]FAIL[/red]" if mine else "[green]pass[/green]"
         after = f"{first_found[check]} examples" if check in first_found else ""
         where = str(mine[0].path) if mine and mine[0].path else ("" if not mine else "(not written)")
-        table.add_row(check, result, str(len(mine)), after, where)
+        table.add_row(check, result, str(len(mine)), after, rich_text(where))
     console.print(table)
-    console.print(footer)
+    console.print(rich_text(footer))
     from kimi_oracle.results.report import finding_lines
 
     for f in findings:
         console.print()
         lines = finding_lines(f)
-        console.print(f"[bold red]{lines[0]}[/bold red]", markup=True, highlight=False, soft_wrap=True)
+        console.print(rich_text(lines[0]), style="bold red", highlight=False, soft_wrap=True)
         for line in lines[1:]:
-            console.print("  " + line, markup=False, soft_wrap=True)
+            console.print(rich_text("  " + line), soft_wrap=True)
         if f.path is not None:
-            console.print(f"  reproduce: kimi-oracle repro {f.path}", markup=False)
+            console.print(rich_text(f"  reproduce: kimi-oracle repro {f.path}"))
 
 
 def _write_outputs(summary: dict[str, Any], findings: Sequence[Any], checks: Sequence[str], suite: str,
@@ -189,10 +195,18 @@ def register(group: click.Group) -> None:
     @click.option("--tolerance", default=None, callback=_tolerance, help="Override the recorded tolerance.")
     @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="Write the verdict as JSON here.")
-    def repro_cmd(finding: Path, candidate_spec: str | None, tolerance: str | None, json_path: Path | None) -> int:
-        """Replay one finding (its directory or case.json). Exit 1 while it still fails, 0 once fixed."""
-        from kimi_oracle.oracle.candidates import load_candidate
+    @click.option("--case-timeout", "case_timeout", default="30s", show_default=True, callback=_positive_duration,
+                  help="Per-call limit for the candidate, which runs in a separate process: a hang is a timeout.")
+    def repro_cmd(finding: Path, candidate_spec: str | None, tolerance: str | None, json_path: Path | None,
+                  case_timeout: float) -> int:
+        """Replay one finding (its directory or case.json). Exit 1 while it still fails, 0 once fixed.
+
+        The finding folder is untrusted: case.json is validated, files must be plain names inside
+        the folder with their recorded SHA-256, and a candidate is never imported from inside it.
+        The candidate runs in a separate process, so a crash or hang is reported, never fatal.
+        """
         from kimi_oracle.fuzzers.fuzzing import finding_from, replay_case
+        from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
         from kimi_oracle.results.report import finding_lines, read_case
         from kimi_oracle.core.files import write_json
 
@@ -200,16 +214,25 @@ def register(group: click.Group) -> None:
         spec = candidate_spec or case.get("candidate")
         if not spec:
             raise InputError("case.json names no candidate; give --candidate", source=str(finding))
-        candidate = load_candidate(spec)
-        verdict, images, config, notes = replay_case(case, directory, candidate, tolerance=tolerance)
+        if candidate_spec is None:
+            _refuse_candidate_inside(spec, directory)
         console = _stdout_console()
+        origin = "--candidate" if candidate_spec else "recorded in case.json"
+        console.print(rich_text(f"candidate: {spec} ({origin})"), highlight=False)
+        candidate = IsolatedCandidate(spec, timeout_s=case_timeout)
+        try:
+            candidate.start()
+            verdict, images, config, notes = replay_case(case, directory, candidate, tolerance=tolerance)
+        finally:
+            candidate.close()
         for note in notes:
-            console.print(f"note: {note}", markup=False)
+            console.print(rich_text(f"note: {note}"))
         was = case.get("check")
         tol = tolerance or case.get("tolerance") or "exact"
         if verdict.ok:
-            console.print(f"[green]fixed[/green]: {directory.name} ({was}) now passes every check "
-                          f"with candidate {spec}, tolerance {tol}", highlight=False)
+            console.print(Text.assemble(("fixed", "green"), safe_text(
+                f": {directory.name} ({was}) now passes every check with candidate {spec}, tolerance {tol}")),
+                highlight=False)
             code = 0
         else:
             f = finding_from(verdict, spec, config, images,
@@ -218,9 +241,10 @@ def register(group: click.Group) -> None:
                              sources=[e.get("source") for e in case["images"]])
             lines = finding_lines(f)
             head = "still fails" if verdict.check == was else f"fails a different check now (was {was})"
-            console.print(f"[bold red]{head}[/bold red]: {lines[0]}", highlight=False, soft_wrap=True)
+            console.print(Text.assemble((head, "bold red"), safe_text(f": {lines[0]}")), highlight=False,
+                          soft_wrap=True)
             for line in lines[1:]:
-                console.print("  " + line, markup=False, soft_wrap=True)
+                console.print(rich_text("  " + line), soft_wrap=True)
             code = 1
         if json_path is not None:
             write_json(json_path, {"finding": str(directory), "candidate": spec, "was": was,
@@ -275,14 +299,14 @@ def register(group: click.Group) -> None:
                                       invariance=not no_invariance, out_dir=out_dir)
         elapsed = time.monotonic() - started
         console = _stdout_console()
-        table = Table(title=f"kimi-oracle check: {candidate.spec} vs reference ({config.describe()}, "
-                            f"tolerance {tolerance})", title_justify="left")
+        table = Table(title=rich_text(f"kimi-oracle check: {candidate.spec} vs reference ({config.describe()}, "
+                                      f"tolerance {tolerance})"), title_justify="left")
         for column in ("image", "size", "mode", "result", "detail"):
             table.add_column(column, overflow="fold")
         for r in rows:
-            result = "[green]ok[/green]" if r["result"] == "ok" else f"[red]{r['result']}[/red]"
-            table.add_row(Path(r["image"]).name if r["size"] != "batch" else r["image"], r["size"], r["mode"],
-                          result, r["detail"])
+            result = Text(r["result"], style="green" if r["result"] == "ok" else "red")
+            name = Path(r["image"]).name if r["size"] != "batch" else r["image"]
+            table.add_row(rich_text(name), r["size"], rich_text(r["mode"]), result, rich_text(r["detail"]))
         console.print(table)
         _print_findings_table("findings per check", findings, FINDING_KINDS, {}, f"{len(rows)} row(s), "
                               f"{len(findings)} finding(s), {len(errors)} unreadable, {elapsed:.1f} s")
@@ -301,6 +325,22 @@ def register(group: click.Group) -> None:
         if findings:
             return 1
         return 2 if errors else 0
+
+
+def _refuse_candidate_inside(spec: str, directory: Path) -> None:
+    """A finding folder is untrusted: never import a candidate file that lives inside it."""
+    target = spec.rpartition(":")[0]
+    if not (target.endswith(".py") or "/" in target or "\\" in target):
+        return
+    candidates = [Path(target), directory / target]
+    for path in candidates:
+        try:
+            resolved = path.resolve()
+        except OSError:
+            continue
+        if resolved == directory.resolve() or directory.resolve() in resolved.parents:
+            raise InputError(f"case.json names candidate {spec!r}, a file inside the finding folder: refused "
+                             "(a finding folder is untrusted); give --candidate to replay it", source=str(directory))
 
 
 def _expand(paths: Sequence[Path]) -> tuple[list[Path], list[str]]:

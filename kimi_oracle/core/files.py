@@ -98,7 +98,8 @@ def atomic_write_many(files: Mapping[str | os.PathLike, bytes | str]) -> None:
     staged: list[tuple[Path, Path]] = []
     try:
         for path, content in files.items():
-            data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+            # Text from data may hold lone surrogates (undecodable bytes): escaped, never fatal.
+            data = content.encode("utf-8", "backslashreplace") if isinstance(content, str) else bytes(content)
             staged.append((_stage(Path(path), data), Path(path)))
         for tmp, path in staged:
             os.replace(tmp, path)
@@ -118,7 +119,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """`atomic_write_bytes` for UTF-8 text."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
+    return atomic_write_bytes(path, text.encode("utf-8", "backslashreplace"))
 
 
 def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:

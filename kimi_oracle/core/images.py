@@ -280,14 +280,19 @@ def pack_raw(img: Image.Image) -> bytes:
     return RAW_MAGIC + len(head).to_bytes(4, "little") + head + img.tobytes()
 
 
-def unpack_raw(data: bytes) -> Image.Image:
-    """The image `pack_raw` packed; `InputError` if `data` is not such a container."""
+def unpack_raw(data: bytes, *, max_pixels: int | None = None) -> Image.Image:
+    """The image `pack_raw` packed; `InputError` if `data` is not such a container or its size is
+    over the pixel cap (checked before anything is allocated)."""
     if not data.startswith(RAW_MAGIC) or len(data) < 12:
         raise InputError("not a kimi-oracle raw image container")
     n = int.from_bytes(data[8:12], "little")
+    cap = default_max_pixels() if max_pixels is None else int(max_pixels)
     try:
         header = json.loads(data[12 : 12 + n])
-        img = Image.frombytes(header["mode"], tuple(header["size"]), data[12 + n :])
+        w, h = (int(v) for v in header["size"])
+        if w <= 0 or h <= 0 or (cap and w * h > cap):
+            raise InputError(f"raw image container of {w}x{h} pixels: empty or over the pixel cap of {cap}")
+        img = Image.frombytes(header["mode"], (w, h), data[12 + n :])
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"damaged raw image container: {exc}") from None
     if "palette" in header:

@@ -505,16 +505,16 @@ def replay_case(case: dict[str, Any], directory: Path, candidate: Candidate, *,
                 tolerance: str | None = None) -> tuple[Verdict, list[Image.Image], PreprocessConfig, list[str]]:
     """Re-run a finding's case.json: (verdict, images, config, notes)."""
     from kimi_oracle.inputs.generators import CaseParams, images_equal, make_image
-    from kimi_oracle.results.report import load_input
+    from kimi_oracle.results.report import load_case_image
 
     notes: list[str] = []
     config = PreprocessConfig.from_hf_json(case["config"])
     config = dataclasses.replace(config, name=str(case.get("profile") or config.name))
     images: list[Image.Image] = []
-    for entry in case["images"]:
-        path = directory / entry["file"] if entry.get("file") else None
+    for i, entry in enumerate(case["images"]):
+        entry = {"index": i, **entry}
         params = entry.get("params")
-        stored = load_input(path) if path is not None and path.exists() else None
+        stored = load_case_image(directory, entry, i)
         if params:
             regenerated = make_image(CaseParams.from_dict(params))
             if stored is None:

@@ -150,6 +150,10 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -
         except (CandidateError, BackendError) as exc:
             conn.send(("error", type(exc).__name__, str(exc)))
             continue
+        except BaseException as exc:  # noqa: BLE001 - SystemExit or a custom BaseException: told apart by type
+            crash = CandidateCrash(spec, exc)
+            conn.send(("raised", crash.exc_type, crash.exc_message, crash.traceback))
+            continue
         conn.send(("ok", _pack_tensor(out.pixel_values), _pack_tensor(out.grid_thws)))
 
 

@@ -26,9 +26,10 @@ from PIL import Image, ImageDraw
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError
-from kimi_oracle.core.images import RAW_MAGIC, decode, pack_raw, unpack_raw
+from kimi_oracle.core.images import RAW_MAGIC, decode, default_max_pixels, pack_raw, read_file, unpack_raw
 from kimi_oracle.core.files import atomic_write_text, fsync_dir, to_json, utc_now, versions
 from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.core.text import xml_text
 
 FINDING_SCHEMA = "kimi-oracle.finding"
 FINDING_SCHEMA_VERSION = 1
@@ -70,9 +71,8 @@ def encode_input(img: Image.Image) -> tuple[str, bytes]:
 
 
 def load_input(path: str | os.PathLike) -> Image.Image:
-    """Load an input written by `encode_input` (or any image file), fully decoded."""
-    path = Path(path)
-    data = path.read_bytes()
+    """Load an input written by `encode_input` (or any image file), fully decoded, under the caps."""
+    data = read_file(path)
     if data.startswith(RAW_MAGIC):
         return unpack_raw(data)
     return decode(data, name=str(path))
@@ -227,7 +227,7 @@ def write_finding(out_dir: str | os.PathLike, finding: Finding, *,
         if diff is not None:
             diff.save(tmp / "diff.png")
         (tmp / "report.md").write_text(finding_markdown(finding, directory=final, has_diff=diff is not None),
-                                        encoding="utf-8")
+                                        encoding="utf-8", errors="backslashreplace")
         for child in tmp.iterdir():
             with open(child, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -248,21 +248,126 @@ def write_finding(out_dir: str | os.PathLike, finding: Finding, *,
 
 
 def read_case(path: str | os.PathLike) -> tuple[dict[str, Any], Path]:
-    """Read a finding's case.json (given the directory or the file): (case, directory)."""
+    """Read and validate a finding's case.json (given the directory or the file): (case, directory).
+
+    A finding folder is untrusted input (downloaded from CI, edited by hand): every field the
+    replay uses is checked here, and an error names the field.
+    """
     path = Path(path)
     case_file = path / "case.json" if path.is_dir() else path
     try:
-        case = json.loads(case_file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("no case.json here", source=str(path)) from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        case = json.loads(read_file(case_file, max_bytes=MAX_CASE_BYTES).decode("utf-8"))
+    except InputError as exc:
+        if not case_file.exists():
+            raise InputError("no case.json here", source=str(path)) from None
+        raise InputError(f"cannot read the finding: {exc}", source=str(case_file)) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read the finding: {exc}", source=str(case_file)) from None
     if not isinstance(case, dict) or case.get("schema") != FINDING_SCHEMA:
         raise InputError("not a kimi-oracle finding (schema field missing)", source=str(case_file))
-    if int(case.get("schema_version", 0)) > FINDING_SCHEMA_VERSION:
-        raise InputError(f"finding schema version {case.get('schema_version')} is newer than this "
+    version = case.get("schema_version", 0)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise _field_error(case_file, "schema_version", "must be an integer")
+    if version > FINDING_SCHEMA_VERSION:
+        raise InputError(f"finding schema version {version} is newer than this "
                          f"kimi-oracle understands ({FINDING_SCHEMA_VERSION})", source=str(case_file))
+    _validate_case(case, case_file)
     return case, case_file.parent
+
+
+MAX_CASE_BYTES = 16 << 20
+
+
+def _field_error(case_file: Path, field_name: str, problem: str) -> InputError:
+    return InputError(f"case.json field {field_name!r} {problem}", source=str(case_file))
+
+
+def _validate_case(case: dict[str, Any], case_file: Path) -> None:
+    from kimi_oracle.core.errors import ConfigError
+    from kimi_oracle.inputs.generators import CaseParams
+    from kimi_oracle.oracle.checks import FINDING_KINDS, Tolerance, ToleranceError
+
+    if case.get("check") not in FINDING_KINDS:
+        raise _field_error(case_file, "check", f"must be one of {', '.join(FINDING_KINDS)}")
+    for key in ("candidate", "tolerance"):
+        if case.get(key) is not None and not isinstance(case[key], str):
+            raise _field_error(case_file, key, "must be a string")
+    if case.get("tolerance"):
+        try:
+            Tolerance.parse(case["tolerance"])
+        except ToleranceError as exc:
+            raise _field_error(case_file, "tolerance", f"is not a tolerance: {exc}") from None
+    if not isinstance(case.get("config"), dict):
+        raise _field_error(case_file, "config", "must be an object (the checkpoint's preprocessor config)")
+    try:
+        PreprocessConfig.from_hf_json(case["config"])
+    except ConfigError as exc:
+        raise _field_error(case_file, "config", f"is not a valid config: {exc}") from None
+    images = case.get("images")
+    if not isinstance(images, list):
+        raise _field_error(case_file, "images", "must be a list")
+    cap = default_max_pixels()
+    for i, entry in enumerate(images):
+        where = f"images[{i}]"
+        if not isinstance(entry, dict):
+            raise _field_error(case_file, where, "must be an object")
+        for key in ("file", "original_file", "sha256"):
+            if entry.get(key) is not None and not isinstance(entry[key], str):
+                raise _field_error(case_file, f"{where}.{key}", "must be a string")
+        for key in ("file", "original_file"):
+            if entry.get(key) is not None:
+                _plain_name(entry[key], case_file, f"{where}.{key}")
+        params = entry.get("params")
+        if params is not None:
+            if not isinstance(params, dict):
+                raise _field_error(case_file, f"{where}.params", "must be an object")
+            try:
+                p = CaseParams.from_dict(params)
+            except (TypeError, ValueError) as exc:
+                raise _field_error(case_file, f"{where}.params", f"are not generator parameters: {exc}") from None
+            if p.width * p.height > cap:
+                raise _field_error(case_file, f"{where}.params",
+                                   f"ask for {p.width}x{p.height} pixels, over the pixel cap of {cap}")
+        if params is None and not entry.get("file"):
+            raise _field_error(case_file, where, "has neither a file nor generator parameters")
+
+
+def _plain_name(name: str, case_file: Path, field_name: str) -> None:
+    if (not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name
+            or name.startswith(".") or Path(name).is_absolute()):
+        raise _field_error(case_file, field_name, f"must be a plain file name inside the finding folder, not {name!r}")
+
+
+def finding_file(directory: Path, name: str, *, field_name: str = "file") -> Path:
+    """The path of a file a case.json names, checked to stay inside the finding folder (a
+    symbolic link pointing elsewhere is refused)."""
+    _plain_name(name, directory / "case.json", field_name)
+    path = directory / name
+    try:
+        inside = path.resolve().parent == directory.resolve()
+    except OSError:
+        inside = False
+    if not inside:
+        raise _field_error(directory / "case.json", field_name, f"names {name!r}, which points outside the finding folder")
+    return path
+
+
+def load_case_image(directory: Path, entry: Mapping[str, Any], index: int) -> Image.Image | None:
+    """The stored input of `entry` (None when the file is absent), after checking its name and its
+    recorded SHA-256; raw containers and image files are both held to the pixel cap."""
+    if not entry.get("file"):
+        return None
+    path = finding_file(directory, entry["file"], field_name=f"images[{index}].file")
+    if not path.exists():
+        return None
+    data = read_file(path)
+    digest = entry.get("sha256")
+    if digest and hashlib.sha256(data).hexdigest() != digest:
+        raise _field_error(directory / "case.json", f"images[{index}].sha256",
+                           f"does not match {entry['file']} (the file was changed after the finding was written)")
+    if data.startswith(RAW_MAGIC):
+        return unpack_raw(data)
+    return decode(data, name=str(path))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -475,28 +580,34 @@ def junit_xml(suite: str, cases: Sequence[JUnitCase], *, time: float = 0.0,
     failures = sum(1 for c in cases if c.failure is not None)
     errors = sum(1 for c in cases if c.error is not None)
     skipped = sum(1 for c in cases if c.skipped is not None)
+    def attr(value: Any) -> str:
+        return quoteattr(xml_text(value))
+
+    def body(value: Any) -> str:
+        return escape(xml_text(value))
+
     lines = ['<?xml version="1.0" encoding="utf-8"?>',
-             f"<testsuites name={quoteattr(suite)} tests=\"{len(cases)}\" failures=\"{failures}\" "
+             f"<testsuites name={attr(suite)} tests=\"{len(cases)}\" failures=\"{failures}\" "
              f"errors=\"{errors}\" time=\"{time:.3f}\">",
-             f"  <testsuite name={quoteattr(suite)} tests=\"{len(cases)}\" failures=\"{failures}\" "
+             f"  <testsuite name={attr(suite)} tests=\"{len(cases)}\" failures=\"{failures}\" "
              f"errors=\"{errors}\" skipped=\"{skipped}\" time=\"{time:.3f}\" timestamp={quoteattr(utc_now())}>"]
     if properties:
         lines.append("    <properties>")
         for k, v in properties.items():
-            lines.append(f"      <property name={quoteattr(str(k))} value={quoteattr(str(v))}/>")
+            lines.append(f"      <property name={attr(k)} value={attr(v)}/>")
         lines.append("    </properties>")
     for c in cases:
-        head = f"    <testcase classname={quoteattr(c.classname)} name={quoteattr(c.name)} time=\"{c.time:.3f}\""
+        head = f"    <testcase classname={attr(c.classname)} name={attr(c.name)} time=\"{c.time:.3f}\""
         if c.failure is None and c.error is None and c.skipped is None:
             lines.append(head + "/>")
             continue
         lines.append(head + ">")
         if c.failure is not None:
-            lines.append(f"      <failure message={quoteattr(c.failure)} type=\"{escape(c.name)}\">{escape(c.details)}</failure>")
+            lines.append(f"      <failure message={attr(c.failure)} type={attr(c.name)}>{body(c.details)}</failure>")
         if c.error is not None:
-            lines.append(f"      <error message={quoteattr(c.error)}>{escape(c.details)}</error>")
+            lines.append(f"      <error message={attr(c.error)}>{body(c.details)}</error>")
         if c.skipped is not None:
-            lines.append(f"      <skipped message={quoteattr(c.skipped)}/>")
+            lines.append(f"      <skipped message={attr(c.skipped)}/>")
         lines.append("    </testcase>")
     lines += ["  </testsuite>", "</testsuites>", ""]
     return "\n".join(lines)
