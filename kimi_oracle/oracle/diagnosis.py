@@ -317,6 +317,9 @@ class RootCause:
     meaning: str
     variants: Callable[[PreprocessConfig], Sequence[Variant]]
     touches: Touches
+    # Changes what is done to an image (which images are converted or composited, and when), so
+    # that a variant of another root cause may only show once this one is applied.
+    enabling: bool = False
 
 
 def _resized(img: Image.Image, p: ResizePlan) -> bool:
@@ -377,6 +380,7 @@ CATALOGUE: tuple[RootCause, ...] = (
         "\"P\" and \"1\" images converted and resized bicubically, where Pillow resizes them with NEAREST",
         _fixed(Variant("palette-converted-first", lambda s: s.replace(convert_first=s.convert_first | {"P", "1"}))),
         lambda img, p, config, steps: _resized(img, p) and img.mode in ("P", "1"),
+        enabling=True,
     ),
     RootCause(
         "convert-before-resize",
@@ -385,6 +389,7 @@ CATALOGUE: tuple[RootCause, ...] = (
         _fixed(Variant("converted-first", lambda s: s.replace(convert_first=s.convert_first | CONVERTED_FIRST))),
         lambda img, p, config, steps: (_resized(img, p) and img.mode in CONVERTED_FIRST
                                        and (img.mode not in _COMMUTING or "transparency" in img.info)),
+        enabling=True,
     ),
     RootCause(
         "fill-stage",
@@ -392,6 +397,7 @@ CATALOGUE: tuple[RootCause, ...] = (
         lambda config: (Variant(f"fill-{_other_stage(config)}",
                                 lambda s: s.replace(stage=_other_stage(config))),),
         lambda img, p, config, steps: _resized(img, p) and (img.mode != "RGB" or "transparency" in img.info),
+        enabling=True,
     ),
     RootCause(
         "transparency-key",
@@ -399,8 +405,12 @@ CATALOGUE: tuple[RootCause, ...] = (
         _fixed(
             Variant("key-ignored", lambda s: s.replace(convert=convert_ignoring_key)),
             Variant("key-honoured", lambda s: s.replace(convert=convert_honouring_key)),
+            # As engines that convert at decode time do: RGB with a key becomes RGBA first.
+            Variant("key-honoured-before-resize",
+                    lambda s: s.replace(convert=convert_honouring_key, convert_first=s.convert_first | {"RGB"})),
         ),
         lambda img, p, config, steps: "transparency" in img.info,
+        enabling=True,
     ),
     RootCause(
         "composite-rounding",
@@ -512,6 +522,7 @@ class Attribution:
     explained: tuple[Explained, ...] = ()
     images: tuple[int, ...] = ()
     runs: int = 0
+    complete: bool = True
     seconds: float = field(default=0.0, compare=False)
 
     @property
@@ -541,6 +552,7 @@ class Attribution:
             "explained": [e.to_dict() for e in self.explained],
             "images": list(self.images),
             "runs": self.runs,
+            "complete": self.complete,
             "seconds": self.seconds,
         }
 
@@ -562,12 +574,16 @@ class _Option:
     total: float
     cause_index: int
     variant_index: int
-    cause: RootCause
-    variant: Variant
+    cause: Any  # RootCause; None for the starting point
+    variant: Any  # Variant; None for the starting point
     steps: Steps
     model: dict[int, torch.Tensor]
     dist: dict[int, LevelSummary]
     changed: bool
+
+
+class _OutOfRuns(Exception):
+    """The attribution's budget of reference runs is spent."""
 
 
 class _Target:
@@ -611,6 +627,102 @@ def level_summary(expected: PreprocessResult, actual: Any, config: PreprocessCon
     return _Target(act.pixel_values, config).summary(expected.pixel_values)
 
 
+def _closest_first(o: _Option) -> tuple:
+    # Exact ties go to an enabling root cause (what was done) before an arithmetic one (how it
+    # was computed), then to the catalogue order.
+    return (o.total, not o.cause.enabling, o.cause_index, o.variant_index)
+
+
+class _Search:
+    """The greedy search of one attribution: the images, the candidate's values, the runs spent."""
+
+    def __init__(self, decoded: list[Image.Image], config: PreprocessConfig, scope: list[int],
+                 targets: dict[int, _Target], catalogue: Sequence[RootCause], max_runs: int | None):
+        self.decoded = decoded
+        self.config = config
+        self.plans = [plan(img.width, img.height, config) for img in decoded]
+        self.scope = scope
+        self.targets = targets
+        self.catalogue = catalogue
+        self.max_runs = max_runs
+        self.runs = 0
+
+    def run(self, i: int, steps: Steps) -> torch.Tensor:
+        """Image i's patches under `steps` (one reference run)."""
+        if self.max_runs is not None and self.runs >= self.max_runs:
+            raise _OutOfRuns
+        self.runs += 1
+        return preprocess_image(self.decoded[i], self.config, steps=steps)[0]
+
+    def total(self, dist: dict[int, LevelSummary]) -> LevelSummary:
+        """The distances of the images in scope, merged."""
+        return _merge([dist[i] for i in self.scope])
+
+    def options(self, base: _Option, skip: set[str], tried: set[frozenset] | None = None) -> list[_Option]:
+        """Every variant of every root cause not in `skip`, applied on top of `base`, closest first."""
+        out = []
+        for ci, cause in enumerate(self.catalogue):
+            if cause.id in skip:
+                continue
+            touched = [i for i in self.scope
+                       if cause.touches(self.decoded[i], self.plans[i], self.config, base.steps)]
+            if not touched:
+                continue
+            for vi, variant in enumerate(cause.variants(self.config)):
+                if tried is not None:  # a pair: each unordered pair once
+                    pair = frozenset({(base.cause_index, base.variant_index), (ci, vi)})
+                    if pair in tried:
+                        continue
+                    tried.add(pair)
+                trial = variant.apply(base.steps)
+                outs = {i: self.run(i, trial) for i in touched}
+                dist = {**base.dist, **{i: self.targets[i].summary(outs[i]) for i in touched}}
+                changed = any(not torch.equal(outs[i], base.model[i]) for i in touched)
+                out.append(_Option(self.total(dist).total_levels, ci, vi, cause, variant, trial,
+                                   {**base.model, **outs}, dist, changed))
+        out.sort(key=_closest_first)
+        return out
+
+    def step(self, current: _Option, done: set[str]) -> tuple[list[_Option], tuple[str, ...]]:
+        """The swaps taken next (one, or a pair; none when nothing qualifies) and the root causes
+        whose swap gave the same output as a single swap taken."""
+        limit = KEEP_AT_MOST * current.total
+        options = self.options(current, done)
+        if not options:
+            return [], ()
+        best = options[0]
+        if best.total == 0 or best.total <= limit:
+            same = []
+            for o in options[1:]:
+                if (o.total == best.total and o.cause.id not in (best.cause.id, *same)
+                        and all(torch.equal(best.model[i], o.model[i]) for i in self.scope)):
+                    same.append(o.cause.id)
+            return [best], tuple(same)
+        # No single swap qualifies: pairs. Seeds are the swaps that changed the output and came
+        # closest (PAIR_SEEDS of them, one per root cause) and every swap of an enabling root
+        # cause that changed nothing alone (it may be what lets another one show).
+        seeds: list[_Option] = []
+        for o in options:
+            if o.changed and sum(s.changed for s in seeds) < PAIR_SEEDS and all(
+                    o.cause.id != s.cause.id for s in seeds if s.changed):
+                seeds.append(o)
+            elif not o.changed and o.cause.enabling:
+                seeds.append(o)
+        tried: set[frozenset] = set()
+        pairs = []
+        for seed in seeds:
+            for partner in self.options(seed, done | {seed.cause.id}, tried):
+                pairs.append(((partner.total, not (seed.cause.enabling or partner.cause.enabling),
+                               seed.cause_index, seed.variant_index, partner.cause_index,
+                               partner.variant_index), seed, partner))
+        if not pairs:
+            return [], ()
+        key, seed, partner = min(pairs, key=lambda t: t[0])
+        if partner.total == 0 or partner.total <= limit:
+            return [seed, partner], ()
+        return [], ()
+
+
 def attribute(
     images: Sequence[ImageSource],
     config: PreprocessConfig,
@@ -619,14 +731,16 @@ def attribute(
     expected: PreprocessResult | None = None,
     image: int | None = None,
     causes: Sequence[str] | None = None,
+    max_runs: int | None = None,
 ) -> Attribution:
     """The root causes of the candidate's pixel differences (rule: docs/diagnosis.md).
 
     `actual` is the candidate's result for `images` under `config` (a PreprocessResult or a
     (pixel_values, grid_thws) pair), with the reference's grids and shape (a pixel finding);
     `expected`, when given, is the reference's result (saves one run); `image` restricts the
-    diagnosis to one image's rows; `causes` to some root-cause ids. Raises CandidateError when
-    the candidate's shape is not the reference's."""
+    diagnosis to one image's rows; `causes` to some root-cause ids; `max_runs` bounds the
+    reference runs spent (the search stops where it is, `complete` False). Raises
+    CandidateError when the candidate's shape is not the reference's."""
     start = time.perf_counter()
     decoded = load_images(images)
     act = as_result(actual)
@@ -642,89 +756,33 @@ def attribute(
         raise IndexError(f"image {image} of a batch of {len(decoded)}")
     scope = list(range(len(decoded))) if image is None else [image]
     catalogue = CATALOGUE if causes is None else tuple(_BY_ID[c] for c in causes)
-    runs = 0
-
-    def run(i: int, steps: Steps) -> torch.Tensor:
-        nonlocal runs
-        runs += 1
-        return preprocess_image(decoded[i], config, steps=steps)[0]
-
     targets = {i: _Target(act.pixel_values[offsets[i]:offsets[i + 1]], config) for i in scope}
+    search = _Search(decoded, config, scope, targets, catalogue, max_runs)
+
     if expected is not None:
         model = {i: expected.pixel_values[offsets[i]:offsets[i + 1]] for i in scope}
     else:
-        model = {i: run(i, CHECKPOINT) for i in scope}
+        model = {i: search.run(i, CHECKPOINT) for i in scope}
     dist = {i: targets[i].summary(model[i]) for i in scope}
-    before = _merge(list(dist.values()))
+    before = search.total(dist)
+    current = _Option(before.total_levels, -1, -1, None, None, CHECKPOINT, model, dist, False)
 
-    steps = CHECKPOINT
     taken: list[Explained] = []
-    current = before
-
-    def try_variants(base: Steps, base_model: dict[int, torch.Tensor], base_dist: dict[int, LevelSummary],
-                     skip: set[str]) -> list[_Option]:
-        options = []
-        for ci, cause in enumerate(catalogue):
-            if cause.id in skip:
-                continue
-            touched = [i for i in scope if cause.touches(decoded[i], plans[i], config, base)]
-            if not touched:
-                continue
-            for vi, variant in enumerate(cause.variants(config)):
-                trial = variant.apply(base)
-                outs = {i: run(i, trial) for i in touched}
-                d = {i: targets[i].summary(outs[i]) for i in touched}
-                merged = _merge([d.get(i, base_dist[i]) for i in scope])
-                changed = any(not torch.equal(outs[i], base_model[i]) for i in touched)
-                options.append(_Option(merged.total_levels, ci, vi, cause, variant, trial,
-                                       {**base_model, **outs}, {**base_dist, **d}, changed))
-        options.sort(key=lambda o: (o.total, o.cause_index, o.variant_index))
-        return options
-
-    def qualifies(total: float) -> bool:
-        return total == 0 or total <= KEEP_AT_MOST * current.total_levels
-
-    while current.total_levels > 0:
-        done = {e.root_cause for e in taken}
-        options = try_variants(steps, model, dist, done)
-        if not options:
+    complete = True
+    while current.total > 0:
+        try:
+            chosen, same = search.step(current, {e.root_cause for e in taken})
+        except _OutOfRuns:
+            complete = False
             break
-        best = options[0]
-        chosen: list[_Option] = []
-        if qualifies(best.total):
-            chosen = [best]
-        else:
-            # No single swap explains enough: try pairs, seeded by the swaps that changed the
-            # output and came closest (one per root cause).
-            seeds: list[_Option] = []
-            for o in options:
-                if o.changed and all(o.cause.id != s.cause.id for s in seeds):
-                    seeds.append(o)
-                if len(seeds) == PAIR_SEEDS:
-                    break
-            pairs = []
-            for seed in seeds:
-                for partner in try_variants(seed.steps, seed.model, seed.dist, done | {seed.cause.id}):
-                    pairs.append((partner.total, seed.cause_index, seed.variant_index, partner.cause_index,
-                                  partner.variant_index, seed, partner))
-            pairs.sort(key=lambda t: t[:5])
-            if pairs and qualifies(pairs[0][0]):
-                chosen = [pairs[0][5], pairs[0][6]]
         if not chosen:
             break
-        final = chosen[-1]
-        equivalent: list[str] = []
-        if len(chosen) == 1:
-            for o in options[1:]:
-                if (o.total == final.total and o.cause.id != final.cause.id and o.cause.id not in equivalent
-                        and all(torch.equal(final.model[i], o.model[i]) for i in scope)):
-                    equivalent.append(o.cause.id)
         for o in chosen:
-            left = _merge([o.dist[i] for i in scope])
+            left = search.total(o.dist)
             taken.append(Explained(o.cause.id, o.variant.name, left.max_levels, left.mean_levels,
-                                   left.total_levels, tuple(equivalent) if o is final else ()))
-        steps, model, dist = final.steps, final.model, final.dist
-        current = _merge([dist[i] for i in scope])
+                                   left.total_levels, same if o is chosen[-1] else ()))
+        current = chosen[-1]
+    after = search.total(current.dist)
 
     if taken:
         ids = {e.root_cause for e in taken}
@@ -738,12 +796,13 @@ def attribute(
         max_levels=before.max_levels,
         mean_levels=before.mean_levels,
         differing=before.differing,
-        residual_max_levels=current.max_levels,
-        residual_mean_levels=current.mean_levels,
-        residual_differing=current.differing,
+        residual_max_levels=after.max_levels,
+        residual_mean_levels=after.mean_levels,
+        residual_differing=after.differing,
         explained=tuple(taken),
         images=tuple(scope),
-        runs=runs,
+        runs=search.runs,
+        complete=complete,
         seconds=time.perf_counter() - start,
     )
 

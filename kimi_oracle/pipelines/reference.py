@@ -57,10 +57,11 @@ __all__ = [
 
 PATTERN_VALUES = {"white": 255, "black": 0, "gray": 128}
 
-# Modes with 8 bits per band that Pillow resamples band by band with its 8-bit fixed-point
-# bicubic ("1" and "P" are forced to NEAREST; "PA", the 16- and 32-bit modes keep Pillow's own
-# paths in every variant of the pipeline).
-EIGHT_BIT_MODES = frozenset({"L", "LA", "La", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr", "LAB", "HSV"})
+# Modes with 8 bits per band that Pillow resamples band by band, each band like an "L" image,
+# with its 8-bit fixed-point bicubic. The others keep Pillow's own path in every variant of the
+# pipeline: "1" and "P" (NEAREST), "PA", "LAB" (its a and b bands are resampled as signed
+# values), the 16- and 32-bit modes.
+EIGHT_BIT_MODES = frozenset({"L", "LA", "La", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr", "HSV"})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -133,10 +133,10 @@ class PadTopLeft(Pipeline):
 
 
 def _torch_resize(img: Image.Image, p: ResizePlan, *, antialias: bool, a: float | None = None) -> Image.Image:
+    if img.size == (p.new_w, p.new_h):
+        return img.copy()  # as Pillow: no resampling, no conversion
     mode = "RGBA" if has_alpha(img) else "RGB"
     src = img.convert(mode)
-    if src.size == (p.new_w, p.new_h):
-        return src
     x = torch.from_numpy(np.asarray(src).copy()).permute(2, 0, 1)[None].float()
     y = F.interpolate(x, size=(p.new_h, p.new_w), mode="bicubic", align_corners=False, antialias=antialias)
     out = torch.round(y).clamp(0, 255).to(torch.uint8)[0].permute(1, 2, 0).numpy()
