@@ -1,13 +1,14 @@
-"""Candidates for the gate tests: a correct one that is deliberately slow."""
-
-import time
+"""Candidates for the gate tests: a correct one that is deliberately slow, and two broken ones."""
 
 from kimi_oracle.pipelines import reference
 
 
 def slow_reference(images, config):
-    """The reference, correct, but 40 ms slower on every call."""
-    time.sleep(0.04)
+    """The reference, correct, but three times the work on every call: about 3x the reference's
+    time on any machine, however fast or busy (a fixed sleep would be a large or a small share
+    of a call depending on the machine's speed)."""
+    reference.preprocess(images, config)
+    reference.preprocess(images, config)
     return reference.preprocess(images, config)
 
 

@@ -28,11 +28,15 @@ def register(group: click.Group) -> None:
                   help="Pixel policy of fuzzing and invariance-free comparisons; a golden case whose digest "
                        "differs is re-compared against the reference under this policy.")
     @click.option("--seed", type=int, default=None, help="Seed of the fuzzing stage (default: from the clock).")
+    @click.option("--fuzz-examples", type=click.IntRange(min=1), default=None, metavar="N",
+                  help="Fuzz exactly N examples instead of what fits into the budget, so that the verdict "
+                       "does not depend on the machine's speed (the budget still bounds the timing).")
     @click.option("--golden-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                   help="Golden files to use (default: the installed ones).")
     @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("gate-out"),
                   show_default=True, help="Where gate-report.json/.md, findings and diff images go.")
-    def gate_cmd(new, old, profile, budget, perf_threshold, tolerance, seed, golden_dir, out_dir) -> int:
+    def gate_cmd(new, old, profile, budget, perf_threshold, tolerance, seed, fuzz_examples, golden_dir,
+                 out_dir) -> int:
         """Run goldens, differential fuzzing, invariances and (with --baseline) A/B timing.
 
         Exit 0 pass, 1 fail, 2 error (bad candidate spec, bad options).
@@ -42,7 +46,7 @@ def register(group: click.Group) -> None:
         Tolerance.parse(tolerance)  # a bad policy is a usage error before anything runs
         options = GateOptions(profile=profile, budget_s=parse_duration(budget),
                               perf_threshold_pct=parse_percent(perf_threshold), tolerance=tolerance, seed=seed,
-                              golden_dir=golden_dir)
+                              golden_dir=golden_dir, fuzz_examples=fuzz_examples)
         gate = Gate(new, old, options, out_dir, progress=lambda m: click.echo(m, err=True))
         report = gate.run()
         click.echo((out_dir / "gate-report.md").read_text())

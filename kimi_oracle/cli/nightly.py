@@ -52,15 +52,21 @@ def register(group: click.Group) -> None:
               help="Address-space allowance of the candidate's process, in MiB (CPU candidates only).")
 @click.option("--max-findings", type=click.IntRange(1, None), default=100, show_default=True,
               help="Distinct findings kept per harness.")
+@click.option("--max-examples", type=click.IntRange(1, None), default=None,
+              help="Stop each worker after N examples (atheris: N inputs per harness, libFuzzer -runs=N, "
+                   "after its starting corpus); the budget then only bounds a run that cannot get there.")
+@click.option("--no-shrink", is_flag=True,
+              help="Report findings as found: hypothesis does not shrink, atheris does not minimize crashes.")
 def nightly(budget: float, out_dir: Path, candidate: str, profile: str | None, config_path: Path | None,
             corpus_dir: Path | None, db_dir: Path | None, engines: str, shard: str, jobs: int,
             case_timeout: float, tolerance: str, seed: int | None, fixed_config: bool,
-            memory_limit_mb: int | None, max_findings: int) -> int:
+            memory_limit_mb: int | None, max_findings: int, max_examples: int | None, no_shrink: bool) -> int:
     """Run a time-boxed fuzzing campaign (hypothesis + atheris) against a candidate.
 
     The candidate runs in worker subprocesses: a segfault, abort, out-of-memory kill or hang
     becomes a `crash` / `timeout` finding with its input, and the campaign goes on. Corpus and
-    example database persist between runs. Writes OUT/summary.json, OUT/summary.md,
+    example database persist between runs. `--max-examples N` ends the run after N examples
+    per worker instead (the budget stays as a bound). Writes OUT/summary.json, OUT/summary.md,
     OUT/junit.xml and OUT/findings/<id>/. Exit 0 no findings, 1 findings, 2 harness error,
     130 interrupted without findings (the summary is written in every case).
     """
@@ -69,22 +75,24 @@ def nightly(budget: float, out_dir: Path, candidate: str, profile: str | None, c
     from kimi_oracle.oracle.checks import Tolerance
 
     # Both checked before any work: --profile with --config, and a bad config file, are usage errors.
-    resolve_config(profile, config_path)
+    config = resolve_config(profile, config_path)
     names = tuple(e.strip() for e in engines.split(",") if e.strip())
     try:
         shard_tuple = parse_shard(shard)
         Tolerance.parse(tolerance)
         options = CampaignOptions(
-            out=out_dir, budget_s=float(budget), candidate=candidate, profile=profile or "k3",
+            out=out_dir, budget_s=float(budget), candidate=candidate, profile=profile,
             config_path=config_path, corpus=corpus_dir, db=db_dir, engines=names,
             engines_explicit=engines.replace(" ", "") != "hypothesis,atheris", shard=shard_tuple, jobs=jobs,
             case_timeout_s=float(case_timeout), tolerance=tolerance, seed=seed, vary_config=not fixed_config,
-            max_findings=max_findings, memory_limit_mb=memory_limit_mb,
+            max_findings=max_findings, memory_limit_mb=memory_limit_mb, max_examples=max_examples,
+            shrink=not no_shrink,
         )
     except ValueError as exc:
         raise _UsageError(str(exc)) from None
-    click.echo(f"nightly: candidate {candidate}, {options.profile if not config_path else config_path}, "
-               f"budget {budget:.0f} s, engines {','.join(names)}, shard {shard_tuple[0]}/{shard_tuple[1]}, "
+    limit = f", at most {max_examples} examples per worker" if max_examples else ""
+    click.echo(f"nightly: candidate {candidate}, {config_path or config.name}, "
+               f"budget {budget:.0f} s{limit}, engines {','.join(names)}, shard {shard_tuple[0]}/{shard_tuple[1]}, "
                f"jobs {jobs}", err=True)
     result = run_campaign(options, progress=lambda msg: click.echo(f"  {msg}", err=True))
     s = result.summary

@@ -267,12 +267,7 @@ def decode_input(data: bytes, max_pixels: int = DEFAULT_FUZZ_MAX_PIXELS) -> Imag
 
 
 # ---------------------------------------------------------------------------------------------
-# signatures and minimization
-
-
-def signature(verdict: Any, images: Sequence[Image.Image], config: PreprocessConfig) -> str:
-    """What makes two findings "the same finding" for de-duplication (`oracle.grouping.finding_key`)."""
-    return finding_key(str(verdict.check), verdict.stats, images)
+# minimization
 
 
 def minimize_bytes(data: bytes, still_fails: Callable[[bytes], bool], *, budget_s: float = 10.0,
@@ -333,13 +328,17 @@ class Outcome:
         """The failed check of a finding (`timeout` for an executor timeout)."""
         return None if self.verdict is None else self.verdict.check
 
+    def key(self) -> str:
+        """A finding's `grouping.finding_key`: what makes two findings the same one."""
+        return finding_key(str(self.verdict.check), self.verdict.stats, self.images)
+
 
 @dataclass
 class HarnessSettings:
     """Everything a harness needs; `from_env()` reads the KIMI_FUZZ_* variables."""
 
     candidate: str = "reference"
-    profile: str = "k3"
+    profile: str | None = None  # None (and no config_path): config.DEFAULT_PROFILE
     config_path: str | None = None
     tolerance: str = "exact"
     isolate: bool = False
@@ -360,7 +359,7 @@ class HarnessSettings:
         env = os.environ if env is None else env
         out = cls()
         out.candidate = env.get("KIMI_FUZZ_CANDIDATE") or out.candidate
-        out.profile = env.get("KIMI_FUZZ_PROFILE") or out.profile
+        out.profile = env.get("KIMI_FUZZ_PROFILE") or None
         out.config_path = env.get("KIMI_FUZZ_CONFIG") or None
         out.tolerance = env.get("KIMI_FUZZ_TOLERANCE") or out.tolerance
         out.isolate = (env.get("KIMI_FUZZ_ISOLATE") or "0").lower() in ("1", "true", "yes")
@@ -379,7 +378,6 @@ class HarnessSettings:
         """The KIMI_FUZZ_* variables that reproduce these settings."""
         env = {
             "KIMI_FUZZ_CANDIDATE": self.candidate,
-            "KIMI_FUZZ_PROFILE": self.profile,
             "KIMI_FUZZ_TOLERANCE": self.tolerance,
             "KIMI_FUZZ_ISOLATE": "1" if self.isolate else "0",
             "KIMI_FUZZ_CASE_TIMEOUT": str(self.case_timeout_s),
@@ -389,6 +387,8 @@ class HarnessSettings:
             "KIMI_FUZZ_VARY_CONFIG": "1" if self.vary_config else "0",
             "KIMI_FUZZ_MINIMIZE_S": str(self.minimize_s),
         }
+        if self.profile:
+            env["KIMI_FUZZ_PROFILE"] = self.profile
         if self.config_path:
             env["KIMI_FUZZ_CONFIG"] = self.config_path
         if self.findings_dir:
@@ -400,7 +400,8 @@ class HarnessSettings:
         return env
 
     def base_config(self) -> PreprocessConfig:
-        """The profile (or config file) the harness varies around."""
+        """The profile or config file the harness varies around (`PreprocessConfig.resolve`:
+        naming both is a ConfigError)."""
         return PreprocessConfig.resolve(self.profile, self.config_path)
 
 
@@ -425,7 +426,7 @@ class Harness:
                 candidate = load_candidate(self.settings.candidate)
         self.candidate = candidate
         self.counters: dict[str, int] = {"examples": 0, "ok": 0, "rejected": 0, "findings": 0, "duplicates": 0}
-        self.signatures: dict[str, str] = {}  # signature -> finding id
+        self.signatures: dict[str, str] = {}  # finding_key -> finding id
         self.finding_ids: list[str] = []
         self._last_status = 0.0
         self._load_status()
@@ -484,8 +485,10 @@ class Harness:
     # -- findings
 
     def record(self, data: bytes, outcome: Outcome) -> str | None:
-        """Write the finding (minimized first when it is a crash) unless its signature is known."""
-        sig = signature(outcome.verdict, outcome.images, outcome.config)
+        """Write the finding (minimized first when it is a crash) unless its key is known.
+
+        Two findings are the same when `grouping.finding_key` says so (fuzz() and nightly use it too)."""
+        sig = outcome.key()
         if sig in self.signatures or len(self.signatures) >= self.settings.max_findings:
             self.counters["duplicates"] += 1
             return None
@@ -509,7 +512,7 @@ class Harness:
                 again = self.evaluate(candidate, fdp)
             except Exception:
                 return False
-            ok = again.status == "finding" and signature(again.verdict, again.images, again.config) == sig
+            ok = again.status == "finding" and again.key() == sig
             if ok:
                 found[candidate] = again
             return ok

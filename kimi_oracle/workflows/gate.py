@@ -53,6 +53,9 @@ class GateOptions:
     # Larger than `fuzz`'s default: per example the harness costs about the same whatever the
     # size, so larger images keep the gate's time in the candidate rather than in the harness.
     fuzz_max_side: int = 256
+    # Fuzz exactly this many examples instead of what fits into the budget: the verdict then does
+    # not depend on the machine's speed (the budget still bounds the timing stage).
+    fuzz_examples: int | None = None
 
 
 @dataclass
@@ -264,12 +267,14 @@ class Gate:
 
     def fuzzing(self, budget_s: float) -> Stage:
         stage = Stage("fuzz")
-        if budget_s < 1.0:
+        examples = self.options.fuzz_examples
+        if examples is None and budget_s < 1.0:
             stage.summary = "no budget left for fuzzing"
             stage.status = "skipped"
             stage.reasons.append("fuzzing skipped: the goldens used the whole budget")
             return stage
-        options = FuzzOptions(budget_s=search_budget(budget_s), seed=self.seed, tolerance=self.options.tolerance,
+        options = FuzzOptions(examples=examples, budget_s=None if examples is not None else search_budget(budget_s),
+                              seed=self.seed, tolerance=self.options.tolerance,
                               vary_config=True, db_dir=self.out_dir / "hypothesis-db",
                               max_side=self.options.fuzz_max_side)
         run = fuzz(self.new, self.config, options, out_dir=self.out_dir)
@@ -408,6 +413,7 @@ class Gate:
             "tolerance": self.options.tolerance,
             "perf_threshold_pct": self.options.perf_threshold_pct,
             "budget_s": budget,
+            "fuzz_examples": self.options.fuzz_examples,
             "seed": self.seed,
             "started": started,
             "finished": utc_now(),

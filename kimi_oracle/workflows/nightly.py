@@ -1,11 +1,12 @@
-"""The nightly campaign runner: a time budget shared among fuzzing engines, crash-proof workers,
-persistent corpus and example database, and a summary CI can parse and people can read.
+"""The nightly campaign runner: a time budget (or an example count) shared among fuzzing engines,
+crash-proof workers, persistent corpus and example database, and a summary CI can parse and
+people can read.
 
 Process layout (each box survives the death of the one below it):
 
     kimi-oracle nightly (this module, no candidate code)        writes summary.json/.md, junit.xml
       └─ worker subprocess per engine job (own session)         `python -m kimi_oracle.workflows.nightly --worker`
-           ├─ hypothesis: fuzzing.fuzz(...) in a loop          reference in-process
+           ├─ hypothesis: one fuzzing.fuzz(...) run             reference in-process
            └─ atheris: libFuzzer subprocess per harness         restarted after a harness-level crash
                 └─ executor subprocess (sandbox.IsolatedCandidate): the candidate; its segfault,
                    abort, OOM kill or hang becomes a `crash` / `timeout` finding with its input.
@@ -25,19 +26,26 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
-from kimi_oracle.results.report import junit_cases_for, write_junit, JUnitCase
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import KimiOracleError
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
+from kimi_oracle.oracle.checks import FINDING_KINDS
+from kimi_oracle.results.report import JUnitCase, junit_cases_for, write_junit
 
 SUMMARY_SCHEMA = "kimi-oracle.nightly-summary"
 SUMMARY_SCHEMA_VERSION = 1
 ENGINES = ("hypothesis", "atheris")
-FINDING_KINDS = ("grid_mismatch", "feature_length", "shape_dtype", "pixel_mismatch", "invariance", "crash", "timeout")
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UnknownCheckError(KimiOracleError):
+    """A finding folder names a check the oracle does not define (`checks.FINDING_KINDS`): the
+    campaign reports it as a harness error instead of guessing a kind for it."""
+
 
 def atheris_available() -> bool:
     """True when atheris can be imported (the `fuzz` extra)."""
@@ -55,7 +63,7 @@ class CampaignOptions:
     out: Path
     budget_s: float = 1800.0
     candidate: str = "reference"
-    profile: str = "k3"
+    profile: str | None = None  # None with no config_path: the default profile
     config_path: Path | None = None
     corpus: Path | None = None
     db: Path | None = None
@@ -70,6 +78,10 @@ class CampaignOptions:
     max_findings: int = 100
     memory_limit_mb: int | None = None
     harnesses: tuple[str, ...] = ("structured", "decoder")
+    # Stop each worker after this many examples (atheris: per harness, libFuzzer's -runs); the
+    # budget then only bounds a run that cannot get there.
+    max_examples: int | None = None
+    shrink: bool = True  # hypothesis shrinks its findings; atheris minimizes crash inputs
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
@@ -80,6 +92,8 @@ class CampaignOptions:
             raise ValueError(f"unknown engine {unknown[0] if unknown else '(none)'!r}; expected {', '.join(ENGINES)}")
         if self.jobs < 1:
             raise ValueError("--jobs must be at least 1")
+        if self.max_examples is not None and self.max_examples < 1:
+            raise ValueError("--max-examples must be at least 1")
 
 
 @dataclass
@@ -196,6 +210,11 @@ def run_campaign(opts: CampaignOptions, *, progress: Callable[[str], None] | Non
     corpus_before: dict[str, int] = {}
     db_before = _count_db(opts.db)
     workers: list[_Worker] = []
+    config: PreprocessConfig | None = None
+    try:
+        config = PreprocessConfig.resolve(opts.profile, opts.config_path)
+    except KimiOracleError as exc:
+        errors.append(f"configuration: {exc}")
     try:
         if "atheris" in engines:
             corpus_before = prepare_corpus(opts.corpus, opts.harnesses)
@@ -218,7 +237,7 @@ def run_campaign(opts: CampaignOptions, *, progress: Callable[[str], None] | Non
     finally:
         for w in workers:
             _reap_group(w)
-    summary = _summarize(opts, engines, workers, engine_info, errors, stopped, seed, started_wall, started,
+    summary = _summarize(opts, config, engines, workers, engine_info, errors, stopped, seed, started_wall, started,
                          existing, corpus_before, db_before)
     code = EXIT_OK
     if summary["errors"]:
@@ -256,6 +275,8 @@ def _launch(opts: CampaignOptions, engine: str, budget: float, index: int, seed:
         "work": str(wdir),
         "max_findings": opts.max_findings,
         "harnesses": list(opts.harnesses),
+        "max_examples": opts.max_examples,
+        "shrink": opts.shrink,
     }
     w = _Worker(index, engine, budget, wdir / "spec.json", wdir / "status.json", wdir / "worker.log")
     write_json(w.spec_path, spec)
@@ -345,12 +366,18 @@ def _read_json(path: Path) -> dict[str, Any]:
         return {}
 
 
-def _finding_entry(path: Path, engine: str | None = None) -> dict[str, Any] | None:
+def finding_entry(path: Path, engine: str | None = None) -> dict[str, Any] | None:
+    """The summary's entry for the finding folder `path` (None when it holds no case.json yet).
+
+    Its `kind` is its check, one of `checks.FINDING_KINDS`; a check the oracle does not define
+    raises UnknownCheckError (never filed under some other kind)."""
     case = _read_json(path / "case.json")
     if not case:
         return None
     check = str(case.get("check"))
-    kind = check if check in FINDING_KINDS else "crash"
+    if check not in FINDING_KINDS:
+        raise UnknownCheckError(f"finding {path} names check {check!r}, which the oracle does not define "
+                                f"(known: {', '.join(FINDING_KINDS)})")
     detail = check
     if check == "invariance":
         inv = case.get("invariance") or {}
@@ -358,20 +385,56 @@ def _finding_entry(path: Path, engine: str | None = None) -> dict[str, Any] | No
     return {
         "id": case.get("id", path.name),
         "engine": case.get("engine") or engine or "unknown",
-        "kind": kind,
+        "kind": check,
         "check": detail,
         "path": str(path),
         "message": case.get("message", ""),
-        "signature": case.get("signature"),
+        # grouping.finding_key: `signature` in harness findings, `group` in fuzz() findings
+        "signature": case.get("signature") or case.get("group"),
     }
 
 
-def _summarize(opts: CampaignOptions, engines: list[str], workers: list[_Worker], engine_info: dict[str, Any],
-               errors: list[str], stopped: str, seed: int, started_wall: str, started: float,
-               existing: set[str], corpus_before: dict[str, int], db_before: int) -> dict[str, Any]:
+def collect_findings(out: Path, reported: Sequence[tuple[str, dict[str, Any]]], existing: set[str],
+                     errors: list[str]) -> dict[str, dict[str, Any]]:
+    """The campaign's findings by id: those the workers reported (`(engine, status entry)` pairs),
+    then folders under `out/findings` that a worker wrote but could not report (killed), except
+    `existing` ones (there before the run). A folder naming an unknown check adds to `errors`."""
+    findings: dict[str, dict[str, Any]] = {}
+    bad: set[str] = set()
+
+    def add(path: Path, engine: str | None, signature: str | None = None) -> None:
+        if path.name in bad:
+            return
+        try:
+            entry = finding_entry(path, engine)
+        except UnknownCheckError as exc:
+            bad.add(path.name)
+            errors.append(str(exc))
+            return
+        if entry is not None:
+            entry["signature"] = entry.get("signature") or signature
+            findings.setdefault(entry["id"], entry)
+
+    for engine, f in reported:
+        if f.get("path"):
+            add(Path(f["path"]), engine, f.get("signature"))
+    root = out / "findings"
+    if root.is_dir():
+        for path in sorted(root.iterdir()):
+            if path.is_dir() and not path.name.startswith(".") and path.name not in existing \
+                    and path.name not in findings:
+                add(path, None)
+    return findings
+
+
+def _summarize(opts: CampaignOptions, config: PreprocessConfig | None, engines: list[str], workers: list[_Worker],
+               engine_info: dict[str, Any], errors: list[str], stopped: str, seed: int, started_wall: str,
+               started: float, existing: set[str], corpus_before: dict[str, int], db_before: int) -> dict[str, Any]:
     from kimi_oracle.inputs import corpus as corpus_mod
 
-    findings: dict[str, dict[str, Any]] = {}
+    reported: list[tuple[str, dict[str, Any]]] = []
+    # "examples" when every worker ran its --max-examples; "budget" otherwise (or "interrupted").
+    reached = bool(workers) and opts.max_examples is not None
     for engine in engines:
         engine_info.setdefault(engine, {"status": "ran", "workers": 0, "examples": 0, "budget_s": 0.0})
     for w in workers:
@@ -380,7 +443,7 @@ def _summarize(opts: CampaignOptions, engines: list[str], workers: list[_Worker]
         info["workers"] = info.get("workers", 0) + 1
         info["budget_s"] = round(info.get("budget_s", 0.0) + w.budget_s, 3)
         info["examples"] = info.get("examples", 0) + int(st.get("examples", 0))
-        for key in ("calls", "rejected", "restarts", "iterations", "duplicates", "candidate_crashes",
+        for key in ("calls", "rejected", "restarts", "duplicates", "candidate_crashes",
                     "candidate_timeouts", "harness_crashes"):
             if key in st:
                 info[key] = info.get(key, 0) + int(st[key])
@@ -399,26 +462,20 @@ def _summarize(opts: CampaignOptions, engines: list[str], workers: list[_Worker]
         if st.get("error"):
             errors.append(f"{w.engine} worker {w.index}: {st['error']}")
             info["status"] = "error"
-        elif not st and w.returncode not in (0, None):
+        elif not st and w.returncode not in (0, None) and stopped != "interrupted":
+            # (Ctrl-C may reach a worker before it has written anything: not a harness error.)
             errors.append(f"{w.engine} worker {w.index} exited with {w.returncode} without a status; see {w.log_path}")
             info["status"] = "error"
         if st.get("stopped") == "interrupted":
             stopped = "interrupted"
+        if st.get("stopped") != "examples" or w.killed:
+            reached = False
         if w.killed:
             info["killed_workers"] = info.get("killed_workers", 0) + 1
-        for f in st.get("findings", []):
-            entry = _finding_entry(Path(f["path"]), w.engine) if f.get("path") else None
-            if entry is not None:
-                entry["signature"] = entry.get("signature") or f.get("signature")
-                findings.setdefault(entry["id"], entry)
-    # Findings written by a worker that was killed before it could report them.
-    root = opts.out / "findings"
-    if root.is_dir():
-        for path in sorted(root.iterdir()):
-            if path.is_dir() and not path.name.startswith(".") and path.name not in existing and path.name not in findings:
-                entry = _finding_entry(path)
-                if entry is not None:
-                    findings[entry["id"]] = entry
+        reported += [(w.engine, f) for f in st.get("findings", [])]
+    if reached and stopped == "budget":
+        stopped = "examples"
+    findings = collect_findings(opts.out, reported, existing, errors)
     for engine, info in engine_info.items():
         behaviours = info.pop("_behaviours", None)
         if behaviours:
@@ -434,25 +491,19 @@ def _summarize(opts: CampaignOptions, engines: list[str], workers: list[_Worker]
     if "hypothesis" in engine_info:
         engine_info["hypothesis"]["database"] = {"path": str(opts.db), "entries_before": db_before,
                                                  "entries_after": _count_db(opts.db)}
-    ordered = sorted(findings.values(), key=lambda f: (FINDING_KINDS.index(f["kind"]) if f["kind"] in FINDING_KINDS else 99, f["id"]))
+    ordered = sorted(findings.values(), key=lambda f: (FINDING_KINDS.index(f["kind"]), f["id"]))
     counts = {k: 0 for k in FINDING_KINDS}
     for f in ordered:
-        counts[f["kind"]] = counts.get(f["kind"], 0) + 1
-    from kimi_oracle.core.config import PreprocessConfig
-
-    try:
-        config = (PreprocessConfig.from_hf_json(opts.config_path) if opts.config_path
-                  else PreprocessConfig.profile(opts.profile)).to_hf_json()
-    except Exception:
-        config = None
+        counts[f["kind"]] += 1
     elapsed = time.monotonic() - started
     return {
         "schema": SUMMARY_SCHEMA,
         "schema_version": SUMMARY_SCHEMA_VERSION,
         "command": "nightly",
         "candidate": opts.candidate,
-        "profile": opts.config_path.stem if opts.config_path else opts.profile,
-        "config": config,
+        "profile": config.name if config is not None else (opts.profile or str(opts.config_path)),
+        "config": config.to_hf_json() if config is not None else None,
+        "max_examples": opts.max_examples,
         "tolerance": opts.tolerance,
         "start_time": started_wall,
         "end_time": utc_now(),
@@ -493,8 +544,9 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     shard = summary.get("shard", {})
     out.append(f"- profile {summary['profile']}, tolerance {summary['tolerance']}, shard "
                f"{shard.get('index')}/{shard.get('count')}, {summary['jobs']} job(s), seed {summary['seed']}")
+    limit = f", at most {summary['max_examples']} examples per worker" if summary.get("max_examples") else ""
     out.append(f"- {summary['start_time']} → {summary['end_time']} ({summary['elapsed_s']:.0f} s of a "
-               f"{summary['budget_s']:.0f} s budget; stopped: {summary['stopped']})")
+               f"{summary['budget_s']:.0f} s budget{limit}; stopped: {summary['stopped']})")
     out.append(f"- findings: **{len(summary['findings'])}**; exit code {summary.get('exit_code')}")
     out += ["", "## Engines", "", "| engine | status | examples | coverage | findings |", "|---|---|---|---|---|"]
     for name, info in summary["engines"].items():
@@ -580,38 +632,22 @@ def worker_main(spec_path: str) -> int:
     return EXIT_OK
 
 
-def _base_config(spec: dict[str, Any]) -> Any:
-    from kimi_oracle.core.config import PreprocessConfig
-
-    if spec.get("config_path"):
-        return PreprocessConfig.from_hf_json(spec["config_path"])
-    return PreprocessConfig.profile(spec["profile"])
-
-
-def merge_database(source: Path, target: Path) -> int:
-    """Copy a hypothesis directory database's entries into another (atomic files); count added."""
-    from kimi_oracle.inputs import corpus as corpus_mod
-
-    added = 0
-    if not source.is_dir():
-        return 0
-    for key_dir in source.iterdir():
-        if key_dir.is_dir() and not key_dir.name.startswith("."):
-            for value in key_dir.iterdir():
-                if value.is_file() and not value.name.startswith("."):
-                    added += corpus_mod.add_entry(target / key_dir.name, value.read_bytes(), name=value.name)
-    return added
+def _base_config(spec: dict[str, Any]) -> PreprocessConfig:
+    return PreprocessConfig.resolve(spec.get("profile"), spec.get("config_path"))
 
 
 def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
-    from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
-    from kimi_oracle.fuzzers.harnesses import signature
+    """One `fuzz()` run for the worker's budget (or --max-examples). fuzz() itself searches on
+    after each failure (new seeds, the groups found so far masked), replays the persistent
+    database first and keys its findings with `grouping.finding_key`: its findings are reported
+    as it wrote them."""
+    from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz, search_budget
     from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 
     config = _base_config(spec)
     deadline = time.monotonic() + float(spec["budget_s"])
     out = Path(spec["out"])
-    before = {p.name for p in (out / "findings").iterdir()} if (out / "findings").is_dir() else set()
+    max_examples = spec.get("max_examples")
     candidate = IsolatedCandidate(spec["candidate"], timeout_s=float(spec["case_timeout_s"]),
                                   memory_limit_mb=spec.get("memory_limit_mb"))
     candidate.start()
@@ -624,14 +660,12 @@ def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
     db_tmp.mkdir(parents=True, exist_ok=True)
     tempfile.tempdir = str(db_tmp)
     data = status.data
-    data.update(calls=0, rejected=0, iterations=0, duplicates=0, restarts=0)
-    signatures: dict[str, str] = {}
-    totals = {"examples": 0, "calls": 0, "rejected": 0}
+    data.update(calls=0, rejected=0, restarts=0)
 
     def live(run: Any) -> None:
-        data["examples"] = totals["examples"] + run.examples
-        data["calls"] = totals["calls"] + run.calls
-        data["rejected"] = totals["rejected"] + run.rejected
+        data["examples"] = run.examples
+        data["calls"] = run.calls
+        data["rejected"] = run.rejected
         data["restarts"] = candidate.restarts
         data["candidate_crashes"] = candidate.crashes
         data["candidate_timeouts"] = candidate.timeouts
@@ -639,50 +673,20 @@ def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
         status.write()
 
     try:
-        iteration = 0
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining < 1.0:
-                break
-            # fuzz() may run 25% over its budget to shrink what it found: stay inside ours.
-            # The first iteration replays the persistent database (last night's failures first).
-            # hypothesis stops generating soon after a failure, so later iterations start from a
-            # fresh database (no replay of what this run already found) merged back afterwards.
-            db_dir = Path(spec["db"]) if iteration == 0 else Path(spec["work"]) / f"db-{iteration}"
-            options = FuzzOptions(budget_s=remaining * 0.8, seed=derive_seed(spec["seed"], tuple(spec["shard"]), spec["worker"], iteration),
-                                  tolerance=spec["tolerance"], vary_config=bool(spec["vary_config"]),
-                                  db_dir=db_dir)
-            try:
-                # fuzz() seeds without switching the database off (tests/oracle/test_fuzz_cli.py).
-                run = fuzz(candidate, config, options, out_dir=out, on_example=live)
-            finally:
-                if iteration > 0:
-                    merge_database(db_dir, Path(spec["db"]))
-            for key in totals:
-                totals[key] += getattr(run, key)
-            iteration += 1
-            data["iterations"] = iteration
-            for finding in run.findings:
-                verdict = SimpleNamespace(check=finding.check, stats=finding.stats)
-                sig = signature(verdict, finding.images, finding.config)
-                if sig in signatures and signatures[sig] != finding.id:
-                    data["duplicates"] += 1
-                    # Only a folder this worker created: with --jobs N another worker may have
-                    # written (and reported) the same id.
-                    if finding.path is not None and finding.written_here and finding.path.name not in before:
-                        shutil.rmtree(finding.path, ignore_errors=True)
-                    continue
-                if sig not in signatures:
-                    signatures[sig] = finding.id
-                    data["findings"].append({"id": finding.id, "path": str(finding.path), "kind": finding.check,
-                                             "signature": sig})
-            live(SimpleNamespace(examples=0, calls=0, rejected=0))
-            status.write(force=True)
-            if run.stopped in ("budget", "interrupted"):
-                if run.stopped == "interrupted":
-                    raise KeyboardInterrupt
-                if deadline - time.monotonic() < 1.0:
-                    break
+        # fuzz() may run over its budget by its shrink grace: search_budget keeps it inside ours.
+        options = FuzzOptions(examples=max_examples,
+                              budget_s=search_budget(max(deadline - time.monotonic(), 0.0)),
+                              seed=derive_seed(spec["seed"], tuple(spec["shard"]), spec["worker"]),
+                              tolerance=spec["tolerance"], vary_config=bool(spec["vary_config"]),
+                              shrink=bool(spec.get("shrink", True)), db_dir=Path(spec["db"]))
+        run = fuzz(candidate, config, options, out_dir=out, on_example=live)
+        for finding in run.findings:
+            data["findings"].append({"id": finding.id, "path": str(finding.path), "kind": finding.check,
+                                     "signature": finding.extra.get("group")})
+        live(run)
+        if run.stopped == "interrupted":
+            raise KeyboardInterrupt
+        data["stopped"] = "examples" if max_examples is not None and run.examples >= max_examples else "budget"
     finally:
         data["coverage"] = {"behaviours": len(candidate.behaviours)}
         candidate.close()
@@ -691,6 +695,7 @@ def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
 
 _COV = re.compile(r"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/")
 _UNITS = re.compile(r"stat::number_of_executed_units: (\d+)")
+_INITED = re.compile(r"#(\d+)\s+INITED")
 
 
 def _libfuzzer_stats(log: str) -> dict[str, int]:
@@ -703,6 +708,9 @@ def _libfuzzer_stats(log: str) -> dict[str, int]:
     units = _UNITS.findall(log)
     if units:
         out["execs"] = int(units[-1])
+    inited = _INITED.findall(log)
+    if inited:
+        out["inited"] = int(inited[-1])  # runs spent replaying the starting corpus
     return out
 
 
@@ -721,6 +729,8 @@ def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
     seen_findings: set[str] = set()
     t0 = time.monotonic()
     total = float(spec["budget_s"])
+    max_examples = spec.get("max_examples")
+    reached: dict[str, bool] = {}
     overhead = 4.0  # interpreter start, imports and instrumentation before libFuzzer's clock starts
     for position, name in enumerate(harnesses):
         slice_end = t0 + total * (position + 1) / len(harnesses)
@@ -741,17 +751,28 @@ def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
             tolerance=spec["tolerance"], isolate=True, case_timeout_s=float(spec["case_timeout_s"]),
             shard=shard, findings_dir=spec["out"], status_path=str(hdir / "harness-status.json"),
             max_findings=int(spec["max_findings"]), vary_config=bool(spec["vary_config"]),
+            minimize_s=HarnessSettings.minimize_s if spec.get("shrink", True) else 0.0,
         )
         env = dict(os.environ)
         env.update(settings.to_env())
         cov: dict[str, int] = {}
         execs_total = 0
+        generated = 0  # inputs libFuzzer made, beyond its replays of the starting corpus
+        reached[name] = False
         run_no = 0
         try:
             while True:
                 remaining = min(slice_end, deadline) - time.monotonic() - overhead
                 if remaining < 1.0:
                     break
+                runs = None
+                if max_examples is not None:
+                    if generated >= int(max_examples):
+                        reached[name] = True
+                        break
+                    # -runs counts the replay of the starting corpus too: N inputs beyond it.
+                    corpus_files = sum(1 for d in (new_dir, start_dir) for p in d.iterdir() if p.is_file())
+                    runs = corpus_files + int(max_examples) - generated
                 log_path = hdir / f"libfuzzer-{run_no}.log"
                 env["KIMI_FUZZ_DEADLINE"] = repr(time.time() + (min(slice_end, deadline) - time.monotonic()))
                 known_artifacts = {p.name for p in artifacts.iterdir()}
@@ -761,6 +782,8 @@ def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
                        f"-artifact_prefix={artifacts}/",
                        f"-timeout={int(4 * float(spec['case_timeout_s']) + 60)}",
                        "-rss_limit_mb=8192", "-print_final_stats=1", "-close_fd_mask=0"]
+                if runs is not None:
+                    cmd.append(f"-runs={runs}")
                 if name == "decoder":
                     cmd += [f"-dict={dict_path}", "-max_len=65536"]
                 else:
@@ -788,12 +811,15 @@ def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
                         text = log_path.read_text(errors="replace")
                         stats = _libfuzzer_stats(text)
                         execs_total += stats.get("execs", 0)
+                        generated += max(0, stats.get("execs", 0) - stats.get("inited", 0))
                         for k in ("cov", "ft", "corpus_entries"):
                             if k in stats:
                                 cov[k] = max(cov.get(k, 0), stats[k])
                         _collect_harness(spec, name, hdir, data, execs_total, cov, seen_findings)
                         status.write(force=True)
                 run_no += 1
+                if code == 0 and runs is not None and stats.get("execs", 0) >= runs:
+                    reached[name] = True
                 if code == 0:
                     overhead = max(1.0, time.monotonic() - launched - max(1, int(remaining)))
                 new_artifacts = [p for p in artifacts.iterdir() if p.name not in known_artifacts]
@@ -808,6 +834,7 @@ def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
             data.setdefault("corpus_added", {})[name] = added
             _collect_harness(spec, name, hdir, data, execs_total, cov, seen_findings)
             status.write(force=True)
+    data["stopped"] = "examples" if max_examples is not None and all(reached.values()) else "budget"
 
 
 def _collect_harness(spec: dict[str, Any], name: str, hdir: Path, data: dict[str, Any], execs: int,
