@@ -36,13 +36,15 @@ from kimi_oracle.pipelines.reference import (
     background,
     fill_conversion,
     pad_bottom_right,
-    preprocess_image,
 )
 
 UNEXPLAINED = "unexplained"
 # A variant is taken when it leaves at most this share of the remaining total level difference
 # (or none at all): it must remove at least a quarter of what is still unexplained.
 KEEP_AT_MOST = 0.75
+# When the greedy search leaves a residual, it is run again with each of the next this many
+# qualifying first swaps; the run with the smallest residual wins.
+RESTARTS = 2
 # When no single swap qualifies, pairs are tried: the best swaps that changed the output (one per
 # root cause, this many) each combined with every variant of every other root cause.
 PAIR_SEEDS = 4
@@ -337,12 +339,23 @@ def _fixed(*variants: Variant) -> Callable[[PreprocessConfig], Sequence[Variant]
 # Modes the checkpoint resizes in their own domain and engines convert first. "P" and "1"
 # belong to palette-bicubic, "RGBA" needs no conversion.
 CONVERTED_FIRST = frozenset(Image.MODES) - {"P", "1", "RGBA", "RGBa", "La"}
+ALL_MODES = frozenset(Image.MODES)
 # Modes whose conversion to RGB commutes with the resize (unless a transparency key is set).
 _COMMUTING = frozenset({"RGB", "L", "LA"})
 
 
 def _other_stage(config: PreprocessConfig) -> str:
     return next(s for s in FILL_STAGES if s != config.fill_stage)
+
+
+def _fill_stage_variants(config: PreprocessConfig) -> tuple[Variant, ...]:
+    other = _other_stage(config)
+    out = [Variant(f"fill-{other}", lambda s: s.replace(stage=other))]
+    if other == "after_resize":
+        # As engines that decode to RGB / RGBA: every mode converted first, composited after.
+        out.append(Variant("fill-after_resize-decoded-to-rgb",
+                           lambda s: s.replace(stage=other, convert_first=s.convert_first | ALL_MODES)))
+    return tuple(out)
 
 
 CATALOGUE: tuple[RootCause, ...] = (
@@ -394,8 +407,7 @@ CATALOGUE: tuple[RootCause, ...] = (
     RootCause(
         "fill-stage",
         "the background composited at the other stage than transparent_bg_fill_stage says",
-        lambda config: (Variant(f"fill-{_other_stage(config)}",
-                                lambda s: s.replace(stage=_other_stage(config))),),
+        _fill_stage_variants,
         lambda img, p, config, steps: _resized(img, p) and (img.mode != "RGB" or "transparency" in img.info),
         enabling=True,
     ),
@@ -646,13 +658,20 @@ class _Search:
         self.catalogue = catalogue
         self.max_runs = max_runs
         self.runs = 0
+        self.best_so_far: tuple[list[Explained], _Option] | None = None
+        self.resized: dict[tuple[int, Steps], np.ndarray] = {}
 
     def run(self, i: int, steps: Steps) -> torch.Tensor:
-        """Image i's patches under `steps` (one reference run)."""
+        """Image i's patches under `steps` (one reference run; the resized, filled array is
+        shared by every variant of the later steps)."""
         if self.max_runs is not None and self.runs >= self.max_runs:
             raise _OutOfRuns
         self.runs += 1
-        return preprocess_image(self.decoded[i], self.config, steps=steps)[0]
+        key = (i, steps.replace(pad=CHECKPOINT.pad, normalize=CHECKPOINT.normalize, patchify=CHECKPOINT.patchify))
+        rgb = self.resized.get(key)
+        if rgb is None:
+            rgb = self.resized[key] = steps.resized_rgb(self.decoded[i], self.config, self.plans[i])
+        return steps.patches(rgb, self.config, self.plans[i])
 
     def total(self, dist: dict[int, LevelSummary]) -> LevelSummary:
         """The distances of the images in scope, merged."""
@@ -683,31 +702,36 @@ class _Search:
         out.sort(key=_closest_first)
         return out
 
-    def step(self, current: _Option, done: set[str]) -> tuple[list[_Option], tuple[str, ...]]:
+    def step(self, current: _Option, done: set[str], rank: int = 0) -> tuple[list[_Option], tuple[str, ...]]:
         """The swaps taken next (one, or a pair; none when nothing qualifies) and the root causes
-        whose swap gave the same output as a single swap taken."""
+        whose swap gave the same output as a single swap taken. `rank` > 0 takes the rank-th
+        qualifying single swap instead of the best (a restart)."""
         limit = KEEP_AT_MOST * current.total
         options = self.options(current, done)
-        if not options:
-            return [], ()
-        best = options[0]
-        if best.total == 0 or best.total <= limit:
+        qualifying = [o for o in options if o.total == 0 or o.total <= limit]
+        if rank:  # the best swap of the rank-th root cause among those that qualify
+            firsts = [o for k, o in enumerate(qualifying) if all(o.cause.id != x.cause.id for x in qualifying[:k])]
+            return ([firsts[rank]], ()) if rank < len(firsts) else ([], ())
+        if qualifying:
+            best = qualifying[0]
             same = []
             for o in options[1:]:
                 if (o.total == best.total and o.cause.id not in (best.cause.id, *same)
                         and all(torch.equal(best.model[i], o.model[i]) for i in self.scope)):
                     same.append(o.cause.id)
             return [best], tuple(same)
-        # No single swap qualifies: pairs. Seeds are the swaps that changed the output and came
-        # closest (PAIR_SEEDS of them, one per root cause) and every swap of an enabling root
-        # cause that changed nothing alone (it may be what lets another one show).
-        seeds: list[_Option] = []
+        if not options:
+            return [], ()
+        # No single swap qualifies: pairs. Seeds are every swap of an enabling root cause (it
+        # may be what lets another one show) and the other swaps that changed the output and
+        # came closest (PAIR_SEEDS of them, one per root cause).
+        seeds = [o for o in options if o.cause.enabling]
+        others: list[_Option] = []
         for o in options:
-            if o.changed and sum(s.changed for s in seeds) < PAIR_SEEDS and all(
-                    o.cause.id != s.cause.id for s in seeds if s.changed):
-                seeds.append(o)
-            elif not o.changed and o.cause.enabling:
-                seeds.append(o)
+            if (not o.cause.enabling and o.changed and len(others) < PAIR_SEEDS
+                    and all(o.cause.id != x.cause.id for x in others)):
+                others.append(o)
+        seeds += others
         tried: set[frozenset] = set()
         pairs = []
         for seed in seeds:
@@ -721,6 +745,28 @@ class _Search:
         if partner.total == 0 or partner.total <= limit:
             return [seed, partner], ()
         return [], ()
+
+
+    def greedy(self, start: _Option, first_rank: int = 0) -> tuple[list[Explained], _Option] | None:
+        """Swaps taken one step at a time until nothing qualifies (the first step: the
+        `first_rank`-th qualifying swap; None when there is no such swap)."""
+        taken: list[Explained] = []
+        current = start
+        self.best_so_far = None
+        while current.total > 0:
+            rank = first_rank if not taken else 0
+            chosen, same = self.step(current, {e.root_cause for e in taken}, rank)
+            if not chosen:
+                if rank:
+                    return None
+                break
+            for o in chosen:
+                left = self.total(o.dist)
+                taken.append(Explained(o.cause.id, o.variant.name, left.max_levels, left.mean_levels,
+                                       left.total_levels, same if o is chosen[-1] else ()))
+            current = chosen[-1]
+            self.best_so_far = (list(taken), current)
+        return taken, current
 
 
 def attribute(
@@ -765,23 +811,27 @@ def attribute(
         model = {i: search.run(i, CHECKPOINT) for i in scope}
     dist = {i: targets[i].summary(model[i]) for i in scope}
     before = search.total(dist)
-    current = _Option(before.total_levels, -1, -1, None, None, CHECKPOINT, model, dist, False)
+    start_point = _Option(before.total_levels, -1, -1, None, None, CHECKPOINT, model, dist, False)
 
-    taken: list[Explained] = []
     complete = True
-    while current.total > 0:
-        try:
-            chosen, same = search.step(current, {e.root_cause for e in taken})
-        except _OutOfRuns:
-            complete = False
-            break
-        if not chosen:
-            break
-        for o in chosen:
-            left = search.total(o.dist)
-            taken.append(Explained(o.cause.id, o.variant.name, left.max_levels, left.mean_levels,
-                                   left.total_levels, same if o is chosen[-1] else ()))
-        current = chosen[-1]
+    taken: list[Explained] = []
+    current = start_point
+    try:
+        found = search.greedy(start_point)
+        assert found is not None
+        taken, current = found
+        if current.total > 0 and taken:
+            # Not all explained: retry from the next-best first swaps; keep the smallest residual.
+            for rank in range(1, RESTARTS + 1):
+                other = search.greedy(start_point, rank)
+                if other is None:
+                    break
+                if other[1].total < current.total:
+                    taken, current = other
+    except _OutOfRuns:
+        complete = False
+        if not taken and search.best_so_far is not None:  # the first search was cut short
+            taken, current = search.best_so_far
     after = search.total(current.dist)
 
     if taken:
@@ -812,6 +862,7 @@ __all__ = [
     "CONVERTED_FIRST",
     "KEEP_AT_MOST",
     "PAIR_SEEDS",
+    "RESTARTS",
     "MEANINGS",
     "ROOT_CAUSE_IDS",
     "UNEXPLAINED",
