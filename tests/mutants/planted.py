@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -291,7 +292,9 @@ class TransparencyKeyIgnored(Pipeline):
 
     def fill(self, img: Image.Image) -> np.ndarray:
         if "A" not in img.getbands() and "transparency" in img.info:
-            return np.asarray(img.convert("RGB"))
+            with warnings.catch_warnings():  # Pillow's advice to go through RGBA: the bug here
+                warnings.simplefilter("ignore", UserWarning)
+                return np.asarray(img.convert("RGB"))
         return super().fill(img)
 
 

@@ -179,8 +179,7 @@ def test_touches_is_false_only_where_no_variant_changes_the_image(config):
     # Attribution skips an image a root cause does not touch: that must never hide a change.
     # Checked on top of the checkpoint and of a few other variants already applied.
     bases = [CHECKPOINT,
-             diagnosis.steps_for(config, [("pad", "pad-background")]),
-             diagnosis.steps_for(config, [("resample-float", "torch-bicubic-antialias"),
+             diagnosis.steps_for(config, [("pad", "pad-background"), ("resample-float", "torch-bicubic-antialias"),
                                           ("transparency-key", "key-honoured")])]
     checked = 0
     for mode, alpha, w, h in _touch_cases():
