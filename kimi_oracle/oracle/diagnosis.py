@@ -501,12 +501,14 @@ class Explained:
 
     root_cause: str
     variant: str
+    # What was left of this image's difference after this step (levels).
     residual_max_levels: float
     residual_mean_levels: float
     residual_total_levels: float
     # Other root causes whose best variant gave bit-identical output at this step (the
-    # candidate's output cannot tell them apart; the first in catalogue order was taken).
+    # candidate's output cannot tell them apart; the first by the tie rule was taken).
     equivalent: tuple[str, ...] = ()
+    image: int = 0  # the image of the batch this step explains
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -521,8 +523,9 @@ class Attribution:
 
     `max_levels` / `mean_levels` are the candidate's own distance from the reference, over the
     values that differ (bitwise); the `residual_*` fields are the distance left once the root
-    causes' variants are applied. `root_causes` is in catalogue order; `["unexplained"]` when no
-    variant explains any of it, `[]` when the candidate equals the reference."""
+    causes' variants are applied. Each image is attributed on its own; `root_causes` is the
+    union, in catalogue order; `("unexplained",)` when no variant explains any of it, `()` when
+    the candidate equals the reference; `per_image` holds each image's own root causes."""
 
     root_causes: tuple[str, ...]
     max_levels: float
@@ -533,6 +536,7 @@ class Attribution:
     residual_differing: int
     explained: tuple[Explained, ...] = ()
     images: tuple[int, ...] = ()
+    per_image: tuple[tuple[str, ...], ...] = ()  # the root causes of each image in `images`
     runs: int = 0
     complete: bool = True
     seconds: float = field(default=0.0, compare=False)
@@ -563,6 +567,7 @@ class Attribution:
             "fully_explained": self.fully_explained,
             "explained": [e.to_dict() for e in self.explained],
             "images": list(self.images),
+            "per_image": [list(r) for r in self.per_image],
             "runs": self.runs,
             "complete": self.complete,
             "seconds": self.seconds,
@@ -598,16 +603,34 @@ class _OutOfRuns(Exception):
     """The attribution's budget of reference runs is spent."""
 
 
+@dataclass
+class _Budget:
+    """Reference runs spent by one attribution, and how many it may spend."""
+
+    max_runs: int | None
+    runs: int = 0
+
+    def spend(self) -> None:
+        if self.max_runs is not None and self.runs >= self.max_runs:
+            raise _OutOfRuns
+        self.runs += 1
+
+
 class _Target:
     """The candidate's values of one image, in levels, and distances of model outputs from them."""
 
     def __init__(self, values: torch.Tensor, config: PreprocessConfig):
         self.config = config
+        # A bfloat16 candidate is compared with model outputs rounded to bfloat16 (the `bf16`
+        # tolerance's rule), so that the rounding itself is not a difference.
+        self.bf16 = values.dtype == torch.bfloat16
         self.bits = values.float().contiguous().view(torch.int32).numpy()
         self.levels = levels_of(values, config)
         self.finite = np.isfinite(values.float().numpy())
 
     def summary(self, model: torch.Tensor) -> LevelSummary:
+        if self.bf16:
+            model = model.to(torch.bfloat16).float()
         differ = self.bits != model.contiguous().view(torch.int32).numpy()
         if not differ.any():
             return LevelSummary(0.0, 0.0, 0, 0.0)
@@ -649,24 +672,21 @@ class _Search:
     """The greedy search of one attribution: the images, the candidate's values, the runs spent."""
 
     def __init__(self, decoded: list[Image.Image], config: PreprocessConfig, scope: list[int],
-                 targets: dict[int, _Target], catalogue: Sequence[RootCause], max_runs: int | None):
+                 targets: dict[int, _Target], catalogue: Sequence[RootCause], budget: _Budget):
         self.decoded = decoded
         self.config = config
         self.plans = [plan(img.width, img.height, config) for img in decoded]
         self.scope = scope
         self.targets = targets
         self.catalogue = catalogue
-        self.max_runs = max_runs
-        self.runs = 0
+        self.budget = budget
         self.best_so_far: tuple[list[Explained], _Option] | None = None
         self.resized: dict[tuple[int, Steps], np.ndarray] = {}
 
     def run(self, i: int, steps: Steps) -> torch.Tensor:
         """Image i's patches under `steps` (one reference run; the resized, filled array is
         shared by every variant of the later steps)."""
-        if self.max_runs is not None and self.runs >= self.max_runs:
-            raise _OutOfRuns
-        self.runs += 1
+        self.budget.spend()
         key = (i, steps.replace(pad=CHECKPOINT.pad, normalize=CHECKPOINT.normalize, patchify=CHECKPOINT.patchify))
         rgb = self.resized.get(key)
         if rgb is None:
@@ -763,7 +783,7 @@ class _Search:
             for o in chosen:
                 left = self.total(o.dist)
                 taken.append(Explained(o.cause.id, o.variant.name, left.max_levels, left.mean_levels,
-                                       left.total_levels, same if o is chosen[-1] else ()))
+                                       left.total_levels, same if o is chosen[-1] else (), self.scope[0]))
             current = chosen[-1]
             self.best_so_far = (list(taken), current)
         return taken, current
@@ -802,37 +822,51 @@ def attribute(
         raise IndexError(f"image {image} of a batch of {len(decoded)}")
     scope = list(range(len(decoded))) if image is None else [image]
     catalogue = CATALOGUE if causes is None else tuple(_BY_ID[c] for c in causes)
-    targets = {i: _Target(act.pixel_values[offsets[i]:offsets[i + 1]], config) for i in scope}
-    search = _Search(decoded, config, scope, targets, catalogue, max_runs)
-
-    if expected is not None:
-        model = {i: expected.pixel_values[offsets[i]:offsets[i + 1]] for i in scope}
-    else:
-        model = {i: search.run(i, CHECKPOINT) for i in scope}
-    dist = {i: targets[i].summary(model[i]) for i in scope}
-    before = search.total(dist)
-    start_point = _Option(before.total_levels, -1, -1, None, None, CHECKPOINT, model, dist, False)
-
+    budget = _Budget(max_runs)
     complete = True
     taken: list[Explained] = []
-    current = start_point
-    try:
-        found = search.greedy(start_point)
-        assert found is not None
-        taken, current = found
-        if current.total > 0 and taken:
-            # Not all explained: retry from the next-best first swaps; keep the smallest residual.
-            for rank in range(1, RESTARTS + 1):
-                other = search.greedy(start_point, rank)
-                if other is None:
-                    break
-                if other[1].total < current.total:
-                    taken, current = other
-    except _OutOfRuns:
-        complete = False
-        if not taken and search.best_so_far is not None:  # the first search was cut short
-            taken, current = search.best_so_far
-    after = search.total(current.dist)
+    before_parts: list[LevelSummary] = []
+    after_parts: list[LevelSummary] = []
+    per_image: list[tuple[str, ...]] = []
+    # Each image is attributed on its own (a batch's images may differ for different reasons).
+    for i in scope:
+        target = _Target(act.pixel_values[offsets[i]:offsets[i + 1]], config)
+        search = _Search(decoded, config, [i], {i: target}, catalogue, budget)
+        image_taken: list[Explained] = []
+        try:
+            model = {i: (expected.pixel_values[offsets[i]:offsets[i + 1]] if expected is not None
+                         else search.run(i, CHECKPOINT))}
+        except _OutOfRuns:
+            complete = False
+            break
+        dist = {i: target.summary(model[i])}
+        start_point = _Option(dist[i].total_levels, -1, -1, None, None, CHECKPOINT, model, dist, False)
+        current = start_point
+        before_parts.append(dist[i])
+        if complete:
+            try:
+                found = search.greedy(start_point)
+                assert found is not None
+                image_taken, current = found
+                if current.total > 0 and image_taken:
+                    # A residual left: retry from the next-best first swaps; keep the smallest.
+                    for rank in range(1, RESTARTS + 1):
+                        other = search.greedy(start_point, rank)
+                        if other is None:
+                            break
+                        if other[1].total < current.total:
+                            image_taken, current = other
+            except _OutOfRuns:
+                complete = False
+                if not image_taken and search.best_so_far is not None:  # cut short on its first run
+                    image_taken, current = search.best_so_far
+        after_parts.append(current.dist[i])
+        taken += image_taken
+        ids = {e.root_cause for e in image_taken}
+        per_image.append(tuple(c for c in ROOT_CAUSE_IDS if c in ids) if ids
+                         else (UNEXPLAINED,) if dist[i].differing else ())
+    before = _merge(before_parts)
+    after = _merge(after_parts)
 
     if taken:
         ids = {e.root_cause for e in taken}
@@ -850,8 +884,9 @@ def attribute(
         residual_mean_levels=after.mean_levels,
         residual_differing=after.differing,
         explained=tuple(taken),
-        images=tuple(scope),
-        runs=search.runs,
+        images=tuple(scope)[:len(per_image)],
+        per_image=tuple(per_image),
+        runs=budget.runs,
         complete=complete,
         seconds=time.perf_counter() - start,
     )

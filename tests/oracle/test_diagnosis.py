@@ -340,24 +340,31 @@ def test_residual_is_what_the_root_causes_leave():
 
 @pytest.mark.parametrize("other_share, taken", [(4.0, False), (2.0, True)])
 def test_a_swap_must_remove_a_quarter_of_what_is_left(other_share, taken):
-    # Image 0: the padding on the top-left (explained by `pad`). Image 1: no padding, no
-    # resize, every value shifted by a constant (explained by nothing). With the shift worth 4x
-    # the padding difference, the pad swap would leave 80 % of the total: not taken. Worth 2x,
-    # it leaves 67 %: taken, and the shift is the residual. (docs/diagnosis.md)
-    images = [image("RGB", 30, 30), image("RGB", 56, 56, seed=2)]
+    # The padding on the top-left (explained by `pad`), plus a shift of the values that the
+    # padding bug leaves equal (explained by nothing): the two parts add up. With the shift
+    # worth 4x the padding part, the pad swap would leave 80 % of the total: not taken. Worth
+    # 2x, it leaves 67 %: taken, and the shift is the residual. (docs/diagnosis.md)
+    images = [image("RGB", 30, 30)]
     ref = run(images, K3)
     planted = BY_NAME["pad_top_left"](images, K3)
-    pad_part = float(np.abs(levels_of(planted.image(0).pixel_values, K3)
-                            - levels_of(ref.image(0).pixel_values, K3)).sum())
-    n1 = ref.image(1).pixel_values.numel()
-    rows1 = slice(ref.patch_offsets()[1], None)
-    out = _shifted(planted, K3, other_share * pad_part / n1, rows1)
+    pad_part = float(np.abs(levels_of(planted.pixel_values, K3) - levels_of(ref.pixel_values, K3)).sum())
+    same = planted.pixel_values == ref.pixel_values
+    n = int(same.sum())
+    lut = reference.normalization_lut(K3).astype(np.float64)
+    slope = torch.from_numpy((lut[:, 255] - lut[:, 0]) / 255.0).view(1, 3, 1, 1).expand_as(same)
+    # Downwards: away from every other padding value a variant could put there.
+    shift = -other_share * pad_part / n
+    values = planted.pixel_values.double()
+    values[same] += shift * slope[same]
+    out = PreprocessResult(values.float(), planted.grid_thws)
     result = attribute(images, K3, out)
     if taken:
         assert result.root_causes == ("pad",)
-        assert result.residual_differing == n1
+        assert result.residual_differing == n
+        assert result.residual_mean_levels == pytest.approx(-shift, rel=1e-4)
     else:
         assert result.root_causes == ("unexplained",)
+        assert result.differing == result.residual_differing
 
 
 def test_several_images_and_one_image():
@@ -366,6 +373,8 @@ def test_several_images_and_one_image():
     expected = run(images, K3_RESIZING)
     whole = attribute(images, K3_RESIZING, out, expected=expected)
     assert whole.root_causes == ("alpha-straight",) and whole.images == (0, 1)
+    assert whole.per_image == (("alpha-straight",), ())
+    assert {e.image for e in whole.explained} == {0}
     assert attribute(images, K3_RESIZING, out, image=1).root_causes == ()
     first = attribute(images, K3_RESIZING, out, image=0)
     assert first.root_causes == ("alpha-straight",) and first.images == (0,)
@@ -391,3 +400,15 @@ def test_wrong_shape_is_a_typed_error():
     out = run(images, K3)
     with pytest.raises(CandidateError):
         attribute(images, K3, PreprocessResult(out.pixel_values[:-1], out.grid_thws))
+
+
+def test_bfloat16_candidate_is_compared_after_rounding():
+    # A candidate returning bfloat16 (the `bf16` tolerance): the rounding is not a root cause;
+    # what differs after rounding both sides is.
+    images = [image("RGBA", alpha="random")]
+    ref = run(images, K3_RESIZING)
+    exact = attribute(images, K3_RESIZING, PreprocessResult(ref.pixel_values.to(torch.bfloat16), ref.grid_thws))
+    assert exact.root_causes == () and exact.differing == 0
+    planted = BY_NAME["straight_alpha"](images, K3_RESIZING)
+    result = attribute(images, K3_RESIZING, PreprocessResult(planted.pixel_values.to(torch.bfloat16), planted.grid_thws))
+    assert result.root_causes == ("alpha-straight",) and result.fully_explained
