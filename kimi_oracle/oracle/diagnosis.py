@@ -45,6 +45,7 @@ KEEP_AT_MOST = 0.75
 # When the greedy search leaves a residual, it is run again with each of the next this many
 # qualifying first swaps; the run with the smallest residual wins.
 RESTARTS = 2
+PAIR_FIRST = -1  # and once more, starting with the best pair of swaps
 # When no single swap qualifies, pairs are tried: the best swaps that changed the output (one per
 # root cause, this many) each combined with every variant of every other root cause.
 PAIR_SEEDS = 4
@@ -682,6 +683,7 @@ class _Search:
         self.budget = budget
         self.best_so_far: tuple[list[Explained], _Option] | None = None
         self.resized: dict[tuple[int, Steps], np.ndarray] = {}
+        self.memo: dict[tuple[Steps, frozenset], list[_Option]] = {}
 
     def run(self, i: int, steps: Steps) -> torch.Tensor:
         """Image i's patches under `steps` (one reference run; the resized, filled array is
@@ -699,6 +701,9 @@ class _Search:
 
     def options(self, base: _Option, skip: set[str], tried: set[frozenset] | None = None) -> list[_Option]:
         """Every variant of every root cause not in `skip`, applied on top of `base`, closest first."""
+        memo_key = (base.steps, frozenset(skip))
+        if tried is None and memo_key in self.memo:  # a restart's first round
+            return self.memo[memo_key]
         out = []
         for ci, cause in enumerate(self.catalogue):
             if cause.id in skip:
@@ -720,19 +725,21 @@ class _Search:
                 out.append(_Option(self.total(dist).total_levels, ci, vi, cause, variant, trial,
                                    {**base.model, **outs}, dist, changed))
         out.sort(key=_closest_first)
+        if tried is None:
+            self.memo[memo_key] = out
         return out
 
     def step(self, current: _Option, done: set[str], rank: int = 0) -> tuple[list[_Option], tuple[str, ...]]:
         """The swaps taken next (one, or a pair; none when nothing qualifies) and the root causes
-        whose swap gave the same output as a single swap taken. `rank` > 0 takes the rank-th
-        qualifying single swap instead of the best (a restart)."""
+        whose swap gave the same output as a single swap taken. A restart: `rank` > 0 takes
+        the rank-th qualifying single swap instead of the best, `PAIR_FIRST` the best pair."""
         limit = KEEP_AT_MOST * current.total
         options = self.options(current, done)
         qualifying = [o for o in options if o.total == 0 or o.total <= limit]
-        if rank:  # the best swap of the rank-th root cause among those that qualify
+        if rank > 0:  # the best swap of the rank-th root cause among those that qualify
             firsts = [o for k, o in enumerate(qualifying) if all(o.cause.id != x.cause.id for x in qualifying[:k])]
             return ([firsts[rank]], ()) if rank < len(firsts) else ([], ())
-        if qualifying:
+        if qualifying and rank == 0:
             best = qualifying[0]
             same = []
             for o in options[1:]:
@@ -761,11 +768,10 @@ class _Search:
                                partner.variant_index), seed, partner))
         if not pairs:
             return [], ()
-        key, seed, partner = min(pairs, key=lambda t: t[0])
+        _, seed, partner = min(pairs, key=lambda t: t[0])
         if partner.total == 0 or partner.total <= limit:
             return [seed, partner], ()
         return [], ()
-
 
     def greedy(self, start: _Option, first_rank: int = 0) -> tuple[list[Explained], _Option] | None:
         """Swaps taken one step at a time until nothing qualifies (the first step: the
@@ -850,11 +856,9 @@ def attribute(
                 image_taken, current = found
                 if current.total > 0 and image_taken:
                     # A residual left: retry from the next-best first swaps; keep the smallest.
-                    for rank in range(1, RESTARTS + 1):
+                    for rank in [*range(1, RESTARTS + 1), PAIR_FIRST]:
                         other = search.greedy(start_point, rank)
-                        if other is None:
-                            break
-                        if other[1].total < current.total:
+                        if other is not None and other[1].total < current.total:
                             image_taken, current = other
             except _OutOfRuns:
                 complete = False
