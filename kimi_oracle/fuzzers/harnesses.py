@@ -37,33 +37,29 @@ from typing import Any, Callable, Sequence
 
 from PIL import Image
 
-from kimi_oracle.core.config import FILL_STAGES, PATTERNS, PreprocessConfig
+from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError
 from kimi_oracle.fuzzers import HARNESSES
-from kimi_oracle.oracle.grouping import finding_key
 from kimi_oracle.inputs.generators import (
+    CHECKER_SQUARES,
     CONTENTS,
     DEFAULT_MAX_SIDE,
     MODES,
-    PRIME_SIDES,
-    SMALL_PATCH_LIMITS,
     CaseParams,
     FuzzCase,
     alpha_patterns_for,
-    budget_sizes,
+    config_choices,
     config_variants,
-    multiple_sides,
-    pow2_sides,
-    side_cap_sizes,
-    side_caps,
+    ratio_long_side,
+    special_sides,
+    threshold_sizes,
     tiny_sizes,
     vary_config,
 )
+from kimi_oracle.oracle.grouping import finding_key
 
 # Decoder harness pixel cap: far below Pillow's bomb limit, so one input stays fast.
 DEFAULT_FUZZ_MAX_PIXELS = 1 << 22
-SQUARES = (1, 2, 3, 5, 8, 16)
-CHESS_VALUES = ((255, 180), (255, 200), (240, 0), (0, 255))
 
 
 class OracleFinding(AssertionError):
@@ -157,46 +153,29 @@ def parse_shard(text: str | None) -> tuple[int, int]:
     return index, count
 
 
-@functools.lru_cache(maxsize=512)
-def _threshold_sizes(config: PreprocessConfig, max_side: int) -> tuple[tuple[int, int], ...]:
-    sizes = budget_sizes(config) + side_cap_sizes(config)
-    return tuple(sorted({s for s in sizes if max(s) <= 4 * max_side})) or ((1, 1),)
-
-
-@functools.lru_cache(maxsize=64)
-def _special_sides(max_side: int) -> tuple[int, ...]:
-    specials = multiple_sides(12) + pow2_sides(13) + list(PRIME_SIDES)
-    return tuple(sorted({s for s in specials if s <= max_side})) or (1,)
-
-
 def _pick(fdp: Any, values: Sequence[Any]) -> Any:
     # atheris' PickValueInList takes a list only.
     return fdp.PickValueInList(list(values))
 
 
 def draw_config(fdp: Any, base: PreprocessConfig) -> PreprocessConfig:
-    """A configuration around `base`: small budgets, side caps, background and fill stage."""
-    limits = [16] + [v for v in SMALL_PATCH_LIMITS if v != 16] + [base.in_patch_limit]
-    caps = [base.patch_limit_on_one_side] + [c for c in side_caps(base, max_cap=16) if c != base.patch_limit_on_one_side]
+    """A configuration around `base` from `generators.config_choices` (the strategies' too)."""
+    choices = config_choices(base)
     changes: dict[str, Any] = {
-        "in_patch_limit": _pick(fdp, limits),
-        "patch_limit_on_one_side": _pick(fdp, caps),
+        "in_patch_limit": _pick(fdp, choices.limits),
+        "patch_limit_on_one_side": _pick(fdp, choices.caps),
     }
-    bg = base.transparent_bg_config
-    if bg is not None:
-        pattern = _pick(fdp, [bg.pattern] + [p for p in PATTERNS if p != bg.pattern])
+    if base.transparent_bg_config is not None:
+        pattern = _pick(fdp, choices.patterns)
         background: dict[str, Any] = {"pattern": pattern}
         if pattern == "chessboard":
-            background["chessboard_square_size"] = _pick(fdp, 
-                [bg.chessboard_square_size] + [s for s in SQUARES if s != bg.chessboard_square_size])
-            background["chessboard_square_on_top_left"] = fdp.ConsumeBool() != bg.chessboard_square_on_top_left
-            white, gray = _pick(fdp, 
-                [(bg.chessboard_white_value, bg.chessboard_gray_value)] + list(CHESS_VALUES))
+            background["chessboard_square_size"] = _pick(fdp, choices.squares)
+            background["chessboard_square_on_top_left"] = _pick(fdp, choices.top_left)
+            white, gray = _pick(fdp, choices.chess_values)
             background["chessboard_white_value"] = white
             background["chessboard_gray_value"] = gray
         changes["background"] = background
-        stages = [base.transparent_bg_fill_stage] + [s for s in (*FILL_STAGES, None) if s != base.transparent_bg_fill_stage]
-        changes["transparent_bg_fill_stage"] = _pick(fdp, stages)
+        changes["transparent_bg_fill_stage"] = _pick(fdp, choices.stages)
     return vary_config(base, **changes)
 
 
@@ -208,16 +187,17 @@ def draw_size(fdp: Any, config: PreprocessConfig, max_side: int) -> tuple[int, i
     if kind == 1:
         return _pick(fdp, tiny_sizes())
     if kind == 2:
-        sides = _special_sides(max_side)
+        sides = special_sides(max_side)
         return _pick(fdp, sides), _pick(fdp, sides)
     if kind == 3:
-        sides = _special_sides(max_side)
+        sides = special_sides(max_side)
         return _pick(fdp, sides), fdp.ConsumeIntInRange(1, max_side)
     if kind == 4:  # beyond 100:1
         short = fdp.ConsumeIntInRange(1, 2)
-        long = fdp.ConsumeIntInRange(100 * short, max(100 * short, 4 * max_side))
+        long = fdp.ConsumeIntInRange(100 * short, max(100 * short, ratio_long_side(max_side)))
         return (long, short) if fdp.ConsumeBool() else (short, long)
-    return _pick(fdp, _threshold_sizes(config, max_side))
+    # Threshold sizes (pass order, budget, side cap): the same list the strategies draw from.
+    return _pick(fdp, threshold_sizes(config, max_side))
 
 
 def draw_params(fdp: Any, config: PreprocessConfig, *, max_side: int = DEFAULT_MAX_SIDE,
@@ -229,7 +209,7 @@ def draw_params(fdp: Any, config: PreprocessConfig, *, max_side: int = DEFAULT_M
     content = _pick(fdp, CONTENTS)
     index, count = shard
     seed = fdp.ConsumeIntInRange(0, 2**32 - 1) * count + (index - 1)
-    square = _pick(fdp, SQUARES) if alpha.startswith("checker") else 8
+    square = _pick(fdp, CHECKER_SQUARES) if alpha.startswith("checker") else 8
     return CaseParams(w, h, mode, alpha, content, seed, square)
 
 
