@@ -8,13 +8,26 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["preprocess", "eager_preprocess"]
+__all__ = ["preprocess", "preprocess_drawn_tiles", "eager_preprocess"]
 
 
 def preprocess(images: Any, config: Any, **kwargs: Any) -> Any:
     """Bit-exact GPU pipeline; see `kimi_oracle.pipelines.gpu.pipeline.preprocess` for the keywords."""
     from kimi_oracle.pipelines.gpu.pipeline import preprocess as _impl
 
+    return _impl(images, config, **kwargs)
+
+
+def preprocess_drawn_tiles(images: Any, config: Any, **kwargs: Any) -> Any:
+    """The `gpu` fuzz candidate: under the interpreter, tile sizes drawn from the batch
+    (`pipeline.drawn_tiles`) so that small fuzzed images cross tile boundaries; on CUDA the
+    default tiles, the ones `kimi-oracle gpu build` certifies (real images cross them)."""
+    from kimi_oracle.core.images import load_images
+    from kimi_oracle.pipelines.gpu.pipeline import drawn_tiles, preprocess as _impl, resolve_device
+
+    if "tiles" not in kwargs and resolve_device(kwargs.get("device")).type == "cpu":
+        images = load_images(images)
+        kwargs["tiles"] = drawn_tiles(images, config)
     return _impl(images, config, **kwargs)
 
 

@@ -1,15 +1,20 @@
-"""Triton kernels of the GPU pipeline: one separable resampling pass, a colour conversion, and
-the fused tail (second pass or NEAREST gather, conversion, composite, pad, LUT, patchify).
+"""Triton kernels of the GPU pipeline: one separable bicubic pass, a colour conversion at the
+source size, and the fused tail (second pass or NEAREST gather, conversion, composite, pad,
+normalization LUT, patchify).
 
-Kernels take plain tensors and integers; all policy (which pass, which table, which image goes
-where) is decided in `pipeline.py` and arrives as an int64 metadata row per image. A launch
-covers every image of a batch: program `pid` reads (image slot, block) from a tile table.
+Kernels take plain tensors; every per-image value arrives in an int64 metadata row whose
+layout is `layout.py` (read here by name), and a launch covers every image of a batch that
+shares the kernel's specialization: program `pid` reads its (image slot, tile) from a tile
+table. What differs between images of different modes is a compile-time specialization
+(`tl.constexpr`): storage kind `DT`, channel count `NCH`, how the tail fetches a pixel
+(`FETCH`), how channels become RGBA (`CONV`), the axis of a pass (`AXIS`) and whether it
+premultiplies (`PREMULTIPLY`). Only cheap per-pixel choices stay runtime flags of the row
+(un-premultiply, composite, alpha present, transparency key), so a kernel holds the
+registers of one path, not of all of them.
 
-Storage kinds (`DT`, a compile-time constant): 0 uint8 (Pillow's 8-bit path: int32
-fixed point with 22 fractional bits), 1 uint16 (I;16 family: double accumulation, round half
-away from zero, clip to 16 bits), 2 int32 ("I": double accumulation, round half away from
-zero), 3 float32 ("F": double accumulation stored as float). Float paths must be launched
-with `enable_fp_fusion=False`: Pillow's C code does not contract a*b+c into an FMA.
+Float storage kinds must be launched with `enable_fp_fusion=False`: Pillow's C code does not
+contract a*b+c into an FMA. Offsets inside one image are int32 (the host refuses images of
+`MAX_IMAGE_ELEMENTS` or more); image bases in the arenas and the output are int64.
 """
 
 from __future__ import annotations
@@ -17,324 +22,391 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# Metadata layout of a resampling pass (one int64 row per image).
-PASS_SRC, PASS_DST, PASS_NR, PASS_N2, PASS_AIN, PASS_TOTAL, PASS_COEF, PASS_BOUND, PASS_K, \
-    PASS_C, PASS_PREMULT = range(11)
-PASS_NMETA = 11
+from kimi_oracle.pipelines.gpu.layout import (
+    AXIS_H, CONV_CMYK, CONV_F32, CONV_I32, CONV_RGB, CONV_TABLE, EXT_COLS, EXT_LEN,
+    EXT_PATCH_COLS, EXT_PATCH_ROWS, EXT_ROWS, EXT_WRITTEN, F32, FETCH_DIRECT, FETCH_H,
+    FETCH_NEAREST, I32, PASS_BOUND, PASS_COEF, PASS_DST, PASS_KSIZE, PASS_LEN, PASS_OUT_H,
+    PASS_OUT_W, PASS_SRC, PASS_SRC_W, PRECISION_BITS, PRECISION_HALF, ROW_ALPHA, ROW_BG_EVEN, ROW_BG_ODD,
+    ROW_BG_SQUARE, ROW_BOUND, ROW_COEF, ROW_COMPOSITE, ROW_DST, ROW_ELEMS, ROW_GRID_W, ROW_H,
+    ROW_KEY, ROW_KEY_ON, ROW_KSIZE, ROW_LEN, ROW_NEAREST_X, ROW_NEAREST_Y, ROW_PATCH0, ROW_SRC,
+    ROW_SRC_W, ROW_TABLE, ROW_UNPREMULTIPLY, ROW_W, TILE_COL, TILE_LEN, TILE_ROW, TILE_SLOT, U8,
+    U16,
+)
 
-# Metadata layout of the tail / convert kernels.
-(T_SRC, T_C, T_H, T_W, T_ROWLEN, T_GW, T_NPIX, T_PATCH0, T_FETCH, T_COEF, T_BOUND, T_K,
- T_NY, T_NX, T_CONV, T_CONVOFF, T_ALPHA, T_UNPREM, T_BG, T_SQ, T_BEVEN, T_BODD, T_TRNS,
- T_TRNSVAL, T_DST) = range(25)
-T_NMETA = 25
-
-# What each program of the tail records (int32, one row per program): output elements it
-# wrote (pixels of the patch planes), patch rows and patch columns it reached (max index + 1),
-# image rows and columns it filled from the source (max y + 1, max x + 1 of non-padding pixels).
-EXT_WRITTEN, EXT_PATCH_ROWS, EXT_PATCH_COLS, EXT_ROWS, EXT_COLS = range(5)
-EXT_N = 5
-
-FETCH_DIRECT, FETCH_H, FETCH_V, FETCH_NEAREST = 0, 1, 2, 3
-CONV_DIRECT, CONV_TABLE1, CONV_TABLE2, CONV_TABLE3, CONV_CMYK, CONV_I32, CONV_F32 = range(7)
+# --------------------------------------------------------------------------------------------
+# Pillow's integer arithmetic
+# --------------------------------------------------------------------------------------------
 
 
 @triton.jit
 def _muldiv255(a, b):
+    """Pillow's MULDIV255(a, b): a * b / 255 rounded, without a division."""
     t = a * b + 128
     return ((t >> 8) + t) >> 8
 
 
 @triton.jit
-def resample_pass_kernel(src_ptr, dst_ptr, meta_ptr, tiles_ptr, coef_ptr, bound_ptr,
-                         NMETA: tl.constexpr, DT: tl.constexpr, BLOCK: tl.constexpr):
-    """One Pillow bicubic pass for a block of output elements of one image."""
-    pid = tl.program_id(0)
-    slot = tl.load(tiles_ptr + 2 * pid)
-    blk = tl.load(tiles_ptr + 2 * pid + 1)
-    m = meta_ptr + slot.to(tl.int64) * NMETA
-    src_off = tl.load(m + 0)
-    dst_off = tl.load(m + 1)
-    n_r = tl.load(m + 2).to(tl.int32)
-    n2 = tl.load(m + 3).to(tl.int32)
-    a_in = tl.load(m + 4)
-    total = tl.load(m + 5).to(tl.int32)
-    coef_off = tl.load(m + 6)
-    bound_off = tl.load(m + 7)
-    ksize = tl.load(m + 8).to(tl.int32)
-    nch = tl.load(m + 9).to(tl.int32)
-    premult = tl.load(m + 10).to(tl.int32)
+def _unpremultiply(c, alpha):
+    """RGBa -> RGBA for one colour band: kept where alpha is 0 or 255, else min(255, 255 c // alpha)."""
+    safe = tl.where(alpha == 0, 1, alpha)
+    scaled = tl.minimum((255 * c) // safe, 255)
+    return tl.where((alpha == 0) | (alpha == 255), c, scaled)
 
-    e = blk * BLOCK + tl.arange(0, BLOCK)
-    mask = e < total
-    per = n_r * n2
-    o1 = e // per
-    rem = e - o1 * per
-    r = rem // n2
-    o2 = rem - r * n2
-    xmin = tl.load(bound_ptr + bound_off + 2 * r, mask=mask, other=0)
-    cnt = tl.load(bound_ptr + bound_off + 2 * r + 1, mask=mask, other=0)
-    base = src_off + o1.to(tl.int64) * a_in + o2
-    ch = o2 % nch
-    # Premultiply (RGBA -> RGBa, LA -> La) on load: colour bands only, never alpha.
-    do_pm = mask & ((ch * 0 + premult) != 0) & (ch != nch - 1)
-    wrow = coef_off + r.to(tl.int64) * ksize
-    if DT == 0:
-        acc = tl.full((BLOCK,), 1 << 21, tl.int32)
+
+@triton.jit
+def _clip8(v):
+    return tl.minimum(tl.maximum(v, 0), 255)
+
+
+@triton.jit
+def _round_half_away(acc):
+    """float64 -> int32, rounding half away from zero (Pillow's `(int)(x ± 0.5)`)."""
+    return tl.where(acc >= 0.0, acc + 0.5, acc - 0.5).to(tl.int32)
+
+
+# --------------------------------------------------------------------------------------------
+# Pixels: load, bicubic sums, store
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _load_pixel(at, mask, NCH: tl.constexpr):
+    """The NCH channel values of the pixels at `at` (channels past NCH are 0)."""
+    c0 = tl.load(at, mask=mask, other=0)
+    absent = tl.zeros_like(c0)
+    c1 = absent
+    c2 = absent
+    c3 = absent
+    if NCH > 1:
+        c1 = tl.load(at + 1, mask=mask, other=0)
+    if NCH > 2:
+        c2 = tl.load(at + 2, mask=mask, other=0)
+    if NCH > 3:
+        c3 = tl.load(at + 3, mask=mask, other=0)
+    return c0, c1, c2, c3
+
+
+@triton.jit
+def _as_level(v, DT: tl.constexpr):
+    """A stored value as the conversions read it: int32, or float32 for "F"."""
+    if DT == F32:
+        return v.to(tl.float32)
     else:
-        acc = tl.zeros((BLOCK,), tl.float64)
+        return v.to(tl.int32)
+
+
+@triton.jit
+def _as_term(v, DT: tl.constexpr):
+    """A stored value as the bicubic sum reads it: int32 on the 8-bit path, else float64."""
+    if DT == U8:
+        return v.to(tl.int32)
+    elif DT == U16:
+        return v.to(tl.int32).to(tl.float64)
+    else:
+        return v.to(tl.float64)
+
+
+@triton.jit
+def _accumulate(acc, v, w, tap, DT: tl.constexpr):
+    if DT == U8:
+        return acc + v * w  # masked taps load weight 0
+    else:
+        # Pillow adds only the first `count` terms; adding 0.0 would turn -0.0 into +0.0.
+        return tl.where(tap, acc + v * w, acc)
+
+
+@triton.jit
+def _rounded(acc, DT: tl.constexpr):
+    """The stored value of a bicubic sum, rounded and clipped the way Pillow does it."""
+    if DT == U8:
+        return _clip8(acc >> PRECISION_BITS)
+    elif DT == U16:
+        return tl.minimum(tl.maximum(_round_half_away(acc), 0), 65535)
+    elif DT == I32:
+        return _round_half_away(acc)
+    else:
+        return acc.to(tl.float32)
+
+
+@triton.jit
+def _bicubic(img, line, stride, index, index_ok, ok, coef, bounds, ksize,
+             NCH: tl.constexpr, DT: tl.constexpr, PREMULTIPLY: tl.constexpr):
+    """One bicubic output sample per pixel, all NCH channels from the same taps.
+
+    `index` is the position along the resized axis (it selects the weights and the first
+    tap; `index_ok` masks it, with its own shape, so that a row or column of a 2-D tile loads
+    its weights once); tap k of a pixel is at `img + line + (first + k) * stride`.
+    PREMULTIPLY: colour bands are multiplied by the last band (alpha) on load.
+    """
+    first = tl.load(bounds + 2 * index, mask=index_ok, other=0)
+    count = tl.load(bounds + 2 * index + 1, mask=index_ok, other=0)
+    weights = coef + index * ksize
+    if DT == U8:
+        start = tl.full(ok.shape, PRECISION_HALF, tl.int32)
+    else:
+        start = tl.zeros(ok.shape, tl.float64)
+    acc0 = start
+    acc1 = start
+    acc2 = start
+    acc3 = start
     for k in range(ksize):
-        ok = mask & (k < cnt)
-        addr = base + (xmin + k).to(tl.int64) * n2
-        if DT == 0:
-            v = tl.load(src_ptr + addr, mask=ok, other=0).to(tl.int32)
-            al = tl.load(src_ptr + addr - ch + (nch - 1), mask=ok & do_pm, other=0).to(tl.int32)
-            v = tl.where(do_pm, _muldiv255(v, al), v)
-            w = tl.load(coef_ptr + wrow + k, mask=ok, other=0)
-            acc += v * w
-        else:
-            w = tl.load(coef_ptr + wrow + k, mask=ok, other=0.0)
-            if DT == 1:
-                v = tl.load(src_ptr + addr, mask=ok, other=0).to(tl.int32).to(tl.float64)
+        tap = ok & (k < count)
+        w = tl.load(weights + k, mask=index_ok & (k < count), other=0)
+        c0, c1, c2, c3 = _load_pixel(img + line + (first + k) * stride, tap, NCH)
+        v0 = _as_term(c0, DT)
+        v1 = _as_term(c1, DT)
+        v2 = _as_term(c2, DT)
+        v3 = _as_term(c3, DT)
+        if PREMULTIPLY:
+            # RGBA -> RGBa, LA -> La (8-bit only): colour bands times alpha, alpha kept.
+            if NCH == 4:
+                v0 = _muldiv255(v0, v3)
+                v1 = _muldiv255(v1, v3)
+                v2 = _muldiv255(v2, v3)
             else:
-                v = tl.load(src_ptr + addr, mask=ok, other=0).to(tl.float64)
-            acc = tl.where(ok, acc + v * w, acc)
-    out_ptr = dst_ptr + dst_off + e
-    if DT == 0:
-        res = tl.minimum(tl.maximum(acc >> 22, 0), 255)
-        tl.store(out_ptr, res.to(tl.uint8), mask=mask)
-    elif DT == 1:
-        rnd = tl.where(acc >= 0.0, acc + 0.5, acc - 0.5).to(tl.int32)
-        res = tl.minimum(tl.maximum(rnd, 0), 65535)
-        tl.store(out_ptr, res.to(tl.uint16), mask=mask)
-    elif DT == 2:
-        rnd = tl.where(acc >= 0.0, acc + 0.5, acc - 0.5).to(tl.int32)
-        tl.store(out_ptr, rnd, mask=mask)
+                v0 = _muldiv255(v0, v1)
+        acc0 = _accumulate(acc0, v0, w, tap, DT)
+        if NCH > 1:
+            acc1 = _accumulate(acc1, v1, w, tap, DT)
+        if NCH > 2:
+            acc2 = _accumulate(acc2, v2, w, tap, DT)
+        if NCH > 3:
+            acc3 = _accumulate(acc3, v3, w, tap, DT)
+    return _rounded(acc0, DT), _rounded(acc1, DT), _rounded(acc2, DT), _rounded(acc3, DT)
+
+
+@triton.jit
+def _store_pixel(at, c0, c1, c2, c3, mask, NCH: tl.constexpr):
+    ty = at.dtype.element_ty
+    tl.store(at, c0.to(ty), mask=mask)
+    if NCH > 1:
+        tl.store(at + 1, c1.to(ty), mask=mask)
+    if NCH > 2:
+        tl.store(at + 2, c2.to(ty), mask=mask)
+    if NCH > 3:
+        tl.store(at + 3, c3.to(ty), mask=mask)
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel 1: one separable bicubic pass, 2-D tiles of the output
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def resample_pass_kernel(src_ptr, dst_ptr, rows_ptr, tiles_ptr, coef_ptr, bound_ptr,
+                         DT: tl.constexpr, NCH: tl.constexpr, AXIS: tl.constexpr,
+                         PREMULTIPLY: tl.constexpr, BLOCK_Y: tl.constexpr,
+                         BLOCK_X: tl.constexpr):
+    """One Pillow bicubic pass (AXIS) over a BLOCK_Y x BLOCK_X tile of one image's output."""
+    tile = tiles_ptr + tl.program_id(0) * TILE_LEN
+    row = rows_ptr + tl.load(tile + TILE_SLOT).to(tl.int64) * PASS_LEN
+    src = src_ptr + tl.load(row + PASS_SRC)
+    dst = dst_ptr + tl.load(row + PASS_DST)
+    src_w = tl.load(row + PASS_SRC_W).to(tl.int32)
+    out_h = tl.load(row + PASS_OUT_H).to(tl.int32)
+    out_w = tl.load(row + PASS_OUT_W).to(tl.int32)
+    coef = coef_ptr + tl.load(row + PASS_COEF)
+    bounds = bound_ptr + tl.load(row + PASS_BOUND)
+    ksize = tl.load(row + PASS_KSIZE).to(tl.int32)
+
+    y = tl.load(tile + TILE_ROW) * BLOCK_Y + tl.arange(0, BLOCK_Y)[:, None]
+    x = tl.load(tile + TILE_COL) * BLOCK_X + tl.arange(0, BLOCK_X)[None, :]
+    y_ok = y < out_h
+    x_ok = x < out_w
+    ok = y_ok & x_ok
+    if AXIS == AXIS_H:
+        # output (y, x) sums source row y around column x
+        c0, c1, c2, c3 = _bicubic(src, y * (src_w * NCH), NCH, x, x_ok, ok, coef, bounds, ksize,
+                                  NCH, DT, PREMULTIPLY)
     else:
-        tl.store(out_ptr, acc.to(tl.float32), mask=mask)
+        # output (y, x) sums source column x around row y
+        c0, c1, c2, c3 = _bicubic(src, x * NCH, src_w * NCH, y, y_ok, ok, coef, bounds, ksize,
+                                  NCH, DT, PREMULTIPLY)
+    _store_pixel(dst + (y * out_w + x) * NCH, c0, c1, c2, c3, ok, NCH)
+
+
+# --------------------------------------------------------------------------------------------
+# Pixel -> RGB: fetch (tail), then the fill: un-premultiply, convert, composite
+# --------------------------------------------------------------------------------------------
 
 
 @triton.jit
-def _fetch(src_ptr, coef_ptr, bound_ptr, nidx_ptr, y, x, ok, ch, src_off, nch, row_len,
-           fetch, coef_off, bound_off, ksize, ny_off, nx_off, DT: tl.constexpr):
-    """Channel `ch` of pixel (y, x): read directly, through NEAREST tables, or as the fused
-    second bicubic pass over an intermediate image (rounded exactly as Pillow rounds)."""
-    okc = ok & ((y * 0 + ch) < nch)
-    if fetch == 0:
-        addr = src_off + (y.to(tl.int64) * row_len + x) * nch + ch
-        v = tl.load(src_ptr + addr, mask=okc, other=0)
-        if DT == 3:
-            res = v.to(tl.float32)
-        else:
-            res = v.to(tl.int32)
-    elif fetch == 3:
-        sy = tl.load(nidx_ptr + ny_off + y, mask=okc, other=-1)
-        sx = tl.load(nidx_ptr + nx_off + x, mask=okc, other=-1)
-        hit = okc & (sy >= 0) & (sx >= 0)
-        addr = src_off + (sy.to(tl.int64) * row_len + sx) * nch + ch
-        v = tl.load(src_ptr + addr, mask=hit, other=0)
-        if DT == 3:
-            res = v.to(tl.float32)
-        else:
-            res = v.to(tl.int32)
+def _fetch(src_ptr, coef_ptr, bound_ptr, nearest_ptr, row, y, x, ok,
+           DT: tl.constexpr, NCH: tl.constexpr, FETCH: tl.constexpr):
+    """The NCH channels of pixel (y, x) of the image being produced: read directly, through
+    NEAREST index tables, or as the second bicubic pass over the intermediate image."""
+    img = src_ptr + tl.load(row + ROW_SRC)
+    src_w = tl.load(row + ROW_SRC_W).to(tl.int32)
+    if FETCH == FETCH_DIRECT:
+        c0, c1, c2, c3 = _load_pixel(img + (y * src_w + x) * NCH, ok, NCH)
+    elif FETCH == FETCH_NEAREST:
+        sy = tl.load(nearest_ptr + tl.load(row + ROW_NEAREST_Y) + y, mask=ok, other=-1)
+        sx = tl.load(nearest_ptr + tl.load(row + ROW_NEAREST_X) + x, mask=ok, other=-1)
+        hit = ok & (sy >= 0) & (sx >= 0)  # Pillow leaves positions without a source at 0
+        c0, c1, c2, c3 = _load_pixel(img + (sy * src_w + sx) * NCH, hit, NCH)
     else:
-        horiz = fetch == 1
-        r = tl.where(horiz, x, y)
-        other = tl.where(horiz, y.to(tl.int64) * row_len * nch, x.to(tl.int64) * nch)
-        stride = tl.where(horiz, nch, row_len * nch)
-        xmin = tl.load(bound_ptr + bound_off + 2 * r, mask=okc, other=0)
-        cnt = tl.load(bound_ptr + bound_off + 2 * r + 1, mask=okc, other=0)
-        base = src_off + other + ch
-        wrow = coef_off + r.to(tl.int64) * ksize
-        if DT == 0:
-            acc = tl.zeros(y.shape, tl.int32) + (1 << 21)
+        coef = coef_ptr + tl.load(row + ROW_COEF)
+        bounds = bound_ptr + tl.load(row + ROW_BOUND)
+        ksize = tl.load(row + ROW_KSIZE).to(tl.int32)
+        if FETCH == FETCH_H:
+            c0, c1, c2, c3 = _bicubic(img, y * (src_w * NCH), NCH, x, ok, ok, coef, bounds,
+                                      ksize, NCH, DT, False)
         else:
-            acc = tl.zeros(y.shape, tl.float64)
-        for k in range(ksize):
-            okk = okc & (k < cnt)
-            addr = base + (xmin + k).to(tl.int64) * stride
-            if DT == 0:
-                v = tl.load(src_ptr + addr, mask=okk, other=0).to(tl.int32)
-                w = tl.load(coef_ptr + wrow + k, mask=okk, other=0)
-                acc += v * w
-            else:
-                w = tl.load(coef_ptr + wrow + k, mask=okk, other=0.0)
-                if DT == 1:
-                    v = tl.load(src_ptr + addr, mask=okk, other=0).to(tl.int32).to(tl.float64)
-                else:
-                    v = tl.load(src_ptr + addr, mask=okk, other=0).to(tl.float64)
-                acc = tl.where(okk, acc + v * w, acc)
-        if DT == 0:
-            res = tl.minimum(tl.maximum(acc >> 22, 0), 255)
-        elif DT == 1:
-            rnd = tl.where(acc >= 0.0, acc + 0.5, acc - 0.5).to(tl.int32)
-            res = tl.minimum(tl.maximum(rnd, 0), 65535)
-        elif DT == 2:
-            res = tl.where(acc >= 0.0, acc + 0.5, acc - 0.5).to(tl.int32)
+            c0, c1, c2, c3 = _bicubic(img, x * NCH, src_w * NCH, y, ok, ok, coef, bounds,
+                                      ksize, NCH, DT, False)
+    return _as_level(c0, DT), _as_level(c1, DT), _as_level(c2, DT), _as_level(c3, DT)
+
+
+@triton.jit
+def _unpack(packed):
+    return packed & 255, (packed >> 8) & 255, (packed >> 16) & 255, (packed >> 24) & 255
+
+
+@triton.jit
+def _to_rgba(c0, c1, c2, c3, row, table_ptr, ok, NCH: tl.constexpr, CONV: tl.constexpr):
+    """Fill's conversion of the fetched channels to RGBA levels (int32 0..255)."""
+    opaque = tl.full(ok.shape, 255, tl.int32)
+    if CONV == CONV_RGB:
+        r = c0
+        g = c1
+        b = c2
+        a = opaque
+        if NCH == 4:
+            a = tl.where(tl.load(row + ROW_ALPHA) != 0, c3, opaque)
+    elif CONV == CONV_TABLE:
+        # The table holds Pillow's own conversion of every value (tables.conversion_table).
+        if NCH == 1:
+            index = c0
+        elif NCH == 2:
+            index = c0 * 256 + c1
         else:
-            res = acc.to(tl.float32)
-    return res
-
-
-@triton.jit
-def _unpremultiply(c, a):
-    safe = tl.where(a == 0, 1, a)
-    div = tl.minimum((255 * c) // safe, 255)
-    return tl.where((a == 0) | (a == 255), c, div)
-
-
-@triton.jit
-def _unpack(t):
-    return t & 255, (t >> 8) & 255, (t >> 16) & 255, (t >> 24) & 255
-
-
-@triton.jit
-def _pixel_rgb(src_ptr, coef_ptr, bound_ptr, nidx_ptr, conv_ptr, comp_ptr, m, y, x, ok,
-               DT: tl.constexpr):
-    """The RGB (uint8 levels in int32) of pixel (y, x) after conversion and composite."""
-    src_off = tl.load(m + 0)
-    nch = tl.load(m + 1).to(tl.int32)
-    row_len = tl.load(m + 4)
-    fetch = tl.load(m + 8).to(tl.int32)
-    coef_off = tl.load(m + 9)
-    bound_off = tl.load(m + 10)
-    ksize = tl.load(m + 11).to(tl.int32)
-    ny_off = tl.load(m + 12)
-    nx_off = tl.load(m + 13)
-    conv = tl.load(m + 14).to(tl.int32)
-    conv_off = tl.load(m + 15)
-    alpha_ch = tl.load(m + 16).to(tl.int32)
-    unprem = tl.load(m + 17).to(tl.int32)
-    bg_on = tl.load(m + 18).to(tl.int32)
-    sq = tl.load(m + 19).to(tl.int32)
-    b_even = tl.load(m + 20).to(tl.int32)
-    b_odd = tl.load(m + 21).to(tl.int32)
-    trns_on = tl.load(m + 22).to(tl.int32)
-    trns_val = tl.load(m + 23).to(tl.int32)
-
-    v0 = _fetch(src_ptr, coef_ptr, bound_ptr, nidx_ptr, y, x, ok, 0, src_off, nch, row_len,
-                fetch, coef_off, bound_off, ksize, ny_off, nx_off, DT)
-    if DT == 3:
-        # "F" -> RGB goes through "L": clip to 0..255, then truncate (NaN ends as 0).
-        f = tl.where(v0 != v0, 0.0, v0)
-        lv = tl.where(f <= 0.0, 0, tl.where(f >= 255.0, 255, f.to(tl.int32)))
-        r = lv
-        g = lv
-        b = lv
-        a = tl.zeros(y.shape, tl.int32) + 255
+            index = (c0 * 256 + c1) * 256 + c2
+        r, g, b, a = _unpack(tl.load(table_ptr + tl.load(row + ROW_TABLE) + index, mask=ok,
+                                     other=0))
+    elif CONV == CONV_CMYK:
+        # NumPy twin: tables.cmyk_to_rgb
+        not_k = 255 - c3
+        r = _clip8(not_k - _muldiv255(c0, not_k))
+        g = _clip8(not_k - _muldiv255(c1, not_k))
+        b = _clip8(not_k - _muldiv255(c2, not_k))
+        a = opaque
+    elif CONV == CONV_I32:
+        # NumPy twin: tables.i32_to_rgba
+        level = _clip8(c0)
+        keyed = (tl.load(row + ROW_KEY_ON) != 0) & (c0 == tl.load(row + ROW_KEY).to(tl.int32))
+        r = level
+        g = level
+        b = level
+        a = tl.where(keyed, 0, opaque)
     else:
-        v1 = _fetch(src_ptr, coef_ptr, bound_ptr, nidx_ptr, y, x, ok, 1, src_off, nch, row_len,
-                    fetch, coef_off, bound_off, ksize, ny_off, nx_off, DT)
-        v2 = _fetch(src_ptr, coef_ptr, bound_ptr, nidx_ptr, y, x, ok, 2, src_off, nch, row_len,
-                    fetch, coef_off, bound_off, ksize, ny_off, nx_off, DT)
-        v3 = _fetch(src_ptr, coef_ptr, bound_ptr, nidx_ptr, y, x, ok, 3, src_off, nch, row_len,
-                    fetch, coef_off, bound_off, ksize, ny_off, nx_off, DT)
-        # Un-premultiply (RGBa -> RGBA, La -> LA): alpha is the last band.
-        last = tl.where(nch == 4, v3, tl.where(nch == 2, v1, 255))
-        pm = unprem != 0
-        v0 = tl.where(pm, _unpremultiply(v0, last), v0)
-        v1 = tl.where(pm & (nch == 4), _unpremultiply(v1, last), v1)
-        v2 = tl.where(pm & (nch == 4), _unpremultiply(v2, last), v2)
-        if conv == 0:
-            r = v0
-            g = v1
-            b = v2
-            a = tl.where(alpha_ch == 3, v3, 255)
-        elif conv == 4:
-            # CMYK -> RGB: CLIP8(nk - MULDIV255(c, nk)) with nk = 255 - k.
-            nk = 255 - v3
-            r = tl.minimum(tl.maximum(nk - _muldiv255(v0, nk), 0), 255)
-            g = tl.minimum(tl.maximum(nk - _muldiv255(v1, nk), 0), 255)
-            b = tl.minimum(tl.maximum(nk - _muldiv255(v2, nk), 0), 255)
-            a = tl.zeros(y.shape, tl.int32) + 255
-        elif conv == 5:
-            # "I" -> RGB clips to 0..255; a transparency key gives alpha 0 on equal values.
-            lv = tl.minimum(tl.maximum(v0, 0), 255)
-            r = lv
-            g = lv
-            b = lv
-            a = tl.where((trns_on != 0) & (v0 == trns_val), 0, 255)
+        # "F" -> "L" (NumPy twin: tables.f32_to_level): NaN -> 0, clip, truncate.
+        finite = tl.where(c0 != c0, 0.0, c0)
+        level = tl.where(finite <= 0.0, 0, tl.where(finite >= 255.0, 255, finite.to(tl.int32)))
+        r = level
+        g = level
+        b = level
+        a = opaque
+    return r, g, b, a
+
+
+@triton.jit
+def _fill(c0, c1, c2, c3, row, table_ptr, composite_ptr, y, x, ok, NCH: tl.constexpr,
+          CONV: tl.constexpr):
+    """The RGB levels (int32) of pixel (y, x) after the fill: un-premultiply, convert, composite."""
+    if NCH == 2 or NCH == 4:
+        # Resized RGBA / LA are premultiplied (RGBa, La): alpha is the last band.
+        unpremultiply = tl.load(row + ROW_UNPREMULTIPLY) != 0
+        if NCH == 4:
+            c0 = tl.where(unpremultiply, _unpremultiply(c0, c3), c0)
+            c1 = tl.where(unpremultiply, _unpremultiply(c1, c3), c1)
+            c2 = tl.where(unpremultiply, _unpremultiply(c2, c3), c2)
         else:
-            idx = tl.where(conv == 1, v0, tl.where(conv == 2, v0 * 256 + v1,
-                                                    v0 * 65536 + v1 * 256 + v2))
-            t = tl.load(conv_ptr + conv_off + idx, mask=ok, other=0)
-            r, g, b, a = _unpack(t)
-    if bg_on != 0:
-        par = ((y // sq) + (x // sq)) % 2
-        bslot = tl.where(par == 0, b_even, b_odd).to(tl.int64)
-        cbase = (bslot * 256 + a) * 256
-        r = tl.load(comp_ptr + cbase + r, mask=ok, other=0).to(tl.int32)
-        g = tl.load(comp_ptr + cbase + g, mask=ok, other=0).to(tl.int32)
-        b = tl.load(comp_ptr + cbase + b, mask=ok, other=0).to(tl.int32)
+            c0 = tl.where(unpremultiply, _unpremultiply(c0, c1), c0)
+    r, g, b, a = _to_rgba(c0, c1, c2, c3, row, table_ptr, ok, NCH, CONV)
+    if tl.load(row + ROW_COMPOSITE) != 0:
+        # The reference's float32 composite, tabulated per background level (256 alpha x
+        # 256 level, tables.composite_table); the chessboard picks the level's table.
+        square = tl.load(row + ROW_BG_SQUARE).to(tl.int32)
+        even = ((y // square + x // square) % 2) == 0
+        level = tl.where(even, tl.load(row + ROW_BG_EVEN).to(tl.int32),
+                         tl.load(row + ROW_BG_ODD).to(tl.int32))
+        over = composite_ptr + (level * 256 + a) * 256
+        r = tl.load(over + r, mask=ok, other=0).to(tl.int32)
+        g = tl.load(over + g, mask=ok, other=0).to(tl.int32)
+        b = tl.load(over + b, mask=ok, other=0).to(tl.int32)
     return r, g, b
 
 
+# --------------------------------------------------------------------------------------------
+# Kernel 2: fill at the source size (before_resize with a resize to do)
+# --------------------------------------------------------------------------------------------
+
+
 @triton.jit
-def convert_kernel(src_ptr, dst_ptr, meta_ptr, tiles_ptr, coef_ptr, bound_ptr, nidx_ptr,
-                   conv_ptr, comp_ptr, NMETA: tl.constexpr, DT: tl.constexpr,
+def convert_kernel(src_ptr, dst_ptr, rows_ptr, tiles_ptr, table_ptr, composite_ptr,
+                   DT: tl.constexpr, NCH: tl.constexpr, CONV: tl.constexpr,
                    BLOCK: tl.constexpr):
-    """Convert + composite to an RGB uint8 HWC image at the same size (fill before resize)."""
-    pid = tl.program_id(0)
-    slot = tl.load(tiles_ptr + 2 * pid)
-    blk = tl.load(tiles_ptr + 2 * pid + 1)
-    m = meta_ptr + slot.to(tl.int64) * NMETA
-    w = tl.load(m + 3).to(tl.int32)
-    npix = tl.load(m + 6).to(tl.int32)
-    dst_off = tl.load(m + 24)
-    e = blk * BLOCK + tl.arange(0, BLOCK)
-    ok = e < npix
-    y = e // w
-    x = e - y * w
-    r, g, b = _pixel_rgb(src_ptr, coef_ptr, bound_ptr, nidx_ptr, conv_ptr, comp_ptr, m, y, x,
-                         ok, DT)
-    o = dst_ptr + dst_off + e.to(tl.int64) * 3
-    tl.store(o, r.to(tl.uint8), mask=ok)
-    tl.store(o + 1, g.to(tl.uint8), mask=ok)
-    tl.store(o + 2, b.to(tl.uint8), mask=ok)
+    """Convert + composite a block of pixels to RGB uint8 HWC at the same size."""
+    tile = tiles_ptr + tl.program_id(0) * TILE_LEN
+    row = rows_ptr + tl.load(tile + TILE_SLOT).to(tl.int64) * ROW_LEN
+    width = tl.load(row + ROW_W).to(tl.int32)
+    pixels = tl.load(row + ROW_ELEMS).to(tl.int32)
+    e = tl.load(tile + TILE_COL) * BLOCK + tl.arange(0, BLOCK)
+    ok = e < pixels
+    src = src_ptr + tl.load(row + ROW_SRC)
+    c0, c1, c2, c3 = _load_pixel(src + e * NCH, ok, NCH)
+    r, g, b = _fill(_as_level(c0, DT), _as_level(c1, DT), _as_level(c2, DT), _as_level(c3, DT),
+                    row, table_ptr, composite_ptr, e // width, e % width, ok, NCH, CONV)
+    _store_pixel(dst_ptr + tl.load(row + ROW_DST) + e * 3, r, g, b, b, ok, 3)
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel 3: the fused tail, written into the output in patch order
+# --------------------------------------------------------------------------------------------
 
 
 @triton.jit
-def tail_kernel(src_ptr, out_ptr, meta_ptr, tiles_ptr, coef_ptr, bound_ptr, nidx_ptr, conv_ptr,
-                comp_ptr, lut_ptr, ext_ptr, NMETA: tl.constexpr, DT: tl.constexpr,
+def tail_kernel(src_ptr, out_ptr, rows_ptr, tiles_ptr, coef_ptr, bound_ptr, nearest_ptr,
+                table_ptr, composite_ptr, lut_ptr, extent_ptr,
+                DT: tl.constexpr, NCH: tl.constexpr, FETCH: tl.constexpr, CONV: tl.constexpr,
                 P: tl.constexpr, BLOCK: tl.constexpr):
-    """Pixels in patch order -> padded, normalized (LUT) patches written into the output.
+    """A block of output elements in patch order -> padded, normalized (LUT) patch values.
 
-    Each program also stores, at `ext_ptr + EXT_N * pid`, the extent of what it wrote (see
-    EXT_*): the host builds `grid_thws` from these, not from its plan.
+    Each program also stores, at `extent_ptr + EXT_LEN * pid`, the extent of what it wrote
+    (EXT_*): the host builds `grid_thws` from these records, not from its plan.
     """
     pid = tl.program_id(0)
-    slot = tl.load(tiles_ptr + 2 * pid)
-    blk = tl.load(tiles_ptr + 2 * pid + 1)
-    m = meta_ptr + slot.to(tl.int64) * NMETA
-    h = tl.load(m + 2).to(tl.int32)
-    w = tl.load(m + 3).to(tl.int32)
-    gw = tl.load(m + 5).to(tl.int32)
-    npix = tl.load(m + 6).to(tl.int32)
-    patch0 = tl.load(m + 7)
-    e = blk * BLOCK + tl.arange(0, BLOCK)
-    inside = e < npix
+    tile = tiles_ptr + pid * TILE_LEN
+    row = rows_ptr + tl.load(tile + TILE_SLOT).to(tl.int64) * ROW_LEN
+    height = tl.load(row + ROW_H).to(tl.int32)
+    width = tl.load(row + ROW_W).to(tl.int32)
+    grid_w = tl.load(row + ROW_GRID_W).to(tl.int32)
+    elements = tl.load(row + ROW_ELEMS).to(tl.int32)
+    e = tl.load(tile + TILE_COL) * BLOCK + tl.arange(0, BLOCK)
+    inside = e < elements
     patch = e // (P * P)
-    rem = e - patch * (P * P)
-    py = rem // P
-    px = rem - py * P
-    gy = patch // gw
-    gx = patch - gy * gw
-    y = gy * P + py
-    x = gx * P + px
-    ok = inside & (y < h) & (x < w)
-    r, g, b = _pixel_rgb(src_ptr, coef_ptr, bound_ptr, nidx_ptr, conv_ptr, comp_ptr, m, y, x,
-                         ok, DT)
+    within = e % (P * P)
+    patch_y = patch // grid_w
+    patch_x = patch % grid_w
+    y = patch_y * P + within // P
+    x = patch_x * P + within % P
+    ok = inside & (y < height) & (x < width)
+    c0, c1, c2, c3 = _fetch(src_ptr, coef_ptr, bound_ptr, nearest_ptr, row, y, x, ok, DT, NCH,
+                            FETCH)
+    r, g, b = _fill(c0, c1, c2, c3, row, table_ptr, composite_ptr, y, x, ok, NCH, CONV)
     # Padding is level 0, normalized like any other pixel.
     r = tl.where(ok, r, 0)
     g = tl.where(ok, g, 0)
     b = tl.where(ok, b, 0)
-    o = out_ptr + (patch0 + patch.to(tl.int64)) * (3 * P * P) + rem
-    tl.store(o, tl.load(lut_ptr + r, mask=inside, other=0.0), mask=inside)
-    tl.store(o + P * P, tl.load(lut_ptr + 256 + g, mask=inside, other=0.0), mask=inside)
-    tl.store(o + 2 * P * P, tl.load(lut_ptr + 512 + b, mask=inside, other=0.0), mask=inside)
+    image_out = out_ptr + tl.load(row + ROW_PATCH0) * (3 * P * P)
+    out = image_out + (patch * (3 * P * P) + within)
+    tl.store(out, tl.load(lut_ptr + r, mask=inside, other=0.0), mask=inside)
+    tl.store(out + P * P, tl.load(lut_ptr + 256 + g, mask=inside, other=0.0), mask=inside)
+    tl.store(out + 2 * P * P, tl.load(lut_ptr + 512 + b, mask=inside, other=0.0), mask=inside)
     # The extent of the stores above, from the same masks that bound them.
-    ext = ext_ptr + pid.to(tl.int64) * 5
-    tl.store(ext + 0, tl.sum(inside.to(tl.int32), axis=0))
-    tl.store(ext + 1, tl.max(tl.where(inside, gy + 1, 0), axis=0))
-    tl.store(ext + 2, tl.max(tl.where(inside, gx + 1, 0), axis=0))
-    tl.store(ext + 3, tl.max(tl.where(ok, y + 1, 0), axis=0))
-    tl.store(ext + 4, tl.max(tl.where(ok, x + 1, 0), axis=0))
+    extent = extent_ptr + pid * EXT_LEN
+    tl.store(extent + EXT_WRITTEN, tl.sum(inside.to(tl.int32), axis=0))
+    tl.store(extent + EXT_PATCH_ROWS, tl.max(tl.where(inside, patch_y + 1, 0), axis=0))
+    tl.store(extent + EXT_PATCH_COLS, tl.max(tl.where(inside, patch_x + 1, 0), axis=0))
+    tl.store(extent + EXT_ROWS, tl.max(tl.where(ok, y + 1, 0), axis=0))
+    tl.store(extent + EXT_COLS, tl.max(tl.where(ok, x + 1, 0), axis=0))

@@ -15,12 +15,13 @@ import numpy as np
 import PIL
 
 from kimi_oracle.core.errors import BackendError
+from kimi_oracle.pipelines.gpu import layout
 
 # Pillow versions whose resampling arithmetic (tables, pass order, NEAREST affine, conversions)
 # was verified against the installed library, bit for bit, by tests/gpu/test_resample.py.
 VERIFIED_PILLOW = ("13.0",)
 
-PRECISION_BITS = 22  # Pillow's 8-bit path: 32 - 8 - 2
+PRECISION_BITS = int(layout.PRECISION_BITS)  # Pillow's 8-bit path: 32 - 8 - 2
 BICUBIC_SUPPORT = 2.0
 
 Pass = Literal["h", "v"]
