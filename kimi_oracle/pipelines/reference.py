@@ -56,6 +56,8 @@ __all__ = [
 ]
 
 PATTERN_VALUES = {"white": 255, "black": 0, "gray": 128}
+# Patches looked up per np.take call in `patchify` (measured fastest on 2069x1551: 256).
+_PATCH_RUN = 256
 
 # Modes with 8 bits per band that Pillow resamples band by band, each band like an "L" image,
 # with its 8-bit fixed-point bicubic. The others keep Pillow's own path in every variant of the
@@ -241,13 +243,19 @@ def patchify(rgb: np.ndarray, config: PreprocessConfig, p: ResizePlan, lut: np.n
         padded = rgb
     gh, gw = hp // ps, wp // ps
     # (gh, p, gw, p, C) -> (gh, gw, C, p, p): patch gy*gw+gx, inside a patch (C, py, px).
-    tiles = padded.reshape(gh, ps, gw, ps, 3).transpose(0, 2, 4, 1, 3)
+    # The uint8 levels are rearranged first (a cheap copy), then looked up in runs of patches:
+    # np.take widens its indices to intp, and a run's worth stays in the cache.
+    tiles = np.ascontiguousarray(padded.reshape(gh, ps, gw, ps, 3).transpose(0, 2, 4, 1, 3))
     if lut is None:
         lut = normalization_lut(config)
-    out = np.empty((gh, gw, 3, ps, ps), dtype=np.float32)
-    for c in range(3):
-        np.take(lut[c], tiles[:, :, c], out=out[:, :, c])
-    return torch.from_numpy(out.reshape(gh * gw, 3, ps, ps))
+    n = gh * gw
+    out = np.empty((n, 3, ps * ps), dtype=np.float32)
+    levels = tiles.reshape(n, 3, ps * ps)
+    for start in range(0, n, _PATCH_RUN):
+        stop = start + _PATCH_RUN
+        for c in range(3):
+            np.take(lut[c], levels[start:stop, c], out=out[start:stop, c])
+    return torch.from_numpy(out.reshape(n, 3, ps, ps))
 
 
 # ---------------------------------------------------------------------------------------------
