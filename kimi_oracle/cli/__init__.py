@@ -9,6 +9,7 @@ import sys
 import click
 
 from kimi_oracle import __version__
+from kimi_oracle.core import interrupts
 from kimi_oracle.core.errors import KimiOracleError
 
 # Each module defines `register(group)`. Modules are listed here once; a module that is not
@@ -20,6 +21,7 @@ COMMAND_MODULES = (
     "kimi_oracle.cli.nightly",
     "kimi_oracle.cli.bench",
     "kimi_oracle.cli.gate",
+    "kimi_oracle.cli.gpu",
 )
 
 
@@ -58,14 +60,12 @@ def _inert_streams() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, turning our typed errors into one line on stderr and exit 2."""
     _inert_streams()
+    interrupts.install()
     try:
         code = cli.main(args=argv, prog_name="kimi-oracle", standalone_mode=False)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("interrupted", err=True)
-        code = 130
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        code = 130
+        code = interrupts.exit_code()
     except click.ClickException as exc:
         exc.show()
         code = exc.exit_code

@@ -28,6 +28,33 @@ def profile_options(func):
     return func
 
 
+DEFAULT_CASE_TIMEOUT = "30s"
+
+
+def isolation_options(func):
+    """Add `--case-timeout` and `--memory-limit`: the candidate always runs in a separate,
+    reused process; these bound each call."""
+    func = click.option(
+        "--memory-limit", "memory_limit_mb", type=click.IntRange(64, None), default=None, metavar="MB",
+        help="Address space the candidate's process may add, in MiB (default: no limit; a CUDA "
+             "candidate needs none). Running out of it is a crash finding.")(func)
+    func = click.option(
+        "--case-timeout", "case_timeout", default=DEFAULT_CASE_TIMEOUT, show_default=True,
+        callback=lambda ctx, param, value: parse_duration(value),
+        help="Longest one call of the candidate may take; a call that takes longer is a timeout "
+             "finding (its process is killed and restarted).")(func)
+    return func
+
+
+def open_candidate(spec: str, case_timeout: float, memory_limit_mb: int | None):
+    """The candidate `spec`, started in its own process (CandidateError, exit 2, if it cannot load)."""
+    from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
+
+    candidate = IsolatedCandidate(spec, timeout_s=case_timeout, memory_limit_mb=memory_limit_mb)
+    candidate.start()
+    return candidate
+
+
 def resolve_config(profile: str | None, config_path: Path | None) -> PreprocessConfig:
     """The configuration chosen by `--profile` / `--config`."""
     return PreprocessConfig.resolve(profile, config_path)

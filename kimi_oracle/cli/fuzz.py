@@ -14,7 +14,8 @@ from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.inputs.generators import DEFAULT_MAX_SIDE, MODES
 from kimi_oracle.oracle.checks import FINDING_KINDS, Tolerance, ToleranceError
-from kimi_oracle.cli.common import parse_duration, profile_options, resolve_config
+from kimi_oracle.cli.common import isolation_options, open_candidate, parse_duration, profile_options, resolve_config
+from kimi_oracle.core import interrupts
 from kimi_oracle.core.text import rich_text, safe_text
 from rich.text import Text
 
@@ -77,13 +78,17 @@ def _print_findings_table(title: str, findings: Sequence[Any], checks: Sequence[
 
 def _write_outputs(summary: dict[str, Any], findings: Sequence[Any], checks: Sequence[str], suite: str,
                    json_path: Path | None, junit_path: Path | None, elapsed: float) -> None:
-    from kimi_oracle.results.report import junit_cases_for, write_junit
+    from kimi_oracle.results.report import JUnitCase, junit_cases_for, write_junit
     from kimi_oracle.core.files import write_json
 
     if json_path is not None:
         write_json(json_path, summary)
     if junit_path is not None:
-        write_junit(junit_path, suite, junit_cases_for(findings, checks), time=elapsed,
+        cases = junit_cases_for(findings, checks)
+        if summary.get("stopped") == "interrupted":
+            cases.append(JUnitCase("interrupted", suite, error="the run was interrupted before it ended",
+                                   details="interrupted (SIGINT/SIGTERM): the checks above cover only what ran"))
+        write_junit(junit_path, suite, cases, time=elapsed,
                     properties={"candidate": summary.get("candidate"), "profile": summary.get("profile"),
                                 "seed": summary.get("seed")})
 
@@ -126,16 +131,18 @@ def register(group: click.Group) -> None:
                   help="One pixel_mismatch/crash finding per mode class of the failing image, or per check.")
     @click.option("--stop-early", is_flag=True,
                   help="End after the first search round that found something (default: spend all examples).")
+    @isolation_options
     def fuzz_cmd(candidate_spec: str, profile: str | None, config_path: Path | None, examples: int | None,
                  budget: str | None, hypothesis_profile: str, seed: int | None, tolerance: str, fixed_config: bool,
                  out_dir: Path, db_dir: Path | None, json_path: Path | None, junit_path: Path | None,
                  max_images: int, max_side: int, modes: str | None, no_invariance: bool, no_shrink: bool,
-                 group_by: str, stop_early: bool) -> int:
+                 group_by: str, stop_early: bool, case_timeout: float, memory_limit_mb: int | None) -> int:
         """Differential fuzzing of a candidate against the reference; findings written under --out.
 
-        Exit 0 when nothing was found, 1 when something was, 2 on usage or harness errors.
+        The candidate runs in a separate process: its crash, exit, hang or memory exhaustion is a
+        finding. Exit 0 when nothing was found, 1 when something was, 2 on usage or harness
+        errors, 130/143 when interrupted (the report then says so).
         """
-        from kimi_oracle.oracle.candidates import load_candidate
         from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
 
         config = resolve_config(profile, config_path)
@@ -147,7 +154,6 @@ def register(group: click.Group) -> None:
             if bad or not mode_list:
                 raise click.BadParameter(f"unknown mode(s) {', '.join(bad) or '(none)'}; known: {', '.join(MODES)}",
                                          param_hint="--modes")
-        candidate = load_candidate(candidate_spec)
         options = FuzzOptions(
             examples=examples, budget_s=budget_s, seed=seed, tolerance=tolerance, vary_config=not fixed_config,
             max_images=max_images, max_side=max_side, modes=mode_list, invariance=not no_invariance,
@@ -161,7 +167,8 @@ def register(group: click.Group) -> None:
         total = float(budget_s) if budget_s is not None and examples is None else float(options.max_examples())
         by_time = budget_s is not None and examples is None
         started = time.monotonic()
-        with Progress(TextColumn("[bold]fuzz[/bold] {task.description}"), BarColumn(),
+        candidate = open_candidate(candidate_spec, case_timeout, memory_limit_mb)
+        with candidate, Progress(TextColumn("[bold]fuzz[/bold] {task.description}"), BarColumn(),
                       TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=err,
                       transient=False, disable=not err.is_terminal) as progress:
             task = progress.add_task(candidate.spec, total=total, detail="")
@@ -186,6 +193,9 @@ def register(group: click.Group) -> None:
         _print_findings_table(f"kimi-oracle fuzz: {candidate.spec} vs reference ({config.describe()}, "
                               f"tolerance {tolerance}, config variation {'off' if fixed_config else 'on'})",
                               run.findings, FINDING_KINDS, run.first_found, footer)
+        if run.stopped == "interrupted":
+            click.echo("interrupted: the report covers only the examples that ran", err=True)
+            return interrupts.exit_code()
         return 1 if run.findings else 0
 
     @group.command("repro")
@@ -263,22 +273,21 @@ def register(group: click.Group) -> None:
     @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None)
     @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None)
     @click.option("--no-invariance", is_flag=True, help="Skip the batch/subset/permutation/determinism checks.")
+    @isolation_options
     def check_cmd(paths: tuple[Path, ...], candidate_spec: str, profile: str | None, config_path: Path | None,
                   tolerance: str, out_dir: Path, json_path: Path | None, junit_path: Path | None,
-                  no_invariance: bool) -> int:
+                  no_invariance: bool, case_timeout: float, memory_limit_mb: int | None) -> int:
         """Run the oracle over real image files or folders (searched recursively).
 
         Exit 0 all pass, 1 findings, 2 when an input could not be read (and nothing failed).
         """
         from rich.table import Table
 
-        from kimi_oracle.oracle.candidates import load_candidate
         from kimi_oracle.fuzzers.fuzzing import check_images
         from kimi_oracle.core.images import decode, read_file
         from kimi_oracle.core.files import utc_now, versions
 
         config = resolve_config(profile, config_path)
-        candidate = load_candidate(candidate_spec)
         files, skipped = _expand(paths)
         for line in skipped[:20]:
             click.echo(f"skipped: {line}", err=True)
@@ -295,8 +304,10 @@ def register(group: click.Group) -> None:
             except InputError as exc:
                 errors.append(str(exc))
         started = time.monotonic()
-        findings, rows = check_images(candidate, loaded, config, tolerance or "exact",
-                                      invariance=not no_invariance, out_dir=out_dir)
+        with open_candidate(candidate_spec, case_timeout, memory_limit_mb) as candidate:
+            checked = check_images(candidate, loaded, config, tolerance or "exact",
+                                   invariance=not no_invariance, out_dir=out_dir)
+        findings, rows = checked.findings, checked.rows
         elapsed = time.monotonic() - started
         console = _stdout_console()
         table = Table(title=rich_text(f"kimi-oracle check: {candidate.spec} vs reference ({config.describe()}, "
@@ -316,12 +327,15 @@ def register(group: click.Group) -> None:
             "schema": "kimi-oracle.check-run", "schema_version": 1, "command": "check",
             "candidate": candidate.spec, "profile": config.name, "config": config.to_hf_json(),
             "tolerance": tolerance, "started": utc_now(), "elapsed_s": round(elapsed, 3),
-            "images": rows, "errors": errors, "skipped": skipped,
+            "images": rows, "errors": errors, "skipped": skipped, "stopped": checked.stopped,
             "findings": [{"id": f.id, "check": f.check, "kind": f.kind, "message": f.message,
                           "path": str(f.path) if f.path else None, "sources": f.sources} for f in findings],
             "versions": versions(),
         }
         _write_outputs(summary, findings, FINDING_KINDS, "kimi-oracle check", json_path, junit_path, elapsed)
+        if checked.stopped == "interrupted":
+            click.echo(f"interrupted: {len(rows)} of {len(loaded)} images judged", err=True)
+            return interrupts.exit_code()
         if findings:
             return 1
         return 2 if errors else 0

@@ -32,12 +32,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kimi-max-side", type=int, default=None, metavar="PX",
                     help="longest side drawn (default: the fuzzer's, as in `kimi-oracle fuzz`)")
     group.addoption("--kimi-out", default="kimi-oracle-out", metavar="DIR", help="findings directory")
+    group.addoption("--kimi-case-timeout", default="30s", metavar="DURATION",
+                    help="longest one call of the candidate may take (it runs in its own process; default 30s)")
+    group.addoption("--kimi-memory-limit", type=int, default=None, metavar="MB",
+                    help="address space the candidate's process may add (default: no limit)")
 
 
 def _options(config: pytest.Config) -> dict[str, Any]:
     return {name: config.getoption(f"kimi_{name}") for name in
             ("candidate", "examples", "budget", "profile", "config", "tolerance", "seed", "fixed_config",
-             "max_side", "out")}
+             "max_side", "out", "case_timeout", "memory_limit")}
 
 
 class KimiItem(pytest.Item):
@@ -110,20 +114,24 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     spec = config.getoption("kimi_candidate")
     if not spec:
         return
-    from kimi_oracle.oracle.candidates import load_candidate
+    import click
+
     from kimi_oracle.core.errors import KimiOracleError
     from kimi_oracle.oracle.checks import FINDING_KINDS
 
     try:
-        config.stash[_CANDIDATE_KEY] = load_candidate(spec)
-        from kimi_oracle.cli.common import resolve_config
+        from kimi_oracle.cli.common import open_candidate, parse_duration, resolve_config
         from kimi_oracle.oracle.checks import Tolerance
 
         opts = _options(config)
         resolve_config(opts["profile"], Path(opts["config"]) if opts["config"] else None)
         Tolerance.parse(opts["tolerance"])
-    except KimiOracleError as exc:
+        # The candidate runs in its own process: its crash, exit or hang is a finding, never the
+        # end of the user's test session.
+        candidate = open_candidate(spec, parse_duration(opts["case_timeout"]), opts["memory_limit"])
+        config.stash[_CANDIDATE_KEY] = candidate
+        config.add_cleanup(candidate.close)
+    except (KimiOracleError, click.BadParameter) as exc:
         raise pytest.UsageError(f"kimi-oracle: {exc}") from None
-    # The candidate runs in this process (no sandbox), so a hang is never a `timeout` finding.
-    for check in (c for c in FINDING_KINDS if c != "timeout"):
+    for check in FINDING_KINDS:
         items.append(KimiItem.from_parent(session, name=f"kimi-oracle::{check}", check=check))

@@ -20,11 +20,12 @@ from PIL import Image
 
 from kimi_oracle.pipelines import reference
 from kimi_oracle.oracle.candidates import Candidate, CandidateCrash, load_candidate
+from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.inputs.generators import MODES, FuzzCase
-from kimi_oracle.oracle.grouping import finding_key
-from kimi_oracle.oracle.checks import CRASH, FINDING_KINDS, INVARIANCE, Tolerance, Verdict, check_invariance, compare
+from kimi_oracle.oracle.grouping import failure_type, finding_key, mode_class
+from kimi_oracle.oracle.checks import CRASH, FINDING_KINDS, INVARIANCE, TIMEOUT, Tolerance, Verdict, check_invariance, compare
 from kimi_oracle.results.report import Finding, summary_markdown, write_finding
 from kimi_oracle.core.files import versions
 from kimi_oracle.inputs.strategies import DEFAULT_MAX_SIDE, fuzz_cases
@@ -33,6 +34,13 @@ from kimi_oracle.inputs.strategies import DEFAULT_MAX_SIDE, fuzz_cases
 # fuzz() may run this factor over its budget while it shrinks what it found; a caller with a hard
 # deadline gives it `search_budget(seconds_left)`.
 SHRINK_GRACE = 1.25
+
+
+# Failures whose every reproduction costs a killed or restarted candidate process (the sandbox's
+# exception names), and how many shrink steps such a finding gets before its smallest case so far
+# is kept.
+COSTLY_FAILURES = ("CallTimedOut", "ProcessDied")
+MAX_COSTLY_SHRINK_STEPS = 4
 
 
 def search_budget(seconds_left: float) -> float:
@@ -93,6 +101,7 @@ class FuzzRun:
     examples: int = 0  # generated examples run (shrinking not counted)
     calls: int = 0  # every evaluation, shrinking included
     rejected: int = 0
+    skipped_hanging: int = 0  # examples not judged: a mode class the candidate already hung on
     elapsed_s: float = 0.0
     first_found: dict[str, int] = field(default_factory=dict)  # check -> example number
     stopped: str = "examples"
@@ -125,6 +134,7 @@ class FuzzRun:
             "examples": self.examples,
             "calls": self.calls,
             "rejected": self.rejected,
+            "skipped_hanging": self.skipped_hanging,
             "elapsed_s": round(self.elapsed_s, 3),
             "stopped": self.stopped,
             "started": self.started,
@@ -352,14 +362,22 @@ def fuzz(
     progress = {"examples_before": 0, "round_calls": 0}
 
     known: set[str] = set()  # groups found in earlier rounds: not shrunk again
+    costly_steps: dict[str, int] = {}  # shrink steps spent on failures that cost a process each
+    hanging: set[str] = set()  # mode classes of the images the candidate timed out on
 
     def body(case: FuzzCase) -> None:
+        interrupts.raise_if_requested()  # an interrupt swallowed elsewhere is not lost
         if over_budget():
             run.stopped = "budget"
             raise _Stop()
+        images = case.make_images()
+        if hanging and any(mode_class(img) in hanging for img in images):
+            # A mode class the candidate already hung on would cost a whole case timeout again
+            # and could only re-find that timeout: not judged, counted apart.
+            run.skipped_hanging += 1
+            return
         run.calls += 1
         progress["round_calls"] += 1
-        images = case.make_images()
         try:
             verdict = evaluate(candidate, images, case.config, tol, invariance=options.invariance)
         except Rejected:
@@ -382,7 +400,17 @@ def fuzz(
         found_at = progress["examples_before"] + progress["round_calls"]
         run.first_found.setdefault(check, found_at)
         first = first_by_group.setdefault(group, found_at)
+        shrinking = group in records
         records[group] = (case, verdict, first)
+        if check == TIMEOUT and len(images) == 1:
+            # Once (shrunk to) one image, the mode class that hangs is known.
+            hanging.add(mode_class(images[0]))
+        if shrinking and failure_type(verdict.stats) in COSTLY_FAILURES:
+            # Each step of shrinking a hang waits the whole case timeout, each death restarts the
+            # candidate's process: keep the smallest case so far after a few steps and go on.
+            costly_steps[group] = costly_steps.get(group, 0) + 1
+            if costly_steps[group] >= MAX_COSTLY_SHRINK_STEPS:
+                raise _Stop()
         raise _failure_type(group)(verdict.message)
 
     strategy = fuzz_cases(
@@ -420,6 +448,8 @@ def fuzz(
 
     for round_index in range(64):
         remaining = target - run.examples
+        if interrupts.requested():
+            run.stopped = "interrupted"
         if remaining <= 0 or run.stopped in ("budget", "interrupted"):
             break
         before = run.calls
@@ -469,6 +499,8 @@ def fuzz(
             break  # nothing ran: the search space is exhausted
         if records and not options.keep_searching:
             break
+    if interrupts.requested():
+        run.stopped = "interrupted"
     publish()
     return run
 
@@ -539,17 +571,43 @@ def replay_case(case: dict[str, Any], directory: Path, candidate: Candidate, *,
     return verdict, images, config, notes
 
 
+@dataclass
+class CheckRun:
+    """What `check_images` found so far: findings, one row per image (or batch), how it stopped."""
+
+    findings: list[Finding] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    stopped: str = "done"  # or "interrupted" (Ctrl-C / SIGTERM): the rows cover what ran
+
+
 def check_images(candidate: Candidate, images: Sequence[tuple[str, Image.Image, bytes | None]],
                  config: PreprocessConfig, tolerance: str = "exact", *, invariance: bool = True,
                  out_dir: str | Path | None = None, batch: int = 3,
-                 on_image: Callable[[int], None] | None = None) -> tuple[list[Finding], list[dict[str, Any]]]:
-    """Run the oracle over real images, each alone, then (invariances) in small batches.
+                 on_image: Callable[[int], None] | None = None) -> CheckRun:
+    """Run the oracle over real images, each alone, then (invariances) in small batches. An
+    interrupt ends the run early with what was already judged (stopped = "interrupted")."""
+    run = CheckRun()
+    try:
+        _check_images(run, candidate, images, config, tolerance, invariance, out_dir, batch, on_image)
+    except KeyboardInterrupt:
+        run.stopped = "interrupted"
+    return run
 
-    Returns (findings, rows) where rows describe each image's outcome for a table.
-    """
-    findings: list[Finding] = []
-    rows: list[dict[str, Any]] = []
+
+def _check_images(run: CheckRun, candidate: Candidate, images: Sequence[tuple[str, Image.Image, bytes | None]],
+                  config: PreprocessConfig, tolerance: str, invariance: bool, out_dir: str | Path | None,
+                  batch: int, on_image: Callable[[int], None] | None) -> None:
+    findings, rows = run.findings, run.rows
+
+    def record(verdict: Verdict, group: Sequence[tuple[str, Image.Image, bytes | None]]) -> None:
+        f = finding_from(verdict, candidate.spec, config, [g[1] for g in group], tolerance=tolerance,
+                         engine="check", sources=[g[0] for g in group], raw_inputs=[g[2] for g in group])
+        if out_dir is not None:
+            write_finding(out_dir, f)
+        findings.append(f)
+
     for i, (name, img, raw) in enumerate(images):
+        interrupts.raise_if_requested()
         row = {"image": name, "size": f"{img.width}x{img.height}", "mode": img.mode}
         try:
             verdict = evaluate(candidate, [img], config, tolerance, invariance=invariance)
@@ -559,11 +617,7 @@ def check_images(candidate: Candidate, images: Sequence[tuple[str, Image.Image, 
             continue
         row.update(result="ok" if verdict.ok else verdict.check, detail=verdict.message)
         if not verdict.ok:
-            f = finding_from(verdict, candidate.spec, config, [img], tolerance=tolerance, engine="check",
-                             sources=[name], raw_inputs=[raw])
-            if out_dir is not None:
-                write_finding(out_dir, f)
-            findings.append(f)
+            record(verdict, [(name, img, raw)])
         rows.append(row)
         if on_image is not None:
             on_image(i)
@@ -571,6 +625,7 @@ def check_images(candidate: Candidate, images: Sequence[tuple[str, Image.Image, 
         ok_images = [(n, im, raw) for (n, im, raw), r in zip(images, rows) if r["result"] == "ok"]
         for start in range(0, len(ok_images), batch):
             group = ok_images[start : start + batch]
+            interrupts.raise_if_requested()
             if len(group) < 2:
                 continue
             try:
@@ -578,17 +633,13 @@ def check_images(candidate: Candidate, images: Sequence[tuple[str, Image.Image, 
             except Rejected:
                 continue
             if not verdict.ok:
-                f = finding_from(verdict, candidate.spec, config, [g[1] for g in group], tolerance=tolerance,
-                                 engine="check", sources=[g[0] for g in group], raw_inputs=[g[2] for g in group])
-                if out_dir is not None:
-                    write_finding(out_dir, f)
-                findings.append(f)
+                record(verdict, group)
                 rows.append({"image": " + ".join(Path(g[0]).name for g in group), "size": "batch",
                              "mode": "", "result": verdict.check, "detail": verdict.message})
-    return findings, rows
 
 
 __all__ = [
+    "CheckRun",
     "FuzzOptions",
     "FuzzRun",
     "HYPOTHESIS_PROFILES",

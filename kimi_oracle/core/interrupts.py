@@ -1,0 +1,53 @@
+"""Ctrl-C and SIGTERM: recorded, raised as KeyboardInterrupt, and checked again at safe points.
+
+A signal's exception can be swallowed when it lands in code that ignores exceptions (a garbage
+collector callback, a `__del__`): Python then prints "Exception ignored" and goes on. So the
+handlers also record the signal, and long loops call `raise_if_requested()` at every example:
+an interrupt is never lost and a run can never end as if nothing had happened.
+"""
+
+from __future__ import annotations
+
+import signal
+
+EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
+EXIT_TERMINATED = 143  # SIGTERM
+_received: list[int] = []
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that every command's cleanup and report paths run."""
+
+
+def _interrupt() -> KeyboardInterrupt:
+    return Terminated() if signal.SIGTERM in _received else KeyboardInterrupt()
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    _received.append(signum)
+    raise _interrupt()
+
+
+def install() -> None:
+    """Handle SIGINT and SIGTERM as above (main thread only; elsewhere nothing changes)."""
+    try:
+        signal.signal(signal.SIGINT, _on_signal)
+        signal.signal(signal.SIGTERM, _on_signal)
+    except ValueError:  # pragma: no cover - not the main thread (embedded use)
+        pass
+
+
+def requested() -> bool:
+    """True once SIGINT or SIGTERM arrived."""
+    return bool(_received)
+
+
+def raise_if_requested() -> None:
+    """Raise the pending interrupt again (a safe point in a long loop)."""
+    if _received:
+        raise _interrupt()
+
+
+def exit_code() -> int:
+    """130 after Ctrl-C, 143 after SIGTERM."""
+    return EXIT_TERMINATED if signal.SIGTERM in _received else EXIT_INTERRUPTED
