@@ -30,7 +30,7 @@ CandidateFn = Callable[[list, PreprocessConfig], Any]
 
 BUILTINS = {
     "reference": ("kimi_oracle.pipelines.reference", "preprocess", "the CPU reference (the checkpoint's arithmetic)"),
-    "gpu": ("kimi_oracle.pipelines.gpu", "preprocess", "the Triton GPU pipeline (Triton interpreter on CPU)"),
+    "gpu": ("kimi_oracle.pipelines.gpu", "preprocess_drawn_tiles", "the Triton GPU pipeline (Triton interpreter on CPU)"),
     "eager": ("kimi_oracle.pipelines.eager", "preprocess", "the serving engine's eager torch path"),
 }
 

@@ -9,7 +9,7 @@ from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.pipelines.gpu import eager_preprocess
 from kimi_oracle.pipelines import eager
 
-from conftest import gen, k3, rgba_hidden
+from gpu_testlib import gen, k3, rgba_hidden
 
 
 def _diff_levels(a, b) -> float:

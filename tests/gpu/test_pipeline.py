@@ -16,43 +16,7 @@ from kimi_oracle.pipelines import reference
 from kimi_oracle.core.errors import BackendError, InputError
 from kimi_oracle.pipelines.gpu import preprocess
 
-from conftest import PATTERNS, assert_same, full_range, gen, k3, k25, rgba_hidden
-
-
-def _zoo() -> list[tuple[str, Image.Image]]:
-    """Every supported mode, with sizes that make limit-16 configs resample (both orders)."""
-    z = [
-        ("RGB", gen(47, 31, "RGB", seed=1)),
-        ("RGB key", gen(33, 40, "RGB", "key", seed=2)),
-        ("RGBA random", gen(41, 29, "RGBA", "random", seed=3)),
-        ("RGBA hidden", rgba_hidden(38, 45, seed=4)),
-        ("RGBA hidden tall", rgba_hidden(16, 70, seed=40)),
-        ("RGBA checker", gen(30, 61, "RGBA", "checker", seed=5)),
-        ("LA gradient", gen(44, 35, "LA", "gradient", seed=6)),
-        ("LA 1-wide", gen(1, 90, "LA", "random", seed=41)),
-        ("L tall", gen(20, 70, "L", seed=7)),
-        ("L key", gen(50, 23, "L", "key", seed=8)),
-        ("P", gen(36, 36, "P", seed=9)),
-        ("P key", gen(45, 27, "P", "key", seed=10)),
-        ("P bytes", gen(31, 48, "P", "random", seed=11)),
-        ("1", gen(53, 22, "1", content="edges", seed=12)),
-        ("CMYK", gen(40, 40, "CMYK", seed=13)),
-        ("CMYK 1-high", gen(90, 1, "CMYK", seed=42)),
-        ("I;16", gen(37, 30, "I;16", seed=14)),
-        ("I;16 full tall", full_range(18, 64, "I;16", seed=15)),
-        ("I;16B full", full_range(43, 34, "I;16B", seed=16)),
-        ("I;16N full", full_range(28, 57, "I;16N", seed=17)),
-        ("I", gen(39, 33, "I", seed=18)),
-        ("I full", full_range(26, 49, "I", seed=19)),
-        ("I 1-wide", full_range(1, 80, "I", seed=43)),
-        ("F full", full_range(48, 26, "F", seed=20)),
-        ("F tall", full_range(20, 66, "F", seed=44)),
-        ("PA", gen(35, 38, "PA", "random", seed=21)),
-        ("RGBX", full_range(32, 44, "RGBX", seed=22)),
-        ("tiny RGBA", rgba_hidden(3, 2, seed=23)),
-        ("no-resize L", gen(9, 11, "L", seed=24)),
-    ]
-    return z
+from gpu_testlib import PATTERNS, assert_same, full_range, gen, k3, k25, rgba_hidden, zoo as _zoo
 
 
 def _zoo_3band() -> list[tuple[str, Image.Image]]:
@@ -94,8 +58,17 @@ def _check(images, config, gpu_kwargs, label):
     return got, exp
 
 
-@pytest.mark.parametrize("stage", ["after_resize", "before_resize"])
-@pytest.mark.parametrize("pattern", PATTERNS)
+# Every stage with a chessboard (two levels, parity) and a uniform background by default; the
+# other patterns only change the composite table's level, which test_composite_is_exhaustive
+# covers for every (alpha, level) pair, so they run with -m slow.
+_DEFAULT_RUN = {("after_resize", "chessboard"), ("after_resize", "white"), ("before_resize", "chessboard"),
+                ("before_resize", "black")}
+
+
+@pytest.mark.parametrize("stage, pattern", [
+    pytest.param(stage, pattern, marks=() if (stage, pattern) in _DEFAULT_RUN else pytest.mark.slow)
+    for stage in ("after_resize", "before_resize") for pattern in PATTERNS
+])
 def test_every_mode_matches_reference(stage, pattern, gpu_kwargs):
     labels, images = zip(*_zoo())
     cfg = k3(LIMIT, pattern=pattern, stage=stage)
@@ -108,12 +81,20 @@ def test_k25_matches_reference(gpu_kwargs):
 
 
 def test_three_band_table_modes(gpu_kwargs):
-    # LAB (resampled with signed a/b in Pillow 13.0), YCbCr and HSV go through 2^24-entry
-    # tables that Pillow's own conversion fills.
+    # 3-band table modes go through 2^24-entry tables that Pillow's own conversion fills (1.5
+    # to 3.5 s each here): LAB (resampled with signed a/b in Pillow 13.0, resized-state
+    # table) after the resize, YCbCr (source table, convert kernel) before it.
+    zoo = dict(_zoo_3band())
+    _check([zoo["LAB"]], k3(LIMIT), gpu_kwargs, "LAB after")
+    _check([zoo["YCbCr"]], k3(LIMIT, stage="before_resize"), gpu_kwargs, "YCbCr before")
+    assert _paths([zoo["LAB"]], k3(LIMIT)) == {("h", "v")}
+
+
+@pytest.mark.slow
+def test_three_band_table_modes_every_stage(gpu_kwargs):
     labels, images = zip(*_zoo_3band())
     _check(list(images), k3(LIMIT), gpu_kwargs, "3-band after")
     _check(list(images), k3(LIMIT, stage="before_resize"), gpu_kwargs, "3-band before")
-    assert ("h", "v") in _paths(images, k3(LIMIT))
 
 
 def test_composite_is_exhaustive(gpu_kwargs):
@@ -131,7 +112,7 @@ def test_composite_is_exhaustive(gpu_kwargs):
 
 def test_composite_table_equals_reference_formula():
     from kimi_oracle.core.config import TransparentBgConfig
-    from kimi_oracle.pipelines.gpu.pipeline import composite_table
+    from kimi_oracle.pipelines.gpu.tables import composite_table
 
     a, c = np.meshgrid(np.arange(256), np.arange(256), indexing="ij")
     rgba = np.stack([c, c, c, a], -1).astype(np.uint8)
@@ -176,7 +157,7 @@ def test_batch_equals_one_by_one_and_chunks(gpu_kwargs, monkeypatch):
 
     calls = []
     real = pipeline._run_chunk
-    monkeypatch.setattr(pipeline, "_run_chunk", lambda kern, chunk, *a: (calls.append(len(chunk)), real(kern, chunk, *a))[1])
+    monkeypatch.setattr(pipeline, "_run_chunk", lambda batch, jobs: (calls.append(len(jobs)), real(batch, jobs))[1])
     chunked = preprocess(images, cfg, chunk_bytes=20_000, **gpu_kwargs)
     assert len(calls) > 2 and sum(calls) == len(images), calls
     assert_same(chunked, whole, "chunked")
@@ -230,7 +211,7 @@ def test_grid_follows_a_tail_that_writes_one_patch_row_fewer(gpu_kwargs, monkeyp
     # 2 patch rows only. The grid must come from that write (2 x 2), and disagreeing with the
     # plan it is an error that names both.
     from kimi_oracle.core.geometry import plan
-    from kimi_oracle.pipelines.gpu import kernels
+    from kimi_oracle.pipelines.gpu import layout
 
     cfg = k3(16)
     images = [gen(47, 31, "RGB", seed=1), gen(31, 47, "RGB", seed=2)]
@@ -238,7 +219,7 @@ def test_grid_follows_a_tail_that_writes_one_patch_row_fewer(gpu_kwargs, monkeyp
     assert g[1] >= 2, g
 
     def one_row_fewer(row):
-        row[kernels.T_NPIX] -= int(row[kernels.T_GW]) * cfg.patch_size ** 2
+        row[int(layout.ROW_ELEMS)] -= int(row[int(layout.ROW_GRID_W)]) * cfg.patch_size ** 2
 
     faulty = _plant(monkeypatch, 1, one_row_fewer)
     with pytest.raises(BackendError) as err:
@@ -254,14 +235,14 @@ def test_image_size_follows_a_tail_that_fills_one_row_fewer(gpu_kwargs, monkeypa
     # Same patch grid, one image row fewer filled from the source (padding instead): the
     # recorded extent (not the plan) is what is checked.
     from kimi_oracle.core.geometry import plan
-    from kimi_oracle.pipelines.gpu import kernels
+    from kimi_oracle.pipelines.gpu import layout
 
     cfg = k3(16)
     p = plan(31, 47, cfg)
     assert p.new_h % 14 != 1, p  # one row fewer keeps the same patch grid
 
     def one_image_row_fewer(row):
-        row[kernels.T_H] -= 1
+        row[int(layout.ROW_H)] -= 1
 
     _plant(monkeypatch, 0, one_image_row_fewer)
     with pytest.raises(BackendError, match=rf"produced a {p.new_w}x{p.new_h - 1} image, "
@@ -272,11 +253,11 @@ def test_image_size_follows_a_tail_that_fills_one_row_fewer(gpu_kwargs, monkeypa
 def test_produced_grids_are_built_from_the_records():
     # The host side alone: grids come from the recorded extents, per owning image, and every
     # inconsistency is a BackendError.
-    from kimi_oracle.pipelines.gpu import pipeline
+    from kimi_oracle.pipelines.gpu import layout, pipeline
 
     def job(i, grid, w, h):
-        return pipeline._Job(i, np.zeros((1, 1, 3), np.uint8), pipeline.U8, 3, w, h, w, h, False,
-                             "none", (), 0, None, None, -1, False, None, plan_grid=grid)
+        return pipeline._Job(i, np.zeros((1, 1, 3), np.uint8), int(layout.U8), 3, w, h, w, h, False,
+                             "none", (), pipeline._RGB, False, plan_grid=grid)
 
     jobs = [job(0, (1, 2, 2), 28, 20), job(1, (1, 1, 2), 20, 14)]
     # image 0 split over two programs (one patch row each), image 1 in one

@@ -9,7 +9,7 @@ from PIL import Image
 from kimi_oracle.core.errors import BackendError
 from kimi_oracle.pipelines.gpu import resample as rs
 
-from conftest import full_range
+from gpu_testlib import full_range
 
 
 def _random_sizes(rng, n):
