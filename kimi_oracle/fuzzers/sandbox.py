@@ -10,6 +10,14 @@ caused them, and the next call starts a fresh executor.
 Executors are forked from a multiprocessing fork server that has already imported torch,
 NumPy, Pillow and the reference, so a restart after a crash costs milliseconds, not an import.
 The executor's Python stack at the moment of death (faulthandler) is kept as the traceback.
+
+A death is told apart by how it happened: its exception type is `ProcessDied[SIGSEGV]`,
+`ProcessDied[exit status 1]`, ... (so `grouping.finding_key` keeps an `exit 0` and an
+`exit status 1` death apart). The executor dies with its parent (PR_SET_PDEATHSIG on Linux),
+and an interrupt (Ctrl-C, SIGTERM) that reaches the parent during a call ends the executor.
+
+`IsolatedCandidate.time_call` times one call *inside* the executor (the candidate's own time,
+without the transfer of images and results), for the gate's A/B timing.
 """
 
 from __future__ import annotations
@@ -91,6 +99,24 @@ def signal_name(returncode: int | None) -> str:
     return f"exit status {returncode}"
 
 
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send `sig` to this process when its parent ends (Linux; elsewhere
+    nothing). A process whose parent already ended gets `sig` at once."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        parent = os.getppid()
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent or parent == 1:  # the parent ended before the request
+            os.kill(os.getpid(), sig)
+    except (OSError, AttributeError):  # pragma: no cover - no libc prctl
+        pass
+
+
 # ---------------------------------------------------------------------------------------------
 # images and tensors across the pipe
 
@@ -116,6 +142,9 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -
     # Ctrl-C in a terminal reaches the whole process group: the executor must not turn it into
     # a "crash"; its parent stops it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The parent of an executor is the fork server, which ends when the process that uses the
+    # candidate ends (however it ends): a hanging executor must not outlive it.
+    die_with_parent(signal.SIGKILL)
     fault_file = open(fault_path, "w")
     faulthandler.enable(file=fault_file, all_threads=True)
     # The parent sends SIGUSR1 before killing a hung executor: dump where it hangs.
@@ -133,6 +162,7 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -
         conn.send(("error", "CandidateError", f"candidate {spec!r} cannot be loaded: {type(exc).__name__}: {exc}"))
         return
     conn.send(("ready", candidate.description))
+    timing: tuple[Any, list[Image.Image]] | None = None  # (key, images) of the last timed input
     while True:
         try:
             msg = conn.recv()
@@ -140,7 +170,13 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -
             return
         if msg is None:
             return
-        packed_images, config = msg
+        if msg[0] == "time":
+            _, key, packed_images, config = msg
+            if packed_images is not None or timing is None or timing[0] != key:
+                timing = (key, [unpack_raw(p) for p in packed_images or ()])
+            conn.send(_timed(candidate, spec, timing[1], config))
+            continue
+        _, packed_images, config = msg
         images = [unpack_raw(p) for p in packed_images]
         try:
             out = candidate(images, config)
@@ -155,6 +191,26 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -
             conn.send(("raised", crash.exc_type, crash.exc_message, crash.traceback))
             continue
         conn.send(("ok", _pack_tensor(out.pixel_values), _pack_tensor(out.grid_thws)))
+
+
+def _timed(candidate: Candidate, spec: str, images: list[Image.Image], config: PreprocessConfig) -> tuple:
+    """One call of the candidate's own function on `images` (not copied, as a caller would pass
+    them), timed here: the candidate's time without the transfer. CUDA work is waited for."""
+    from kimi_oracle.oracle.candidates import as_result
+
+    try:
+        t0 = time.perf_counter()
+        out = candidate.func(images, config)
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - t0
+        as_result(out, spec)  # a timing of something that is not a result means nothing
+    except (CandidateError, BackendError) as exc:
+        return ("error", type(exc).__name__, str(exc))
+    except BaseException as exc:  # noqa: BLE001 - the candidate's failure, told apart by type
+        crash = CandidateCrash(spec, exc)
+        return ("raised", crash.exc_type, crash.exc_message, crash.traceback)
+    return ("timed", elapsed)
 
 
 def _limit_memory(limit_mb: int) -> None:
@@ -217,6 +273,9 @@ class IsolatedCandidate(Candidate):
         self.restarts = 0
         self.crashes = 0
         self.timeouts = 0
+        self.busy_s = 0.0  # seconds spent waiting for the executor (calls, transfers, timings)
+        self._timing_key: Any = None
+        self._timing_images: list[Image.Image] = []
         self._started = False
         # (mode, alpha class, resample kind, fill stage, background) seen: a behaviour coverage.
         self.behaviours: set[tuple[str, ...]] = set()
@@ -232,6 +291,7 @@ class IsolatedCandidate(Candidate):
         if self._proc is not None and self._proc.is_alive():
             return
         self._cleanup()
+        self._timing_key = None
         if self._started:
             self.restarts += 1
         self._started = True
@@ -338,33 +398,63 @@ class IsolatedCandidate(Candidate):
     def __call__(self, images: Sequence[Image.Image], config: PreprocessConfig) -> PreprocessResult:
         """Run the candidate on `images` in the executor; CandidateCrash subclasses on failure."""
         self._note(images, config)
-        packed = [pack_raw(img) for img in images]
-        if self._proc is None or not self._proc.is_alive():
-            self.start()
-        self.calls += 1
-        conn = self._conn
-        try:
-            conn.send((packed, config))
-        except (BrokenPipeError, OSError):
-            return self._died(images)
-        started = time.monotonic()
-        try:
-            ready = conn.poll(self.timeout_s)
-        except (EOFError, OSError):
-            ready = True
-        if not ready:
-            return self._timed_out(time.monotonic() - started)
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return self._died(images)
+        msg = self._request(("call", [pack_raw(img) for img in images], config))
         if msg[0] == "ok":
             return PreprocessResult(_unpack_tensor(msg[1]), _unpack_tensor(msg[2]))
+        return self._failed(msg)
+
+    def time_call(self, images: Sequence[Image.Image], config: PreprocessConfig) -> float:
+        """Seconds one call of the candidate's function on `images` takes, measured inside the
+        executor (images sent once and kept there while the same list is timed again; CUDA work
+        waited for). A crash, death or hang raises like `__call__`."""
+        key = tuple(id(img) for img in images)
+        send = None
+        if self._timing_key != key or self._proc is None or not self._proc.is_alive():
+            send = [pack_raw(img) for img in images]
+        msg = self._request(("time", key, send, config))
+        # Kept alive so that their ids name these images while the executor holds them.
+        self._timing_key, self._timing_images = key, list(images)
+        if msg[0] == "timed":
+            return float(msg[1])
+        return self._failed(msg)
+
+    def _failed(self, msg: tuple) -> Any:
         if msg[0] == "raised":
             raise CandidateRaised(self.spec, msg[1], msg[2], msg[3])
         raise CandidateError(msg[2]) if msg[1] != "BackendError" else BackendError(msg[2])
 
-    def _died(self, images: Sequence[Image.Image]) -> PreprocessResult:
+    def _request(self, msg: tuple) -> tuple:
+        """Send one request, wait for its answer (at most timeout_s): the answer, or raise."""
+        if self._proc is None or not self._proc.is_alive():
+            self.start()
+        self.calls += 1
+        conn = self._conn
+        started = time.monotonic()
+        try:
+            try:
+                conn.send(msg)
+            except (BrokenPipeError, OSError):
+                return self._died()
+            try:
+                ready = conn.poll(self.timeout_s)
+            except (EOFError, OSError):
+                ready = True
+            if not ready:
+                return self._timed_out(time.monotonic() - started)
+            try:
+                return conn.recv()
+            except (EOFError, OSError):
+                return self._died()
+        except KeyboardInterrupt:
+            # Ctrl-C or SIGTERM in the middle of a call: the executor's answer would be read as
+            # the next call's. The run is ending anyway: end the executor with it.
+            self._kill()
+            self._cleanup()
+            raise
+        finally:
+            self.busy_s += time.monotonic() - started
+
+    def _died(self) -> Any:
         code = self._reap()
         how = signal_name(code)
         stack = self._fault_text()
@@ -372,10 +462,12 @@ class IsolatedCandidate(Candidate):
         self._kill()
         self._cleanup()
         hint = " (killed: out of memory?)" if code == -signal.SIGKILL else ""
-        raise CandidateDied(self.spec, "ProcessDied", f"the candidate's process died: {how}{hint}",
+        # The type names how it died, so that deaths by different signals or exit statuses are
+        # different findings (`grouping.finding_key` keys crashes by exception type).
+        raise CandidateDied(self.spec, f"ProcessDied[{how}]", f"the candidate's process died: {how}{hint}",
                             stack or f"(no Python stack was recorded; {how})", signal=how, returncode=code)
 
-    def _timed_out(self, waited: float) -> PreprocessResult:
+    def _timed_out(self, waited: float) -> Any:
         proc = self._proc
         if proc is not None and proc.pid:
             try:
@@ -396,9 +488,12 @@ class IsolatedCandidate(Candidate):
 
 
 __all__ = [
+    "CallTimedOut",
     "CandidateDied",
     "CandidateRaised",
     "CandidateTimeout",
     "IsolatedCandidate",
+    "ProcessDied",
+    "die_with_parent",
     "signal_name",
 ]
