@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from kimi_oracle.cli.common import isolation_options
 from kimi_oracle.core.config import PROFILES
 
 KIND_CHOICES = ("grids", "pixels")
@@ -52,13 +53,26 @@ def register(group: click.Group) -> None:
                   help="Pipeline for the pixel goldens: reference, gpu, eager, module:function, file.py:function.")
     @_common
     @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+    @isolation_options
     def check_cmd(candidate: str, golden_dir: Path | None, out_dir: Path | None, profiles: tuple[str, ...],
-                  kinds: tuple[str, ...], max_lines: int, as_json: bool) -> int:
-        """Compare the golden files with what is computed now; exit 0 match, 1 differ."""
+                  kinds: tuple[str, ...], max_lines: int, as_json: bool, case_timeout: float,
+                  memory_limit_mb: int | None) -> int:
+        """Compare the golden files with what is computed now; exit 0 match, 1 differ.
+
+        A candidate other than the reference runs in its own process: its crash, exit or hang
+        (--case-timeout) on a case is that case's error entry, so the case differs. Exit 2 on a
+        harness error, 130/143 when interrupted (the report is written and says so).
+        """
+        from kimi_oracle.core import interrupts
         from kimi_oracle.workflows import golden
 
-        report = golden.check(golden_dir, candidate, kinds=kinds or None, profiles=profiles or None,
-                              out_dir=out_dir)
+        try:
+            report = golden.check(golden_dir, candidate, kinds=kinds or None, profiles=profiles or None,
+                                  out_dir=out_dir, case_timeout_s=case_timeout, memory_limit_mb=memory_limit_mb)
+        except golden.CheckInterrupted as stop:
+            _emit(stop.report, as_json, max_lines)
+            click.echo("interrupted: the report covers only the files compared before it", err=True)
+            return interrupts.exit_code()
         _emit(report, as_json, max_lines)
         return 0 if report.ok else 1
 

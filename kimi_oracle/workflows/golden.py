@@ -17,6 +17,14 @@ directory, so an installed package is never written to), `<kind>/<profile>.jsonl
 every file that differs and `golden-report.json` / `golden-report.md` naming the candidate and the
 library versions. `regen()` does the same with the reference and replaces the goldens only when
 asked, atomically, and only up to `max_changes` changed entries unless forced.
+
+A candidate named by a spec string runs in its own process (`fuzzers.sandbox`), with a per-call
+timeout and an optional memory limit: its crash, exit, hang or memory exhaustion on a case is
+that case's `error` entry (so the case differs from its golden), never the end of the check.
+Once it has hung on an image of a mode class (`P`, `RGBA+alpha`, ...), the remaining cases of
+that class are not run again (each would cost a whole timeout) and are recorded as not run.
+The reference (the default) and plain callables run in-process. An interrupt (Ctrl-C, SIGTERM)
+still writes the report, which then says `stopped: interrupted`, and raises `CheckInterrupted`.
 """
 
 from __future__ import annotations
@@ -48,6 +56,8 @@ DEFAULT_OUT_DIR = Path("kimi-oracle-out") / "golden"
 REPORT_NAME = "golden-report"
 # Pixel cases are grouped into one candidate call per config, at most this many images a call.
 _BATCH_IMAGES = 48
+# Longest one call of an isolated candidate may take (a batch of up to _BATCH_IMAGES images).
+DEFAULT_CASE_TIMEOUT_S = 30.0
 
 # Sizes (W, H) of the small-limit matrix: all resample under k3-small (16 patches); tall ones
 # make Pillow 13 run its vertical pass first, wide and square ones the horizontal pass.
@@ -61,6 +71,15 @@ SIDE_CAP_MODES = ("RGB", "RGBA", "LA", "P", "L", "I;16")
 
 class GoldenError(KimiOracleError):
     """A golden directory or file cannot be used (missing directory, unwritable, bad arguments)."""
+
+
+class CheckInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during a check; `report` says what was compared before it (its report
+    files are written, saying `stopped: interrupted`)."""
+
+    def __init__(self, report: "GoldenReport"):
+        super().__init__("interrupted")
+        self.report = report
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,9 +329,29 @@ def _error_text(exc: BaseException) -> str:
 # candidates
 
 
+def _is_reference(spec: Any) -> bool:
+    return spec is None or (isinstance(spec, str) and spec.strip() == "reference")
+
+
+def open_candidate(spec: str | Callable | None, *, case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S,
+                   memory_limit_mb: int | None = None) -> tuple[str, Candidate, Callable[[], None]]:
+    """(label, candidate, close) for `spec`: a spec string other than the reference is started in
+    its own process (`sandbox.IsolatedCandidate`; CandidateError when it cannot be loaded) and
+    `close` stops it; the reference, Candidate objects and plain callables run in-process."""
+    if isinstance(spec, str) and not _is_reference(spec):
+        from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
+
+        isolated = IsolatedCandidate(spec, timeout_s=case_timeout_s, memory_limit_mb=memory_limit_mb)
+        isolated.start()
+        return isolated.spec, isolated, isolated.close
+    label, fn = load_candidate(spec)
+    return label, fn, lambda: None
+
+
 def load_candidate(spec: str | Callable | None) -> tuple[str, Candidate]:
     """(label, candidate) for a spec (`None` is the reference) or a plain callable, loaded and
-    wrapped by `kimi_oracle.oracle.candidates` like in every other command."""
+    wrapped by `kimi_oracle.oracle.candidates` like in every other command (in-process: see
+    `open_candidate` for a spec that runs in its own process)."""
     if callable(spec) and not isinstance(spec, Candidate):
         label = getattr(spec, "__name__", None) or type(spec).__name__
         return label, Candidate(label, spec)
@@ -343,19 +382,33 @@ def _split(result: PreprocessResult, count: int) -> list[PreprocessResult] | Non
     return [result.image(i) for i in range(count)]
 
 
-def run_pixel_cases(cases: Sequence[PixelCase], candidate: Candidate) -> list[PreprocessResult | BaseException]:
+def run_pixel_cases(cases: Sequence[PixelCase], candidate: Candidate,
+                    hung: dict[str, str] | None = None) -> list[PreprocessResult | BaseException]:
     """Run `candidate` on every case; one call per config group, per image when a batch fails.
 
     A batch whose grids do not account for its rows, or that raises, is rerun image by image,
-    so that every case gets its own result or its own error.
+    so that every case gets its own result or its own error. `hung` (mode class -> the case the
+    candidate timed out on) is filled as timeouts happen and may be shared between calls: a
+    case of a mode class in it is not run again, its error says so.
     """
     with warnings.catch_warnings():
         # Pillow warns about palette transparency given as bytes on every such image.
         warnings.filterwarnings("ignore", category=UserWarning, module=r"PIL\..*")
-        return _run_pixel_cases(cases, candidate)
+        return _run_pixel_cases(cases, candidate, {} if hung is None else hung)
 
 
-def _run_pixel_cases(cases: Sequence[PixelCase], candidate: Candidate) -> list[PreprocessResult | BaseException]:
+class NotRunAfterTimeout(Exception):
+    """A case not run: the candidate already timed out on an image of the same mode class."""
+
+
+def _mode_class(img: Any) -> str:
+    from kimi_oracle.oracle.grouping import mode_class
+
+    return mode_class(img)
+
+
+def _run_pixel_cases(cases: Sequence[PixelCase], candidate: Candidate,
+                     hung: dict[str, str]) -> list[PreprocessResult | BaseException]:
     results: list[PreprocessResult | BaseException | None] = [None] * len(cases)
     groups: dict[str, list[int]] = {}
     for index, case in enumerate(cases):
@@ -364,32 +417,40 @@ def _run_pixel_cases(cases: Sequence[PixelCase], candidate: Candidate) -> list[P
         for start in range(0, len(indices), _BATCH_IMAGES):
             chunk = indices[start : start + _BATCH_IMAGES]
             config = cases[chunk[0]].config()
+            images = [cases[i].make_image() for i in chunk]
             parts = None
-            try:
-                parts = _split(_checked(candidate([cases[i].make_image() for i in chunk], config), config),
-                               len(chunk))
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except Exception:
-                parts = None
+            if not any(_mode_class(img) in hung for img in images):
+                try:
+                    parts = _split(_checked(candidate(images, config), config), len(chunk))
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except Exception:
+                    parts = None
             if parts is None:
-                for i in chunk:
-                    results[i] = _run_one(cases[i], candidate, config)
+                for i, img in zip(chunk, images):
+                    results[i] = _run_one(cases[i], candidate, config, img, hung)
             else:
                 for i, part in zip(chunk, parts):
                     results[i] = part
     return [r for r in results if r is not None]
 
 
-def _run_one(case: PixelCase, candidate: Candidate, config: PreprocessConfig) -> PreprocessResult | BaseException:
+def _run_one(case: PixelCase, candidate: Candidate, config: PreprocessConfig, img: Any = None,
+             hung: dict[str, str] | None = None) -> PreprocessResult | BaseException:
+    img = case.make_image() if img is None else img
+    cls = _mode_class(img)
+    if hung is not None and cls in hung:
+        return NotRunAfterTimeout(f"not run: the candidate already timed out on a {cls} image ({hung[cls]})")
     try:
-        return _checked(candidate([case.make_image()], config), config)
+        return _checked(candidate([img], config), config)
     except ShapeDtypeError as exc:  # the candidate's fault on this case: its golden entry differs
         return exc
     except (KeyboardInterrupt, SystemExit, CandidateError, BackendError):
         # A broken candidate (bad return type, no backend) is a harness error, not a finding.
         raise
-    except Exception as exc:
+    except Exception as exc:  # its crash, death or timeout on this case: the case's error entry
+        if hung is not None and getattr(exc, "check", None) == "timeout":
+            hung.setdefault(cls, case.id)
         return exc
 
 
@@ -453,16 +514,17 @@ CaseFilter = Callable[[PixelCase], bool]
 
 
 def record_pixels(profile: str, candidate: str | Callable | None = None,
-                  select: CaseFilter | None = None) -> GoldenFile:
+                  select: CaseFilter | None = None, hung: dict[str, str] | None = None) -> GoldenFile:
     """The pixel golden of `profile`, computed now with `candidate` (default the reference).
 
-    `select` keeps only some cases (a partial recording, for quick checks).
+    `select` keeps only some cases (a partial recording, for quick checks); `hung` as in
+    `run_pixel_cases`.
     """
     _, fn = load_candidate(candidate)
     cases = pixel_catalogue(profile)
     if select is not None:
         cases = [c for c in cases if select(c)]
-    results = run_pixel_cases(cases, fn)
+    results = run_pixel_cases(cases, fn, hung)
     entries = [pixel_entry(c, r) for c, r in zip(cases, results)]
     return GoldenFile("pixels", profile, _meta("pixels", profile), entries)
 
@@ -711,11 +773,13 @@ class GoldenReport:
     files: list[FileReport] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # printed first (Pillow mismatch)
     messages: list[str] = field(default_factory=list)  # printed last (refusals, acceptance)
+    stopped: str = "done"  # or "interrupted": `files` holds only the files compared before it
+    planned: int = 0  # files the check was to compare
 
     @property
     def ok(self) -> bool:
-        """True when every file matches."""
-        return all(f.ok for f in self.files)
+        """True when every file matches (never after an interrupt)."""
+        return self.stopped != "interrupted" and all(f.ok for f in self.files)
 
     @property
     def num_changes(self) -> int:
@@ -753,7 +817,10 @@ class GoldenReport:
                 out.append(f"note: {_display(f.path)}: {note}")
         out.extend(self.messages)
         failing = self.failing()
-        if failing and all(f.accepted for f in failing):
+        if self.stopped == "interrupted":
+            out.append(f"golden {self.candidate}: INTERRUPTED after {len(self.files)} of "
+                       f"{self.planned or len(self.files)} files ({len(failing)} differ so far): not a pass")
+        elif failing and all(f.accepted for f in failing):
             out.append(f"golden {self.candidate}: {len(failing)} of {len(self.files)} files replaced, "
                        f"{self.num_changes} entries")
         elif failing:
@@ -769,6 +836,8 @@ class GoldenReport:
             "candidate": self.candidate,
             "golden_dir": str(self.golden_dir),
             "ok": self.ok,
+            "stopped": self.stopped,
+            "files_planned": self.planned or len(self.files),
             "num_changes": self.num_changes,
             "warnings": list(self.warnings),
             "messages": list(self.messages),
@@ -889,9 +958,10 @@ def _report_markdown(report: "GoldenReport") -> str:
     return "\n".join(head + [report.render(max_lines=10_000), "```", ""])
 
 
-def _compute(kind: str, profile: str, candidate: str | Callable | None, select: CaseFilter | None = None) -> GoldenFile:
+def _compute(kind: str, profile: str, candidate: str | Callable | None, select: CaseFilter | None = None,
+             hung: dict[str, str] | None = None) -> GoldenFile:
     if kind == "pixels":
-        return record_pixels(profile, candidate, select)
+        return record_pixels(profile, candidate, select, hung)
     return record(kind, profile, candidate)
 
 
@@ -904,30 +974,52 @@ def check(
     write_obtained: bool = True,
     select: CaseFilter | None = None,
     out_dir: Path | str | None = None,
+    case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S,
+    memory_limit_mb: int | None = None,
 ) -> GoldenReport:
     """Recompute the goldens (grids with `plan()`, pixels with `candidate`) and compare.
 
     When `write_obtained`, writes under `out_dir` (default `default_out_dir()`) one `.obtained`
     file per differing golden file and the report files; nothing is ever written into the golden
     directory. `select` restricts the pixel cases (a partial check, which writes nothing).
+
+    A spec string other than the reference runs in its own process (`open_candidate`), each call
+    bounded by `case_timeout_s` and its address space by `memory_limit_mb`. Ctrl-C / SIGTERM
+    raise `CheckInterrupted` once the report of what was compared is written.
     """
     gdir = Path(golden_dir) if golden_dir is not None else default_golden_dir()
     if not gdir.is_dir():
         raise GoldenError(f"golden directory {gdir} does not exist")
     out = _check_out_dir(out_dir, gdir) if write_obtained and select is None else None
     selection = _selection(kinds, profiles)
+    close: Callable[[], None] = lambda: None
     if any(kind == "pixels" for kind, _ in selection):
-        label, fn = load_candidate(candidate)
+        label, fn, close = open_candidate(candidate, case_timeout_s=case_timeout_s, memory_limit_mb=memory_limit_mb)
     else:  # grids do not run a candidate
         label, fn = (candidate if isinstance(candidate, str) else "reference"), None
-    report = GoldenReport(label, gdir, command="check")
-    for kind, profile in selection:
-        partial = select is not None and kind == "pixels"
-        new = _compute(kind, profile, fn if kind == "pixels" else None, select)
-        file_report, _ = _compare(kind, profile, golden_path(gdir, kind, profile), new, partial)
-        report.files.append(file_report)
+    report = GoldenReport(label, gdir, command="check", planned=len(selection))
+    hung: dict[str, str] = {}  # mode classes the candidate timed out on, over all profiles
+    try:
+        for kind, profile in selection:
+            partial = select is not None and kind == "pixels"
+            new = _compute(kind, profile, fn if kind == "pixels" else None, select, hung)
+            file_report, _ = _compare(kind, profile, golden_path(gdir, kind, profile), new, partial)
+            report.files.append(file_report)
+            if out is not None:
+                _write_obtained(file_report, out, report.messages)
+    except KeyboardInterrupt:
+        close()
+        report.stopped = "interrupted"
+        report.messages.append(f"interrupted: {len(report.files)} of {len(selection)} golden files compared")
+        report.warnings = _pillow_warning(report.files)
         if out is not None:
-            _write_obtained(file_report, out, report.messages)
+            write_report(report, out)
+        raise CheckInterrupted(report) from None
+    finally:
+        close()
+    if hung:
+        report.messages.append("timed out on " + ", ".join(f"a {cls} image ({case})" for cls, case in hung.items())
+                               + ": the other cases of those mode classes were not run")
     report.warnings = _pillow_warning(report.files)
     if out is not None:
         write_report(report, out)
@@ -941,6 +1033,8 @@ def check_pixels(
     profiles: Iterable[str] | None = None,
     write_obtained: bool = False,
     select: CaseFilter | None = None,
+    case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S,
+    memory_limit_mb: int | None = None,
 ) -> GoldenReport:
     """The pixel goldens of every profile (small-limit included) run with `candidate`.
 
@@ -949,7 +1043,8 @@ def check_pixels(
     change.old)` rebuilds its image and config (for diff images).
     """
     return check(golden_dir, candidate, kinds=("pixels",), profiles=profiles,
-                 write_obtained=write_obtained, select=select)
+                 write_obtained=write_obtained, select=select, case_timeout_s=case_timeout_s,
+                 memory_limit_mb=memory_limit_mb)
 
 
 def regen(
@@ -1024,6 +1119,8 @@ def _accept(report: GoldenReport, *, accept: bool, max_changes: int, force: bool
 
 
 __all__ = [
+    "CheckInterrupted",
+    "DEFAULT_CASE_TIMEOUT_S",
     "DEFAULT_MAX_CHANGES",
     "EntryChange",
     "FileReport",
@@ -1047,7 +1144,9 @@ __all__ = [
     "library_versions",
     "load",
     "load_candidate",
+    "NotRunAfterTimeout",
     "obtained_path",
+    "open_candidate",
     "package_golden_dir",
     "parse",
     "pixel_catalogue",
