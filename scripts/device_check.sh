@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU check for kimi-oracle's Triton pipeline: bit-exactness against the CPU reference on
-# >= 200 generated images (incl. 1920x1080, 4032x3024, 7680x4320 at K3 limits, RGBA) and the
-# GPU benchmarks. Installs nothing. Usage: scripts/device_check.sh RESULTS_DIR
+# >= 200 generated images (incl. 1920x1080, 4032x3024, 7680x4320 at K3 limits, RGBA), the GPU
+# benchmarks read against the roofline (bytes per launch, share of this device's floor), and
+# the ahead-of-time build (`kimi-oracle gpu build`) for this device's own architecture.
+# Installs nothing. Usage: scripts/device_check.sh RESULTS_DIR
 set -u
 if [ $# -ne 1 ]; then echo "usage: $0 RESULTS_DIR" >&2; exit 2; fi
 OUT="$1"
@@ -29,5 +31,5 @@ rc=$?
 if [ $rc -ne 0 ]; then exit $rc; fi
 cd "$ROOT" && "$PY" -m kimi_oracle.workflows.device_check "$OUT"
 rc=$?
-echo "results in $OUT (device_check.json, device_check.md); exit $rc"
+echo "results in $OUT (device_check.json, device_check.md, build/build.json, build/build.md); exit $rc"
 exit $rc

@@ -31,6 +31,8 @@ def test_bench_cli_save_and_compare(tmp_path):
     assert "machine_info" in doc
     (entry,) = doc["benchmarks"]
     assert entry["extra_info"]["megapixels_per_s"] > 0
+    # the roofline of the input, printed without a GPU
+    assert "GPU roofline" in proc.stdout and "tail_kernel [DT=u8 NCH=3 FETCH=direct" in proc.stdout
     # A baseline ten times faster than anything real: the comparison must fail with exit 1.
     for b in doc["benchmarks"]:
         b["stats"]["median"] /= 10.0
@@ -42,3 +44,31 @@ def test_bench_cli_save_and_compare(tmp_path):
     assert "SLOWER" in proc.stdout
     proc = subprocess.run(base + ["--compare", "missing-run"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "no stored benchmark run" in proc.stderr
+
+
+def test_one_peak_bandwidth_table_by_device_name():
+    from kimi_oracle.workflows import bench, device_check
+
+    assert bench.peak_bandwidth("NVIDIA H200") == 4.8e12
+    assert bench.peak_bandwidth("NVIDIA A100-SXM4-80GB") == 2.039e12
+    assert bench.peak_bandwidth("NVIDIA A100-SXM4-40GB") == 1.555e12
+    assert bench.peak_bandwidth("NVIDIA A100 80GB PCIe") == 1.935e12
+    assert bench.peak_bandwidth("NVIDIA H100 80GB HBM3") == 3.35e12
+    assert bench.peak_bandwidth("NVIDIA H100 PCIe") == 2.0e12
+    assert bench.peak_bandwidth("Some Future GPU") is None
+    assert not hasattr(device_check, "HBM_PEAK")  # the device check reads bench's table
+
+
+def test_roofline_of_an_unresized_rgb_image_by_hand():
+    from kimi_oracle.workflows.bench import BENCH_INPUTS, roofline
+
+    spec = BENCH_INPUTS["rgb-640x480"]
+    roof = roofline(spec.images(), spec.config())
+    # K3 keeps 640 x 480 and pads it to 644 x 504 (multiples of 28): one tail launch reads
+    # the 3-byte pixels once and writes 3 float32 planes of the padded image.
+    (launch,) = roof["launches"]
+    assert launch["kernel"] == "tail_kernel"
+    assert launch["read_bytes"] == 640 * 480 * 3
+    assert launch["write_bytes"] == 644 * 504 * 3 * 4
+    assert roof["bytes"] == 640 * 480 * 3 + 644 * 504 * 3 * 4
+    assert roof["floor_s"]["H200"] == roof["bytes"] / 4.8e12

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import click
 
-from kimi_oracle.workflows.bench import BENCH_INPUTS, compare_medians, load_benchmark_json
+from kimi_oracle.workflows.bench import (
+    BENCH_INPUTS, ROOFLINE_DEVICES, compare_medians, load_benchmark_json, roofline, select_inputs,
+)
 from kimi_oracle.oracle.candidates import load_candidate
 from kimi_oracle.core.errors import KimiOracleError
 
@@ -71,6 +73,33 @@ def _print_comparison(rows, threshold) -> None:
         click.echo(f"threshold: a benchmark fails when its median is more than {threshold:g}% slower")
 
 
+def _print_roofline(names: list[str]) -> None:
+    """Per benchmark input: the bytes each GPU launch must move and its floor at the peak
+    bandwidth of ROOFLINE_DEVICES (a GPU figure reads as a share of this floor)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="GPU roofline: bytes each launch must move, and its time floor", title_justify="left")
+    for col in ("input", "launch", "programs", "MB", *(f"{d} floor µs" for d, _ in ROOFLINE_DEVICES)):
+        table.add_column(col)
+    for name in names:
+        try:
+            roof = roofline(BENCH_INPUTS[name].images(), BENCH_INPUTS[name].config())
+        except KimiOracleError as exc:
+            click.echo(f"roofline of {name}: unavailable ({exc})")
+            continue
+        for launch in roof["launches"]:
+            table.add_row(escape(name), escape(f"{launch['kernel']} [{launch['specialization']}]"),
+                          str(launch["programs"]), f"{launch['bytes'] / 1e6:.2f}",
+                          *(f"{launch['floor_s'][d] * 1e6:.1f}" for d, _ in ROOFLINE_DEVICES))
+        table.add_row(escape(name), "[b]all launches[/b]", "", f"{roof['bytes'] / 1e6:.2f}",
+                      *(f"{roof['floor_s'][d] * 1e6:.1f}" for d, _ in ROOFLINE_DEVICES))
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    click.echo("floors: " + ", ".join(f"{d} at {peak / 1e12:g} TB/s" for d, peak in ROOFLINE_DEVICES)
+               + "; sources read once, outputs written once, small tables not counted")
+
+
 def register(group: click.Group) -> None:
     """Attach `bench` to the CLI group."""
 
@@ -113,4 +142,5 @@ def register(group: click.Group) -> None:
                 rows, slower = compare_medians(load_benchmark_json(out), load_benchmark_json(baseline), fail_above)
                 _print_comparison(rows, fail_above)
                 failed |= slower
+        _print_roofline(list(inputs) or [b.name for b in select_inputs(quick)])
         return 1 if failed else 0

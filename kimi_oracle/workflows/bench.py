@@ -170,16 +170,28 @@ def compare_medians(
     return rows, failed
 
 
-# Peak HBM bandwidth (bytes/s) by device name, from the vendors' data sheets.
-PEAK_BANDWIDTH = {
-    "H200": 4.8e12,
-    "H100 SXM": 3.35e12,
-    "H100 PCIe": 2.0e12,
-    "H100": 3.35e12,
-    "A100-SXM4-80GB": 2.039e12,
-    "A100": 1.555e12,
-    "L40S": 0.864e12,
-}
+# Peak HBM bandwidth (bytes/s) by a fragment of torch's device name, from the vendors' data
+# sheets; the most specific fragment first. The one table of it: `device_check` imports it.
+PEAK_BANDWIDTH: tuple[tuple[str, float], ...] = (
+    ("H200", 4.8e12),
+    ("H100 NVL", 3.9e12),
+    ("H100 PCIe", 2.0e12),
+    ("H100", 3.35e12),  # SXM5 80GB HBM3 ("NVIDIA H100 80GB HBM3")
+    ("A100-SXM4-80GB", 2.039e12),
+    ("A100 80GB PCIe", 1.935e12),
+    ("A100", 1.555e12),  # the 40GB SXM4 and PCIe cards
+    ("L40S", 0.864e12),
+)
+# The floors every benchmark input is read against, with or without a GPU at hand.
+ROOFLINE_DEVICES: tuple[tuple[str, float], ...] = (("H200", 4.8e12), ("A100-SXM4-80GB", 2.039e12))
+
+
+def peak_bandwidth(device_name: str) -> float | None:
+    """Peak HBM bytes/s of a device, by its torch name; None when the table does not know it."""
+    for fragment, value in PEAK_BANDWIDTH:
+        if fragment in device_name:
+            return value
+    return None
 
 
 def device_peak_bandwidth() -> tuple[str, float | None]:
@@ -187,10 +199,28 @@ def device_peak_bandwidth() -> tuple[str, float | None]:
     import torch
 
     name = torch.cuda.get_device_name()
-    for key, value in PEAK_BANDWIDTH.items():
-        if key in name:
-            return name, value
-    return name, None
+    return name, peak_bandwidth(name)
+
+
+def roofline(images: Sequence[Image.Image], config: PreprocessConfig, out_dtype: Any = None) -> dict[str, Any]:
+    """Bytes each GPU launch must move for this input (sources read once, outputs written
+    once; small tables not counted) and the time floor of each at the ROOFLINE_DEVICES' peak
+    bandwidth. Host planning only (`pipelines.gpu.pipeline.launch_plan`): needs no GPU."""
+    import torch
+
+    from kimi_oracle.pipelines.gpu.pipeline import launch_plan
+
+    launches, _ = launch_plan(images, config, out_dtype=out_dtype or torch.float32)
+    rows = []
+    for launch in launches:
+        moved = launch.read_bytes + launch.write_bytes
+        rows.append({"kernel": launch.kernel_name, "specialization": launch.specialization,
+                     "programs": launch.grid, "read_bytes": launch.read_bytes,
+                     "write_bytes": launch.write_bytes, "bytes": moved,
+                     "floor_s": {name: moved / peak for name, peak in ROOFLINE_DEVICES}})
+    total = sum(r["bytes"] for r in rows)
+    return {"launches": rows, "bytes": total,
+            "floor_s": {name: total / peak for name, peak in ROOFLINE_DEVICES}}
 
 
 def bandwidth_share(bytes_moved: int, seconds: float) -> dict[str, Any]:

@@ -1,21 +1,22 @@
-"""On a CUDA machine: bit-exactness of the GPU pipeline against the reference, and benchmarks.
+"""On a CUDA machine: bit-exactness of the GPU pipeline against the reference, benchmarks read
+against the roofline, and the ahead-of-time build for the device's own architecture.
 
 Run through `scripts/device_check.sh RESULTS_DIR` (which checks versions first). Writes
-`RESULTS_DIR/device_check.json` and `RESULTS_DIR/device_check.md`. Installs nothing.
+`RESULTS_DIR/device_check.json`, `RESULTS_DIR/device_check.md` and `RESULTS_DIR/build/`
+(build.json, build.md). Installs nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
-# HBM peak bandwidth by device name fragment (vendor figures, bytes/s), for the % column.
-HBM_PEAK = {"H200": 4.8e12, "H100 SXM": 3.35e12, "H100": 3.35e12, "A100": 2.0e12}
+from kimi_oracle.core.files import atomic_write_many, to_json
+from kimi_oracle.workflows.bench import ROOFLINE_DEVICES, peak_bandwidth, roofline
 
 
 def versions() -> dict:
@@ -149,8 +150,19 @@ def _time_cuda(fn, iters: int = 20) -> float:
     return statistics.median(times)
 
 
+def _launch_registers(launch) -> dict | None:
+    """Registers and spills of the kernel the JIT compiled for this launch, from the driver."""
+    try:
+        kernel = launch.kernel.warmup(*launch.args, grid=(launch.grid,), **launch.constexprs, **launch.options)
+        kernel._init_handles()
+        return {"registers": int(kernel.n_regs), "spills": int(kernel.n_spills)}
+    except Exception:  # noqa: BLE001 - a figure we can do without
+        return None
+
+
 def benchmarks(results: dict) -> None:
-    """Device time from uint8 planes on the device to the finished output, vs the eager path."""
+    """Device time from the planes on the device to the finished output, per input and per
+    launch, read as a share of the roofline floor on this device; vs the eager path."""
     import torch
 
     from kimi_oracle.core.config import PreprocessConfig
@@ -160,7 +172,7 @@ def benchmarks(results: dict) -> None:
 
     k3 = PreprocessConfig.k3()
     name = torch.cuda.get_device_name(0)
-    peak = next((v for k, v in HBM_PEAK.items() if k in name), None)
+    peak = peak_bandwidth(name)
     inputs = {
         "16 x 1920x1080 RGB (K3, no resampling)": [make_image(CaseParams(1920, 1080, "RGB", seed=i)) for i in range(16)],
         "1 x 7680x4320 RGB (K3, resampled)": [make_image(CaseParams(7680, 4320, "RGB", seed=1))],
@@ -181,6 +193,13 @@ def benchmarks(results: dict) -> None:
                 fn()
 
         dev_s = _time_cuda(run)
+        roof = roofline(imgs, cfg)
+        per_launch = []
+        for launch, planned in zip(launches, roof["launches"]):
+            launch_s = _time_cuda(launch)
+            per_launch.append({**planned, "device_s": launch_s,
+                               "share_of_floor": (planned["bytes"] / peak / launch_s) if peak else None,
+                               "on_device": _launch_registers(launch)})
         useful = stats["source_bytes"] + stats["output_bytes"]
         tens, plans, alphas = eager.host_tensors(imgs, cfg)
         tens = [x.cuda() for x in tens]
@@ -192,17 +211,42 @@ def benchmarks(results: dict) -> None:
             "device_s": dev_s,
             "source_bytes": stats["source_bytes"],
             "output_bytes": stats["output_bytes"],
+            "roofline_bytes": roof["bytes"],
+            "floor_s": roof["floor_s"],
+            "floor_on_device_s": (roof["bytes"] / peak) if peak else None,
+            "share_of_floor": (roof["bytes"] / peak / dev_s) if peak else None,
             "effective_GBps": useful / dev_s / 1e9,
-            "pct_of_hbm_peak": (100.0 * useful / dev_s / peak) if peak else None,
+            "pct_of_hbm_peak": (100.0 * roof["bytes"] / dev_s / peak) if peak else None,
+            "per_launch": per_launch,
             "eager_device_s": eager_s,
             "speedup_vs_eager": eager_s / dev_s,
         })
     results["benchmarks"] = {"device": name, "hbm_peak_Bps": peak, "rows": rows}
 
 
+def aot_build(results: dict, outdir: Path) -> None:
+    """The ahead-of-time build (kimi-oracle gpu build) for this device's architecture."""
+    import torch
+
+    from kimi_oracle.pipelines.gpu import build
+
+    major, minor = torch.cuda.get_device_capability(0)
+    arch = f"sm_{major}{minor}"
+    if arch not in build.ARCHS:
+        results["build"] = {"arch": arch, "skipped": f"no build target for {arch} (known: {', '.join(build.ARCHS)})"}
+        return
+    records, bad = build.build([arch], outdir / "build")
+    ok = [r for r in records if not r.get("error")]
+    results["build"] = {
+        "arch": arch, "specializations": len(records), "failures": bad,
+        "registers": [min(r["registers"] for r in ok), max(r["registers"] for r in ok)] if ok else None,
+        "lowest_occupancy": min(r["occupancy"] for r in ok) if ok else None,
+    }
+
+
 def write(results: dict, outdir: Path) -> None:
+    """device_check.json and device_check.md, written together (never half-written)."""
     outdir.mkdir(parents=True, exist_ok=True)
-    (outdir / "device_check.json").write_text(json.dumps(results, indent=2, default=str))
     lines = ["# GPU device check", "", "## Versions", ""]
     for k, v in results.get("versions", {}).items():
         lines.append(f"- {k}: {v}")
@@ -215,16 +259,38 @@ def write(results: dict, outdir: Path) -> None:
             lines.append(f"  - {f['case']} [{f['config']}]: grid_equal={f['grid_equal']} differing={f['differing_values']} {f['error'] or ''}")
     bm = results.get("benchmarks")
     if bm:
+        floors = " | ".join(f"{d} floor µs" for d, _ in ROOFLINE_DEVICES)
         lines += ["", f"## Benchmarks on {bm['device']}", "",
-                  "| input | launches | host+H2D s | device s | GB/s | % HBM peak | eager s | speedup |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "Roofline: bytes each launch must move (sources read once, outputs written once); "
+                  "share of floor = (bytes / this device's peak) / measured device time.", "",
+                  f"| input | launches | host+H2D s | device s | roofline MB | {floors} | share of floor | eager s | speedup |",
+                  "|---|---|---|---|---|" + "---|" * len(ROOFLINE_DEVICES) + "---|---|---|"]
         for r in bm["rows"]:
-            pct = "n/a" if r["pct_of_hbm_peak"] is None else f"{r['pct_of_hbm_peak']:.1f}"
+            share = "n/a" if r["share_of_floor"] is None else f"{100 * r['share_of_floor']:.1f} %"
+            fl = " | ".join(f"{r['floor_s'][d] * 1e6:.1f}" for d, _ in ROOFLINE_DEVICES)
             lines.append(f"| {r['input']} | {r['launches']} | {r['host_prep_and_upload_s']:.4f} | {r['device_s']:.6f} | "
-                         f"{r['effective_GBps']:.0f} | {pct} | {r['eager_device_s']:.6f} | {r['speedup_vs_eager']:.1f}x |")
+                         f"{r['roofline_bytes'] / 1e6:.1f} | {fl} | {share} | {r['eager_device_s']:.6f} | {r['speedup_vs_eager']:.1f}x |")
+        lines += ["", "Per launch:", "", "| input | launch | MB | device µs | share of floor | registers / spills on device |",
+                  "|---|---|---|---|---|---|"]
+        for r in bm["rows"]:
+            for launch in r["per_launch"]:
+                share = "n/a" if launch["share_of_floor"] is None else f"{100 * launch['share_of_floor']:.1f} %"
+                dev = launch.get("on_device") or {}
+                lines.append(f"| {r['input']} | {launch['kernel']} [{launch['specialization']}] | {launch['bytes'] / 1e6:.1f} | "
+                             f"{launch['device_s'] * 1e6:.1f} | {share} | {dev.get('registers', '?')} / {dev.get('spills', '?')} |")
+    b = results.get("build")
+    if b:
+        lines += ["", f"## Ahead-of-time build for {b['arch']}", ""]
+        if b.get("skipped"):
+            lines.append(f"- skipped: {b['skipped']}")
+        else:
+            lines += [f"- specializations: {b['specializations']}, registers: {b['registers']}, "
+                      f"lowest theoretical occupancy: {b['lowest_occupancy']}",
+                      f"- failures: {len(b['failures'])} (details in build/build.md)"]
     if results.get("error"):
         lines += ["", "## Error", "", "```", results["error"], "```"]
-    (outdir / "device_check.md").write_text("\n".join(lines) + "\n")
+    atomic_write_many({outdir / "device_check.json": to_json(results),
+                       outdir / "device_check.md": "\n".join(lines) + "\n"})
 
 
 def main(argv: list[str]) -> int:
@@ -239,7 +305,8 @@ def main(argv: list[str]) -> int:
         return 3
     import traceback
 
-    for step in (exactness, benchmarks):
+    steps = (exactness, benchmarks, lambda res: aot_build(res, outdir))
+    for step in steps:
         try:
             step(results)
         except Exception:  # noqa: BLE001 - keep what was measured so far
@@ -249,7 +316,8 @@ def main(argv: list[str]) -> int:
             return 1
         write(results, outdir)
     ex = results["exactness"]
-    return 0 if ex["bit_identical"] == ex["images"] else 1
+    built = not results["build"].get("failures")
+    return 0 if ex["bit_identical"] == ex["images"] and built else 1
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Run with `kimi-oracle bench` or `python -m pytest tests/benchmarks -m bench --benchmark-enable`.
 On CUDA the candidate's time is also taken with CUDA events after a warm-up and an L2 flush, and
-the bytes moved and the share of the device's memory bandwidth go to `extra_info`.
+the bytes moved and the share of the device's memory bandwidth go to `extra_info`; for the gpu
+candidate also the roofline (bytes per launch, floors, share of this device's floor).
 """
 
 from __future__ import annotations
@@ -55,6 +56,16 @@ def test_candidate_throughput(benchmark, candidate_spec, bench_input, quick):
     })
     if _cuda():
         benchmark.extra_info.update(bench.bandwidth_share(moved, benchmark.extra_info["cuda_median_s"]))
+    if candidate_spec == "gpu":
+        # The roofline: bytes the launches must move and the floors; on this device, the
+        # floor as a share of the measured time (host work included, so a lower bound).
+        roof = bench.roofline(images, config)
+        peak = benchmark.extra_info.get("peak_bytes_per_s")
+        benchmark.extra_info.update({
+            "roofline_bytes": roof["bytes"], "roofline_floor_s": roof["floor_s"],
+            "roofline_launches": [(r["kernel"], r["specialization"], r["bytes"]) for r in roof["launches"]],
+            "share_of_floor": (roof["bytes"] / peak / benchmark.extra_info["cuda_median_s"]) if peak else None,
+        })
 
 
 def test_reference_overhead_vs_pillow_resize(benchmark):

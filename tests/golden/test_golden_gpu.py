@@ -41,8 +41,8 @@ SUBSET_ALPHAS = {("RGBA", "random"), ("LA", "gradient"), ("P", "checker")}
 def _candidate():
     if ON_CUDA:
         return functools.partial(_preprocess, device="cuda")
-    # Few, large programs: the interpreter's cost is per program instance.
-    return functools.partial(_preprocess, device="cpu", blocks=(1 << 16, 1 << 15))
+    # The interpreter's default tiles: few, large programs (its cost is per program instance).
+    return functools.partial(_preprocess, device="cpu")
 
 
 def in_subset(case: golden.PixelCase) -> bool:

@@ -86,26 +86,28 @@ def occupancy(arch: str, registers: int, num_warps: int, shared_bytes: int) -> d
 BUILD_SIZES = ((64, 40), (24, 90), (90, 1), (1, 90), (14, 14))
 
 
+# Every supported mode class (storage kind x conversion, with and without alpha or key).
+BUILD_MODES = ("RGB", "RGBA", "RGBX", "LA", "PA", "L", "P", "1", "CMYK", "I;16", "I", "F", "YCbCr")
+
+
 def _build_images() -> list:
-    """Every supported mode class (storage kind x conversion, with and without alpha or key)
-    at every size of BUILD_SIZES; "P" and "1" resize with NEAREST."""
+    """Each of BUILD_MODES at each of BUILD_SIZES (random bytes; "L" and "I" with a
+    transparency key too); "P" and "1" resize with NEAREST."""
     import numpy as np
     from PIL import Image
 
-    from kimi_oracle.inputs.generators import CaseParams, make_image
-
+    rng = np.random.default_rng(13)
     images = []
     for w, h in BUILD_SIZES:
-        for mode, alpha in [("RGB", "opaque"), ("RGBA", "random"), ("RGBA", "opaque"), ("LA", "random"),
-                            ("PA", "random"), ("L", "key"), ("P", "opaque"), ("1", "opaque"),
-                            ("CMYK", "opaque"), ("I;16", "opaque"), ("I", "opaque"), ("F", "opaque"),
-                            ("YCbCr", "opaque")]:
-            images.append(make_image(CaseParams(w, h, mode=mode, alpha=alpha, content="noise", seed=len(images))))
-        rng = np.random.default_rng(len(images))
-        images.append(Image.frombytes("RGBX", (w, h), rng.integers(0, 256, w * h * 4, dtype=np.uint8).tobytes()))
-        keyed = make_image(CaseParams(w, h, mode="I", content="noise", seed=len(images)))
-        keyed.info["transparency"] = 5
-        images.append(keyed)
+        first = len(images)
+        for mode in BUILD_MODES:
+            probe = Image.new(mode, (w, h))
+            raw = rng.integers(0, 256, len(probe.tobytes()), dtype=np.uint8).tobytes()
+            images.append(Image.frombytes(mode, (w, h), raw))
+        for mode in ("L", "I"):
+            keyed = images[first + BUILD_MODES.index(mode)].copy()
+            keyed.info["transparency"] = 5
+            images.append(keyed)
     return images
 
 
