@@ -8,7 +8,7 @@ import click
 
 from kimi_oracle.core.config import PROFILES
 from kimi_oracle.workflows.gate import Gate, GateOptions
-from kimi_oracle.cli.common import parse_duration, parse_percent
+from kimi_oracle.cli.common import isolation_options, parse_duration, parse_percent
 
 
 def register(group: click.Group) -> None:
@@ -35,20 +35,28 @@ def register(group: click.Group) -> None:
                   help="Golden files to use (default: the installed ones).")
     @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("gate-out"),
                   show_default=True, help="Where gate-report.json/.md, findings and diff images go.")
+    @isolation_options
     def gate_cmd(new, old, profile, budget, perf_threshold, tolerance, seed, fuzz_examples, golden_dir,
-                 out_dir) -> int:
+                 out_dir, case_timeout, memory_limit_mb) -> int:
         """Run goldens, differential fuzzing, invariances and (with --baseline) A/B timing.
 
-        Exit 0 pass, 1 fail, 2 error (bad candidate spec, bad options).
+        NEW and OLD run in their own processes: a crash, exit or hang of NEW (--case-timeout) is a
+        fail with findings, of OLD an error. Exit 0 pass, 1 fail, 2 error (bad candidate spec, bad
+        options, a failing baseline), 130/143 interrupted (the report says so; verdict ERROR).
         """
+        from kimi_oracle.core import interrupts
         from kimi_oracle.oracle.checks import Tolerance
 
         Tolerance.parse(tolerance)  # a bad policy is a usage error before anything runs
         options = GateOptions(profile=profile, budget_s=parse_duration(budget),
                               perf_threshold_pct=parse_percent(perf_threshold), tolerance=tolerance, seed=seed,
-                              golden_dir=golden_dir, fuzz_examples=fuzz_examples)
+                              golden_dir=golden_dir, fuzz_examples=fuzz_examples, case_timeout_s=case_timeout,
+                              memory_limit_mb=memory_limit_mb)
         gate = Gate(new, old, options, out_dir, progress=lambda m: click.echo(m, err=True))
         report = gate.run()
         click.echo((out_dir / "gate-report.md").read_text())
         click.echo(f"verdict: {report['verdict'].upper()} (report: {out_dir / 'gate-report.json'})")
+        if report.get("stopped") == "interrupted":
+            click.echo("interrupted: the verdict is ERROR", err=True)
+            return interrupts.exit_code()
         return {"pass": 0, "fail": 1}.get(report["verdict"], 2)

@@ -57,18 +57,23 @@ def register(group: click.Group) -> None:
                    "after its starting corpus); the budget then only bounds a run that cannot get there.")
 @click.option("--no-shrink", is_flag=True,
               help="Report findings as found: hypothesis does not shrink, atheris does not minimize crashes.")
+@click.option("--log-limit", "log_limit_mb", type=click.FloatRange(min=0.01), default=8, show_default=True,
+              metavar="MB", help="Each worker's log (and libFuzzer's) keeps at most its last MB MiB: a chatty "
+                                 "candidate cannot fill the disk.")
 def nightly(budget: float, out_dir: Path, candidate: str, profile: str | None, config_path: Path | None,
             corpus_dir: Path | None, db_dir: Path | None, engines: str, shard: str, jobs: int,
             case_timeout: float, tolerance: str, seed: int | None, fixed_config: bool,
-            memory_limit_mb: int | None, max_findings: int, max_examples: int | None, no_shrink: bool) -> int:
+            memory_limit_mb: int | None, max_findings: int, max_examples: int | None, no_shrink: bool,
+            log_limit_mb: float) -> int:
     """Run a time-boxed fuzzing campaign (hypothesis + atheris) against a candidate.
 
     The candidate runs in worker subprocesses: a segfault, abort, out-of-memory kill or hang
     becomes a `crash` / `timeout` finding with its input, and the campaign goes on. Corpus and
     example database persist between runs. `--max-examples N` ends the run after N examples
     per worker instead (the budget stays as a bound). Writes OUT/summary.json, OUT/summary.md,
-    OUT/junit.xml and OUT/findings/<id>/. Exit 0 no findings, 1 findings, 2 harness error,
-    130 interrupted without findings (the summary is written in every case).
+    OUT/junit.xml and OUT/findings/<id>/. One run per OUT (a second one is refused). Exit 0 no
+    findings, 1 findings, 2 harness error (or OUT in use, or a full disk), 130 (SIGINT) / 143
+    (SIGTERM) interrupted, whatever was found (the summary is written in every case).
     """
     from kimi_oracle.workflows.nightly import CampaignOptions, coverage_text, run_campaign
     from kimi_oracle.fuzzers.harnesses import parse_shard
@@ -86,7 +91,7 @@ def nightly(budget: float, out_dir: Path, candidate: str, profile: str | None, c
             engines_explicit=engines.replace(" ", "") != "hypothesis,atheris", shard=shard_tuple, jobs=jobs,
             case_timeout_s=float(case_timeout), tolerance=tolerance, seed=seed, vary_config=not fixed_config,
             max_findings=max_findings, memory_limit_mb=memory_limit_mb, max_examples=max_examples,
-            shrink=not no_shrink,
+            shrink=not no_shrink, log_limit_mb=log_limit_mb,
         )
     except ValueError as exc:
         raise _UsageError(str(exc)) from None
@@ -100,6 +105,12 @@ def nightly(budget: float, out_dir: Path, candidate: str, profile: str | None, c
         cov_text = f", coverage {coverage_text(info.get('coverage'))}" if info.get("coverage") else ""
         click.echo(f"{name}: {info.get('status')}, {info.get('examples', 0)} examples{cov_text}, "
                    f"{info.get('findings', 0)} findings")
+        for harness, h in (info.get("harnesses") or {}).items():
+            note = f" ({h['note']})" if h.get("note") and h.get("status") != "ran" else ""
+            click.echo(f"  {harness}: {h.get('status')}{note}, {h.get('examples', 0)} inputs judged, "
+                       f"{h.get('execs', 0)} libFuzzer executions")
+    for note in s.get("notes", []):
+        click.echo(f"note: {note}", err=True)
     for f in s["findings"]:
         click.echo(f"  {f['kind']:<15} {f['engine']:<10} {f['path']}")
         click.echo(f"      {str(f['message'])[:160]}")

@@ -8,7 +8,9 @@ an interrupt is never lost and a run can never end as if nothing had happened.
 
 from __future__ import annotations
 
+import contextlib
 import signal
+from typing import Callable, Iterator
 
 EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
 EXIT_TERMINATED = 143  # SIGTERM
@@ -51,3 +53,19 @@ def raise_if_requested() -> None:
 def exit_code() -> int:
     """130 after Ctrl-C, 143 after SIGTERM."""
     return EXIT_TERMINATED if signal.SIGTERM in _received else EXIT_INTERRUPTED
+
+
+@contextlib.contextmanager
+def held() -> Iterator[Callable[[], bool]]:
+    """SIGINT and SIGTERM held back while a verdict is decided and its report written; yields a
+    function saying whether one is waiting (delivered, and raised, when the block ends)."""
+    wanted = {signal.SIGINT, signal.SIGTERM}
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        yield requested
+        return
+    try:
+        yield lambda: requested() or bool(wanted & signal.sigpending())
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, wanted)

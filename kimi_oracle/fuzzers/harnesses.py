@@ -18,7 +18,7 @@ Settings come from the environment so that the harness files run unchanged under
 ClusterFuzzLite: KIMI_FUZZ_CANDIDATE (default `reference`), KIMI_FUZZ_PROFILE (`k3`),
 KIMI_FUZZ_CONFIG (a preprocessor_config.json), KIMI_FUZZ_TOLERANCE (`exact`),
 KIMI_FUZZ_ISOLATE (run the candidate in an executor subprocess), KIMI_FUZZ_CASE_TIMEOUT (s),
-KIMI_FUZZ_MAX_PIXELS (decoder pixel cap), KIMI_FUZZ_SHARD (`I/N`), KIMI_FUZZ_FINDINGS (a
+KIMI_FUZZ_MEMORY_LIMIT (the executor's address-space allowance, MiB), KIMI_FUZZ_MAX_PIXELS (decoder pixel cap), KIMI_FUZZ_SHARD (`I/N`), KIMI_FUZZ_FINDINGS (a
 directory: keep going after a finding and write it there, instead of raising), KIMI_FUZZ_STATUS
 (a JSON file the harness keeps its counters in), KIMI_FUZZ_MAX_FINDINGS.
 """
@@ -332,6 +332,7 @@ class HarnessSettings:
     max_side: int = DEFAULT_MAX_SIDE
     minimize_s: float = 10.0
     deadline: float | None = None  # wall-clock (epoch) time after which inputs are skipped
+    memory_limit_mb: int | None = None  # the executor's address-space allowance (isolate only)
 
     @classmethod
     def from_env(cls, env: Any = None) -> "HarnessSettings":
@@ -352,6 +353,7 @@ class HarnessSettings:
         out.vary_config = (env.get("KIMI_FUZZ_VARY_CONFIG") or "1").lower() not in ("0", "false", "no")
         out.minimize_s = float(env.get("KIMI_FUZZ_MINIMIZE_S") or out.minimize_s)
         out.deadline = float(env["KIMI_FUZZ_DEADLINE"]) if env.get("KIMI_FUZZ_DEADLINE") else None
+        out.memory_limit_mb = int(env["KIMI_FUZZ_MEMORY_LIMIT"]) if env.get("KIMI_FUZZ_MEMORY_LIMIT") else None
         return out
 
     def to_env(self) -> dict[str, str]:
@@ -377,6 +379,8 @@ class HarnessSettings:
             env["KIMI_FUZZ_STATUS"] = self.status_path
         if self.deadline is not None:
             env["KIMI_FUZZ_DEADLINE"] = repr(self.deadline)
+        if self.memory_limit_mb:
+            env["KIMI_FUZZ_MEMORY_LIMIT"] = str(self.memory_limit_mb)
         return env
 
     def base_config(self) -> PreprocessConfig:
@@ -398,14 +402,17 @@ class Harness:
             if self.settings.isolate:
                 from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 
-                candidate = IsolatedCandidate(self.settings.candidate, timeout_s=self.settings.case_timeout_s)
+                candidate = IsolatedCandidate(self.settings.candidate, timeout_s=self.settings.case_timeout_s,
+                                              memory_limit_mb=self.settings.memory_limit_mb)
                 candidate.start()
             else:
                 from kimi_oracle.oracle.candidates import load_candidate
 
                 candidate = load_candidate(self.settings.candidate)
         self.candidate = candidate
-        self.counters: dict[str, int] = {"examples": 0, "ok": 0, "rejected": 0, "findings": 0, "duplicates": 0}
+        # examples: inputs judged; skipped: inputs libFuzzer ran past the deadline, not judged
+        self.counters: dict[str, int] = {"examples": 0, "ok": 0, "rejected": 0, "findings": 0, "duplicates": 0,
+                                         "skipped": 0}
         self.signatures: dict[str, str] = {}  # finding_key -> finding id
         self.finding_ids: list[str] = []
         self._last_status = 0.0
@@ -447,6 +454,9 @@ class Harness:
         if self.settings.deadline is not None and time.time() > self.settings.deadline:
             # Past the runner's budget (libFuzzer only checks its own clock between inputs, and
             # not while it replays the initial corpus): skip, so the run ends on time.
+            self.counters["skipped"] += 1
+            if self.counters["skipped"] == 1:
+                self._write_status()  # nothing is judged from here on: the judged count is final
             return
         fdp = None
         if self.name == "structured":

@@ -3,6 +3,17 @@
 Stages, in order: the pixel goldens of every profile run with NEW; differential fuzzing of NEW
 against the reference (with the same configuration variation as `fuzz`); invariance checks on
 generated batches; and, with a baseline, an interleaved A/B timing of NEW against OLD.
+
+NEW and OLD never run in the gate's process: each runs in its own executor process
+(`fuzzers.sandbox.IsolatedCandidate`), reused between calls, every call bounded by the case
+timeout (and the address space by the memory limit). A crash, exit, signal, hang or memory
+exhaustion of NEW is a `fail` with findings; of OLD (the baseline, used by the timing only) an
+`error`. The timing stage times each call inside the candidate's own executor
+(`IsolatedCandidate.time_call`: the function's own time, without sending images or results), so
+NEW and OLD are timed under the same conditions and a crash there is a finding, never a dead gate.
+
+Ctrl-C and SIGTERM end the stage that runs with `error` and skip the rest; the report is still
+written, says `stopped: interrupted`, and its verdict is `error`, never `pass`.
 """
 
 from __future__ import annotations
@@ -18,12 +29,15 @@ from typing import Any, Callable, Iterator
 from kimi_oracle.workflows import golden
 from kimi_oracle.pipelines import reference
 from kimi_oracle.workflows.bench import BENCH_INPUTS, interleaved_ratio
-from kimi_oracle.oracle.candidates import Candidate, CandidateCrash, load_candidate
+from kimi_oracle.core import interrupts
+from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
+from kimi_oracle.oracle.candidates import CandidateCrash
 from kimi_oracle.core.config import PROFILES, PreprocessConfig
 from kimi_oracle.core.errors import KimiOracleError
 from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz, search_budget
 from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.oracle.checks import Verdict, check_invariance, compare
+from kimi_oracle.oracle.grouping import mode_class
 from kimi_oracle.results.report import diff_image
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
 
@@ -37,6 +51,7 @@ INVARIANCE_SHARE = 0.05
 PERF_INPUTS = ("rgb-640x480", "rgba-1920x1080-chessboard", "batch16-mixed", "rgb-4032x3024-k25",
                "rgb-1920x1080", "rgb-7680x4320")
 MAX_DIFF_IMAGES = 8
+STAGES = ("goldens", "fuzz", "invariance", "performance")
 
 
 @dataclass
@@ -56,6 +71,10 @@ class GateOptions:
     # Fuzz exactly this many examples instead of what fits into the budget: the verdict then does
     # not depend on the machine's speed (the budget still bounds the timing stage).
     fuzz_examples: int | None = None
+    # Longest one call of NEW or OLD may take (its process is then killed: a timeout finding),
+    # and the address space their processes may add (MiB; None: no limit).
+    case_timeout_s: float = 30.0
+    memory_limit_mb: int | None = None
 
 
 @dataclass
@@ -149,19 +168,36 @@ def _describe_golden(change: Any, verdict: Verdict | None) -> str:
     return f"{label}: {verdict.check}: {verdict.message}"
 
 
-def _guarded(candidate: Candidate) -> Callable[..., Any]:
-    """The candidate's function, uncopied inputs (for timing), exceptions turned into crashes."""
-    func = candidate.func
+class _BaselineCrash(Exception):
+    """OLD crashed, died or hung during the timing: an error of the gate, not a finding on NEW."""
 
-    def call(images: Any, config: PreprocessConfig) -> Any:
-        try:
-            return func(images, config)
-        except (KimiOracleError, KeyboardInterrupt):
-            raise
-        except Exception as exc:
-            raise CandidateCrash(candidate.spec, exc) from exc
+    def __init__(self, crash: CandidateCrash):
+        super().__init__(f"the baseline failed: {crash}")
+        self.crash = crash
 
-    return call
+
+class _VirtualClock:
+    """A timer that advances by the seconds the executors report (`interleaved_ratio`'s timer)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _crash_check(exc: CandidateCrash) -> str:
+    return getattr(exc, "check", "crash")
+
+
+def _error_check(error: str) -> str:
+    """The check a golden entry's recorded error stands for (`golden.pixel_entry`'s `error`)."""
+    name = error.split(":", 1)[0]
+    if name in ("CallTimedOut", "NotRunAfterTimeout"):
+        return "timeout"
+    if name == "ShapeDtypeError":
+        return "shape_dtype"
+    return "crash"
 
 
 class Gate:
@@ -173,22 +209,43 @@ class Gate:
         self.out_dir = Path(out_dir)
         self.progress = progress or (lambda message: None)
         self.clock = _Clock()
-        # Load both before anything runs: a broken spec is a harness error (exit 2), not a fail.
-        self.new = load_candidate(new)
-        self.new.func = self.clock.wrap(self.new.func, "candidate_s")
-        self.old: Candidate | None = load_candidate(baseline) if baseline else None
-        if self.old is not None:
-            self.old.func = self.clock.wrap(self.old.func, "candidate_s")
+        # Each candidate in its own executor process, started by run() before anything else: a
+        # broken spec is a harness error (CandidateError, exit 2) and no report is written.
+        self.new = IsolatedCandidate(new, timeout_s=options.case_timeout_s, memory_limit_mb=options.memory_limit_mb)
+        self.old: IsolatedCandidate | None = None
+        if baseline:
+            self.old = IsolatedCandidate(baseline, timeout_s=options.case_timeout_s,
+                                         memory_limit_mb=options.memory_limit_mb)
         self.config = PreprocessConfig.profile(options.profile)
         self.stages: list[Stage] = []
         self.findings: list[dict[str, Any]] = []
         self.seed = options.seed if options.seed is not None else int(time.time()) % (2**31)
+        self.interrupted = False  # Ctrl-C or SIGTERM arrived: the running stage is an error
+        self.hung: dict[str, str] = {}  # mode class -> golden case NEW timed out on
+
+    def start(self) -> None:
+        """Start both executors (CandidateError when a spec cannot be loaded)."""
+        try:
+            self.new.start()
+            if self.old is not None:
+                self.old.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Stop both executors."""
+        self.new.close()
+        if self.old is not None:
+            self.old.close()
 
     # -- stages ----------------------------------------------------------------------------
 
     def goldens(self) -> Stage:
         stage = Stage("goldens")
         report = golden.check_pixels(self.new, self.options.golden_dir, profiles=PROFILES)
+        self.hung.update(report.timed_out)
+        stage.details["timed_out_on"] = dict(report.timed_out)
         judged = []  # (file report, change, verdict or None when it could not be re-run)
         tolerated = 0
         for file_report in report.files:
@@ -207,7 +264,8 @@ class Gate:
             d["changes"] = d["changes"][:50]  # the .md and the reasons name them; keep the JSON small
             files.append(d)
         levels = [_max_level(v) for _, _, v, _ in judged]
-        stage.details = {"files": files, "warnings": report.warnings, "tolerance": self.options.tolerance,
+        stage.details = {**stage.details, "files": files, "warnings": report.warnings,
+                         "tolerance": self.options.tolerance,
                          "differing_within_tolerance": tolerated, "failing_cases": len(judged),
                          "failing_below_one_level": sum(1 for x in levels if x < 1.0),
                          "max_level_diff": max(levels, default=0.0)}
@@ -222,6 +280,10 @@ class Gate:
         stage.summary += f" (profiles {', '.join(f.profile for f in report.files)})"
         for f in report.files:
             stage.reasons += [f"golden {f.profile}: {problem}" for problem in f.problems]
+        for file_report, change, verdict, _ in judged:
+            if verdict is not None and verdict.check in ("crash", "timeout"):
+                self.findings.append({"stage": "goldens", "check": verdict.check, "profile": file_report.profile,
+                                      "case": change.key, "message": verdict.message})
         for file_report, change, verdict, _ in judged[:20]:
             stage.reasons.append(f"golden {file_report.profile}: {_describe_golden(change, verdict)}")
         if len(judged) > 20:
@@ -235,6 +297,11 @@ class Gate:
         config (verdict None when the case cannot be re-run, e.g. it was added or removed)."""
         if change.change != "changed":
             return None, None
+        error = (change.new or {}).get("error")
+        if error and not (change.old or {}).get("error"):
+            # NEW crashed, died or hung on this case (recorded by the golden run): not run again,
+            # a hang would cost another whole timeout.
+            return Verdict(_error_check(str(error)), str(error)), None
         try:
             case = golden.PixelCase.from_entry(profile, change.new or change.old)
             img, config = case.make_image(), case.config()
@@ -280,11 +347,18 @@ class Gate:
         run = fuzz(self.new, self.config, options, out_dir=self.out_dir)
         summary = run.summary()
         stage.details = {k: summary[k] for k in ("examples", "calls", "rejected", "seed", "stopped", "counts")}
+        stage.details["skipped_hanging"] = summary.get("skipped_hanging", 0)
         stage.summary = f"{run.examples} examples in {run.elapsed_s:.1f}s, {len(run.findings)} findings"
         stage.status = "fail" if run.findings else "pass"
         for f in summary["findings"]:
             self.findings.append({"stage": "fuzz", **f})
             stage.reasons.append(f"fuzz finding {f['id']} ({f['check']}): {f['message']}")
+        if run.stopped == "interrupted":
+            # fuzz() ends early on an interrupt and returns what it found: never a pass.
+            self.interrupted = True
+            stage.status = "error"
+            stage.summary = f"interrupted after {run.examples} examples; " + stage.summary
+            stage.reasons.insert(0, f"fuzz: interrupted after {run.examples} examples")
         return stage
 
     def invariance(self) -> Stage:
@@ -294,10 +368,21 @@ class Gate:
             config = PreprocessConfig.profile(profile)
             for batch in _invariance_batches(self.seed):
                 images = [make_image(p) for p in batch]
+                classes = sorted({mode_class(img) for img in images} & set(self.hung))
+                if classes:
+                    # NEW hangs on these inputs (the goldens showed it): another whole timeout
+                    # would show nothing new. Not checked, and so not a pass.
+                    stage.reasons.append(f"invariance ({profile}, {len(images)} images): not run: the candidate "
+                                         f"timed out on {', '.join(classes)} images in the goldens")
+                    continue
                 try:
                     verdict = check_invariance(lambda imgs: self.new(imgs, config), images)
                 except CandidateCrash as exc:
-                    stage.reasons.append(f"invariance ({profile}): the candidate crashed: {exc}")
+                    check = _crash_check(exc)
+                    how = "timed out" if check == "timeout" else "crashed"
+                    stage.reasons.append(f"invariance ({profile}): the candidate {how}: {exc}")
+                    self.findings.append({"stage": "invariance", "check": check, "profile": profile,
+                                          "message": str(exc), "images": [p.to_dict() for p in batch]})
                     continue
                 checked += 1
                 if not verdict.ok:
@@ -318,28 +403,40 @@ class Gate:
         limit = 1.0 + self.options.perf_threshold_pct / 100.0
         deadline = time.monotonic() + budget_s
         rows = []
+        new, old = self.new, self.old
+        clock = _VirtualClock()  # advanced by the seconds measured inside the executors
+        stage.details["timed_in"] = "each candidate's own executor process (transfers not counted)"
         for name in PERF_INPUTS:
             if rows and time.monotonic() > deadline:
                 break
             spec = BENCH_INPUTS[name]
             images = spec.images()
             config = spec.config()
-            new_fn = _guarded(self.new)
-            old_fn = _guarded(self.old)
+
+            def new_fn() -> None:
+                clock.now += new.time_call(images, config)
+
+            def old_fn() -> None:
+                try:
+                    clock.now += old.time_call(images, config)
+                except CandidateCrash as exc:
+                    raise _BaselineCrash(exc) from exc
+
+            interrupts.raise_if_requested()
             t_pair = time.monotonic()
-            new_fn(images, config)
-            old_fn(images, config)
+            new_fn()  # also sends the images to each executor, once
+            old_fn()
             t_pair = time.monotonic() - t_pair
             if rows and t_pair * (self.options.perf_rounds + 1) > deadline - time.monotonic():
                 stage.details.setdefault("not_timed", []).append(name)
                 continue
-            result = interleaved_ratio(lambda: new_fn(images, config), lambda: old_fn(images, config),
-                                       rounds=self.options.perf_rounds, warmup=0)
+            result = interleaved_ratio(new_fn, old_fn, rounds=self.options.perf_rounds, warmup=0, timer=clock)
             retried = False
             if abs(result["ratio"] - limit) <= max(result["noise"], 0.02):
                 # Within noise of the threshold: measure once more with twice the rounds.
-                result = interleaved_ratio(lambda: new_fn(images, config), lambda: old_fn(images, config),
-                                           rounds=2 * self.options.perf_rounds, warmup=0)
+                interrupts.raise_if_requested()
+                result = interleaved_ratio(new_fn, old_fn, rounds=2 * self.options.perf_rounds, warmup=0,
+                                           timer=clock)
                 retried = True
             row = {"input": name, "description": spec.description, "ratio": result["ratio"],
                    "noise": result["noise"], "new_median_s": result["new_median_s"],
@@ -360,51 +457,95 @@ class Gate:
     # -- driver ----------------------------------------------------------------------------
 
     def _run_stage(self, name: str, func: Callable[[], Stage]) -> Stage:
+        if self.interrupted or interrupts.requested():
+            self.interrupted = True
+            stage = Stage(name, "skipped", summary="not run: the gate was interrupted")
+            self.stages.append(stage)
+            return stage
         self.progress(f"gate: {name} ...")
         t0 = time.monotonic()
         try:
             stage = func()
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (core.interrupts raises both so)
+            self.interrupted = True
+            stage = Stage(name, "error", summary="interrupted", reasons=[f"{name}: interrupted before it ended"])
+        except _BaselineCrash as exc:
+            stage = Stage(name, "error", summary=f"the baseline failed: {exc.crash}", reasons=[str(exc)])
         except CandidateCrash as exc:
-            if self.old is not None and exc.spec == self.old.spec and exc.spec != self.new.spec:
-                stage = Stage(name, "error", summary=f"the baseline crashed: {exc}", reasons=[str(exc)])
-            else:
-                stage = Stage(name, "fail", summary=f"the candidate crashed: {exc}", reasons=[str(exc)])
+            check = _crash_check(exc)
+            how = "timed out" if check == "timeout" else "crashed"
+            stage = Stage(name, "fail", summary=f"the candidate {how}: {exc}", reasons=[str(exc)])
+            self.findings.append({"stage": name, "check": check, "message": str(exc)})
         except KimiOracleError as exc:
             stage = Stage(name, "error", summary=str(exc), reasons=[f"{name}: {exc}"])
         except Exception as exc:  # noqa: BLE001 - a stage must never take the report down with it
             stage = Stage(name, "error", summary=f"internal error: {type(exc).__name__}: {exc}",
                           reasons=[f"{name}: internal error: {type(exc).__name__}: {exc}"])
+        if interrupts.requested() and stage.status != "error":
+            # A signal whose exception was swallowed (it landed in a gc callback): the stage
+            # may not have run to its end, so it cannot count.
+            self.interrupted = True
+            stage.status = "error"
+            stage.reasons.insert(0, f"{name}: interrupted")
+            stage.summary = "interrupted; " + stage.summary
         stage.elapsed_s = time.monotonic() - t0
         self.stages.append(stage)
         self.progress(f"gate: {name}: {stage.status} ({stage.elapsed_s:.1f}s) {stage.summary}")
         return stage
 
     def run(self) -> dict[str, Any]:
-        """Run every stage, write gate-report.json and gate-report.md, return the report."""
+        """Run every stage, write gate-report.json and gate-report.md, return the report.
+
+        CandidateError (before any report) when a candidate cannot be loaded. An interrupt
+        makes the running stage an error and skips the rest; the report is written and its
+        verdict is `error` (the CLI then exits 130/143)."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
         started = utc_now()
         t0 = time.monotonic()
         budget = self.options.budget_s
-        with self.clock.reference_timed():
-            self._run_stage("goldens", self.goldens)
-            perf_budget = PERF_SHARE * budget if self.old is not None else 0.0
-            fuzz_budget = budget - (time.monotonic() - t0) - perf_budget - INVARIANCE_SHARE * budget
-            self._run_stage("fuzz", lambda: self.fuzzing(fuzz_budget))
-            self._run_stage("invariance", self.invariance)
-            self._run_stage("performance", lambda: self.performance(max(budget - (time.monotonic() - t0), 0.0)))
+        try:
+            self.start()
+            with self.clock.reference_timed():
+                self._run_stage("goldens", self.goldens)
+                perf_budget = PERF_SHARE * budget if self.old is not None else 0.0
+                fuzz_budget = budget - (time.monotonic() - t0) - perf_budget - INVARIANCE_SHARE * budget
+                self._run_stage("fuzz", lambda: self.fuzzing(fuzz_budget))
+                self._run_stage("invariance", self.invariance)
+                self._run_stage("performance",
+                                lambda: self.performance(max(budget - (time.monotonic() - t0), 0.0)))
+        except KeyboardInterrupt:  # between stages, or while the executors start
+            self.interrupted = True
+        finally:
+            self.close()
+        ran = {s.name for s in self.stages}
+        self.stages += [Stage(name, "skipped", summary="not run: the gate was interrupted")
+                        for name in STAGES if name not in ran]
+        # Held back from here on: a signal now makes the verdict `error`, and the report that
+        # says so is complete before the signal's exception ends the process.
+        with interrupts.held() as pending:
+            if pending():
+                self.interrupted = True
+            return self._report(started, t0, budget)
+
+    def _report(self, started: str, t0: float, budget: float) -> dict[str, Any]:
         elapsed = time.monotonic() - t0
         reasons = [r for s in self.stages for r in s.reasons]
-        if any(s.status == "error" for s in self.stages):
+        if self.interrupted:
+            reasons.insert(0, "the gate was interrupted (SIGINT/SIGTERM): stages that did not run to their end "
+                              "cannot pass")
+        if self.interrupted or any(s.status == "error" for s in self.stages):
             verdict = "error"
         elif any(s.status == "fail" for s in self.stages):
             verdict = "fail"
         else:
             verdict = "pass"
-        overhead = max(elapsed - self.clock.candidate_s - self.clock.reference_s, 0.0)
+        in_candidates = self.new.busy_s + (self.old.busy_s if self.old is not None else 0.0)
+        overhead = max(elapsed - in_candidates - self.clock.reference_s, 0.0)
         report = {
             "schema": SCHEMA,
             "schema_version": SCHEMA_VERSION,
             "verdict": verdict,
+            "stopped": "interrupted" if self.interrupted else "done",
             "reasons": reasons,
             "candidate": self.new.spec,
             "baseline": self.old.spec if self.old else None,
@@ -414,17 +555,24 @@ class Gate:
             "perf_threshold_pct": self.options.perf_threshold_pct,
             "budget_s": budget,
             "fuzz_examples": self.options.fuzz_examples,
+            "case_timeout_s": self.options.case_timeout_s,
+            "memory_limit_mb": self.options.memory_limit_mb,
             "seed": self.seed,
             "started": started,
             "finished": utc_now(),
             "elapsed_s": round(elapsed, 3),
             "time": {
-                "in_candidate_s": round(self.clock.candidate_s, 3),
+                # Waiting for the candidates' processes (their calls and the transfers to them).
+                "in_candidate_s": round(in_candidates, 3),
                 "in_reference_s": round(self.clock.reference_s, 3),
                 "overhead_s": round(overhead, 3),
                 "overhead_share_of_budget": round(overhead / budget, 4) if budget else None,
                 # Time past the budget (set-up, reports, a stage finishing its last case).
                 "over_budget_s": round(max(elapsed - budget, 0.0), 3),
+            },
+            "candidate_processes": {
+                role: {"calls": c.calls, "restarts": c.restarts, "crashes": c.crashes, "timeouts": c.timeouts}
+                for role, c in (("new", self.new), ("baseline", self.old)) if c is not None
             },
             "stages": {s.name: s.to_dict() for s in self.stages},
             "findings": self.findings,
@@ -450,9 +598,11 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"# kimi-oracle gate: {report['verdict'].upper()}",
         "",
         f"- candidate: `{report['candidate']}`" + (f", baseline: `{report['baseline']}`" if report["baseline"] else ""),
+        *([f"- **interrupted** (SIGINT/SIGTERM): the verdict is ERROR, whatever ran before"]
+          if report.get("stopped") == "interrupted" else []),
         f"- profile: {report['profile']}, tolerance: {report['tolerance']}, budget: {report['budget_s']:.0f}s, "
         f"seed: {report['seed']}",
-        f"- ran {report['elapsed_s']:.1f}s: {report['time']['in_candidate_s']:.1f}s in the candidates, "
+        f"- ran {report['elapsed_s']:.1f}s: {report['time']['in_candidate_s']:.1f}s in the candidates' processes, "
         f"{report['time']['in_reference_s']:.1f}s in the reference, {report['time']['overhead_s']:.1f}s overhead "
         f"({100 * (report['time']['overhead_share_of_budget'] or 0):.1f}% of the budget: hypothesis, image "
         f"generation, comparisons, reports); {report['time']['over_budget_s']:.1f}s past the budget",

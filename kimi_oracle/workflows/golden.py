@@ -774,6 +774,7 @@ class GoldenReport:
     warnings: list[str] = field(default_factory=list)  # printed first (Pillow mismatch)
     messages: list[str] = field(default_factory=list)  # printed last (refusals, acceptance)
     stopped: str = "done"  # or "interrupted": `files` holds only the files compared before it
+    timed_out: dict[str, str] = field(default_factory=dict)  # mode class -> the case the candidate hung on
     planned: int = 0  # files the check was to compare
 
     @property
@@ -1017,6 +1018,7 @@ def check(
         raise CheckInterrupted(report) from None
     finally:
         close()
+    report.timed_out = dict(hung)
     if hung:
         report.messages.append("timed out on " + ", ".join(f"a {cls} image ({case})" for cls, case in hung.items())
                                + ": the other cases of those mode classes were not run")

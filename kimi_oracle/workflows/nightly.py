@@ -13,23 +13,35 @@ Process layout (each box survives the death of the one below it):
 
 A worker keeps its counters in `work/<worker>/status.json` (atomic), so a worker killed at the
 budget's end or by Ctrl-C still contributes what it ran; the summary is always written.
+
+One run per output folder: `OUT/.nightly.lock` (an flock held for the whole run, naming the
+owner's pid) refuses a second run on the same `--out`; a lock left by a run that died is taken
+over, and the summary says so. SIGINT and SIGTERM stop the workers (each also dies with the
+runner, PR_SET_PDEATHSIG) and still write the summary (`stopped: interrupted`, exit 130/143).
+Worker output (the candidate's prints included) goes through a pipe into `worker.log`, and
+libFuzzer's into `libfuzzer-N.log`, each capped at `log_limit_mb` (the tail is kept). A full
+disk ends the run with one line naming what was already written.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import KimiOracleError
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
@@ -40,6 +52,17 @@ SUMMARY_SCHEMA = "kimi-oracle.nightly-summary"
 SUMMARY_SCHEMA_VERSION = 1
 ENGINES = ("hypothesis", "atheris")
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+LOCK_NAME = ".nightly.lock"
+DEFAULT_LOG_LIMIT_MB = 8
+
+
+class OutInUseError(KimiOracleError):
+    """`--out` is in use by another nightly run (its lock is held)."""
+
+
+class DiskFullError(KimiOracleError):
+    """A write failed (a full disk, most often): the run ends with one line naming what was
+    already written."""
 
 
 class UnknownCheckError(KimiOracleError):
@@ -82,6 +105,7 @@ class CampaignOptions:
     # budget then only bounds a run that cannot get there.
     max_examples: int | None = None
     shrink: bool = True  # hypothesis shrinks its findings; atheris minimizes crash inputs
+    log_limit_mb: float = DEFAULT_LOG_LIMIT_MB  # each worker's log (and libFuzzer's) keeps its last MiB
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
@@ -94,6 +118,8 @@ class CampaignOptions:
             raise ValueError("--jobs must be at least 1")
         if self.max_examples is not None and self.max_examples < 1:
             raise ValueError("--max-examples must be at least 1")
+        if not self.log_limit_mb > 0:
+            raise ValueError("--log-limit must be positive")
 
 
 @dataclass
@@ -167,6 +193,186 @@ def _count_db(db: Path) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# capped logs
+
+
+class CappedLog:
+    """A log file that never grows past `limit` bytes: when it would, the older part is dropped
+    (a marker line says how much) and the newest `limit / 2` bytes are kept. `on_line` (if
+    given) sees every complete line, dropped ones included (libFuzzer statistics)."""
+
+    def __init__(self, path: Path, limit: int, on_line: Callable[[str], None] | None = None):
+        self.path = Path(path)
+        self.limit = max(int(limit), 4096)
+        self.on_line = on_line
+        self.dropped = 0
+        self.size = 0
+        self._partial = b""
+        self._fh = open(self.path, "w+b")
+
+    def write(self, data: bytes) -> None:
+        """Append `data`; keep the tail when the file would pass the limit."""
+        if not data:
+            return
+        if self.on_line is not None:
+            self._lines(data)
+        self._fh.write(data)
+        self.size += len(data)
+        if self.size > self.limit:
+            self._truncate()
+
+    def _lines(self, data: bytes) -> None:
+        buf = self._partial + data
+        *lines, self._partial = buf.split(b"\n")
+        if len(self._partial) > 1 << 16:  # a "line" without end: judged in pieces
+            lines.append(self._partial)
+            self._partial = b""
+        for line in lines:
+            self.on_line(line.decode("utf-8", "replace"))
+
+    def _truncate(self) -> None:
+        keep = self.limit // 2
+        self._fh.flush()
+        self._fh.seek(self.size - keep)
+        tail = self._fh.read(keep)
+        cut = tail.find(b"\n")
+        if 0 <= cut < 4096:
+            tail = tail[cut + 1 :]  # start at a line
+        self.dropped += self.size - len(tail)
+        marker = (f"[kimi-oracle: {self.dropped} earlier bytes of this log were dropped; it keeps the newest "
+                  f"{self.limit // 2**20 or 1} MiB at most]\n").encode()
+        self._fh.seek(0)
+        self._fh.truncate()
+        self._fh.write(marker + tail)
+        self._fh.flush()
+        self.size = len(marker) + len(tail)
+
+    def close(self) -> None:
+        """Flush, hand the last partial line to `on_line`, and close."""
+        if self.on_line is not None and self._partial:
+            self.on_line(self._partial.decode("utf-8", "replace"))
+            self._partial = b""
+        try:
+            self._fh.close()
+        except OSError:
+            pass
+
+
+def pump(stream: Any, log: CappedLog) -> threading.Thread:
+    """A thread copying `stream` (a pipe) into `log` until the pipe closes, then closing both."""
+    def run() -> None:
+        try:
+            while True:
+                chunk = stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16)
+                if not chunk:
+                    break
+                try:
+                    log.write(chunk)
+                except OSError:
+                    pass  # a full disk: keep draining, so that the writer never blocks
+        except (OSError, ValueError):
+            pass
+        finally:
+            log.close()
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=run, name=f"log:{log.path.name}", daemon=True)
+    thread.start()
+    return thread
+
+
+def last_line(path: Path, limit: int = 4096) -> str:
+    """The last non-empty line of a (log) file, at most `limit` bytes read."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - limit))
+            lines = [ln for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1].strip()[:300] if lines else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# one run per output folder
+
+
+class OutLock:
+    """`OUT/.nightly.lock`: an exclusive flock held for the whole run, the owner's pid, host and
+    start time inside. A second run on the same folder is refused (OutInUseError); the lock of a
+    run that died (its flock is gone with its process) is taken over, and `taken_over` says whose."""
+
+    def __init__(self, out: Path):
+        self.path = Path(out) / LOCK_NAME
+        self.fd: int | None = None
+        self.taken_over: str | None = None
+
+    def acquire(self) -> "OutLock":
+        """Take the lock, or raise OutInUseError naming its owner."""
+        import fcntl
+
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                owner = self._owner(fd)
+                os.close(fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise OutInUseError(
+                        f"{self.path.parent} is in use by another nightly run ({self._describe(owner)}); "
+                        f"wait for it to end or choose another --out") from None
+                raise
+            try:
+                current = os.stat(self.path)
+            except FileNotFoundError:
+                current = None
+            mine = os.fstat(fd)
+            if current is None or (current.st_ino, current.st_dev) != (mine.st_ino, mine.st_dev):
+                os.close(fd)  # the owner released (and removed) it while we waited: again
+                continue
+            break
+        old = self._owner(fd)
+        if old.get("pid"):
+            self.taken_over = (f"took over the lock of an earlier run ({self._describe(old)}), which ended "
+                               f"without releasing it")
+        data = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": utc_now()}).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data + b"\n", 0)
+        os.fsync(fd)
+        self.fd = fd
+        return self
+
+    @staticmethod
+    def _owner(fd: int) -> dict[str, Any]:
+        try:
+            data = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    @staticmethod
+    def _describe(owner: dict[str, Any]) -> str:
+        if not owner:
+            return "owner unknown"
+        return f"pid {owner.get('pid')} on {owner.get('host')}, started {owner.get('started')}"
+
+    def release(self) -> None:
+        """Remove the lock file and drop the lock."""
+        if self.fd is None:
+            return
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+
+# ---------------------------------------------------------------------------------------------
 # the parent
 
 
@@ -182,40 +388,56 @@ class _Worker:
     deadline: float = 0.0
     killed: bool = False
     returncode: int | None = None
+    log: CappedLog | None = None
+    pump: threading.Thread | None = None
 
 
 def run_campaign(opts: CampaignOptions, *, progress: Callable[[str], None] | None = None) -> CampaignResult:
-    """Run the campaign; always writes summary.json, summary.md and junit.xml under opts.out."""
+    """Run the campaign; always writes summary.json, summary.md and junit.xml under opts.out.
+
+    OutInUseError (nothing written) when another run holds opts.out; DiskFullError (one line
+    naming what was written) when the summary cannot be written."""
     say = progress or (lambda _msg: None)
+    opts.out.mkdir(parents=True, exist_ok=True)
+    lock = OutLock(opts.out).acquire()
+    try:
+        if lock.taken_over:
+            say(lock.taken_over)
+        return _run_locked(opts, say, [lock.taken_over] if lock.taken_over else [])
+    finally:
+        lock.release()
+
+
+def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[str]) -> CampaignResult:
     started_wall = utc_now()
     started = time.monotonic()
     out = opts.out
-    out.mkdir(parents=True, exist_ok=True)
-    work = out / "work"
-    work.mkdir(exist_ok=True)
-    findings_root = out / "findings"
-    findings_root.mkdir(exist_ok=True)
-    existing = {p.name for p in findings_root.iterdir() if p.is_dir()}
     errors: list[str] = []
     engine_info: dict[str, dict[str, Any]] = {}
     stopped = "budget"
     seed = opts.seed if opts.seed is not None else int.from_bytes(os.urandom(4), "big")
     engines = list(opts.engines)
-    if "atheris" in engines and not atheris_available():
-        engines.remove("atheris")
-        note = "atheris is not installed (pip install 'kimi-oracle[fuzz]')"
-        engine_info["atheris"] = {"status": "unavailable", "note": note, "examples": 0}
-        if opts.engines_explicit:
-            errors.append(note)
+    findings_root = out / "findings"
+    existing: set[str] = set()
     corpus_before: dict[str, int] = {}
     db_before = _count_db(opts.db)
     workers: list[_Worker] = []
     config: PreprocessConfig | None = None
     try:
-        config = PreprocessConfig.resolve(opts.profile, opts.config_path)
-    except KimiOracleError as exc:
-        errors.append(f"configuration: {exc}")
-    try:
+        work = out / "work"
+        work.mkdir(exist_ok=True)
+        findings_root.mkdir(exist_ok=True)
+        existing = {p.name for p in findings_root.iterdir() if p.is_dir()}
+        if "atheris" in engines and not atheris_available():
+            engines.remove("atheris")
+            note = "atheris is not installed (pip install 'kimi-oracle[fuzz]')"
+            engine_info["atheris"] = {"status": "unavailable", "note": note, "examples": 0}
+            if opts.engines_explicit:
+                errors.append(note)
+        try:
+            config = PreprocessConfig.resolve(opts.profile, opts.config_path)
+        except KimiOracleError as exc:
+            errors.append(f"configuration: {exc}")
         if "atheris" in engines:
             corpus_before = prepare_corpus(opts.corpus, opts.harnesses)
         opts.db.mkdir(parents=True, exist_ok=True)
@@ -225,8 +447,8 @@ def run_campaign(opts: CampaignOptions, *, progress: Callable[[str], None] | Non
             batch = []
             for engine, budget in phase:
                 w = _launch(opts, engine, budget, index, seed, work)
-                say(f"worker {index}: {engine} for {budget:.0f} s (pid {w.proc.pid if w.proc else '?'})")
                 workers.append(w)
+                say(f"worker {index}: {engine} for {budget:.0f} s (pid {w.proc.pid if w.proc else '?'})")
                 batch.append(w)
                 index += 1
             _wait(batch, opts)
@@ -234,21 +456,59 @@ def run_campaign(opts: CampaignOptions, *, progress: Callable[[str], None] | Non
         stopped = "interrupted"
         say("interrupted: stopping workers and writing the summary")
         _interrupt([w for w in workers if w.proc is not None and w.returncode is None], opts)
+    except OSError as exc:  # a full disk (or an unwritable --out) while preparing or launching
+        errors.append(f"cannot write under {out}: {_os_error(exc)}")
+        _interrupt([w for w in workers if w.proc is not None and w.returncode is None], opts)
     finally:
         for w in workers:
             _reap_group(w)
-    summary = _summarize(opts, config, engines, workers, engine_info, errors, stopped, seed, started_wall, started,
-                         existing, corpus_before, db_before)
-    code = EXIT_OK
-    if summary["errors"]:
-        code = EXIT_ERROR
-    elif summary["findings"]:
-        code = EXIT_FINDINGS
-    elif stopped == "interrupted":
-        code = EXIT_INTERRUPTED
-    summary["exit_code"] = code
-    write_summary(out, summary)
+            _close_log(w)
+    # Held back from here on: a signal now still yields a complete summary that says so.
+    with interrupts.held() as pending:
+        if pending():
+            stopped = "interrupted"
+        summary = _summarize(opts, config, engines, workers, engine_info, errors, stopped, seed, started_wall,
+                             started, existing, corpus_before, db_before)
+        summary["notes"] = notes + summary.get("notes", [])
+        if stopped == "interrupted":
+            code = EXIT_TERMINATED if _terminated() else EXIT_INTERRUPTED
+        elif summary["errors"]:
+            code = EXIT_ERROR
+        elif summary["findings"]:
+            code = EXIT_FINDINGS
+        else:
+            code = EXIT_OK
+        summary["exit_code"] = code
+        try:
+            write_summary(out, summary)
+        except OSError as exc:
+            raise DiskFullError(_not_written(out, exc, summary)) from None
     return CampaignResult(summary, code, out)
+
+
+EXIT_TERMINATED = interrupts.EXIT_TERMINATED
+
+
+def _terminated() -> bool:
+    # SIGTERM seen by the handler, or waiting while signals are held.
+    return interrupts.exit_code() == EXIT_TERMINATED or signal.SIGTERM in signal.sigpending()
+
+
+def _os_error(exc: OSError) -> str:
+    name = errno.errorcode.get(exc.errno or 0, "")
+    what = f" writing {exc.filename}" if exc.filename else ""
+    return f"{exc.strerror or exc}{f' ({name})' if name else ''}{what}"
+
+
+def _not_written(out: Path, exc: OSError, summary: dict[str, Any]) -> str:
+    """The one line a failed summary write ends with: why, and what is on disk already."""
+    written = [str(out / name) for name in getattr(exc, "kimi_written", [])]
+    ids = [f["id"] for f in summary.get("findings", [])]
+    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    already = f"{len(ids)} finding folder(s) under {out / 'findings'}" + (f" ({shown})" if ids else "")
+    if written:
+        already += ", " + ", ".join(written)
+    return f"cannot write the nightly summary under {out}: {_os_error(exc)}; already written: {already}"
 
 
 def _launch(opts: CampaignOptions, engine: str, budget: float, index: int, seed: int, work: Path) -> _Worker:
@@ -277,16 +537,26 @@ def _launch(opts: CampaignOptions, engine: str, budget: float, index: int, seed:
         "harnesses": list(opts.harnesses),
         "max_examples": opts.max_examples,
         "shrink": opts.shrink,
+        "log_limit_mb": opts.log_limit_mb,
+        "runner_pid": os.getpid(),
     }
     w = _Worker(index, engine, budget, wdir / "spec.json", wdir / "status.json", wdir / "worker.log")
     write_json(w.spec_path, spec)
     env = dict(os.environ)
-    log = open(w.log_path, "wb")
+    # Through a pipe, so that the log keeps only its tail however much the candidate prints.
+    w.log = CappedLog(w.log_path, int(opts.log_limit_mb * 2**20))
     w.proc = subprocess.Popen([sys.executable, "-m", "kimi_oracle.workflows.nightly", "--worker", str(w.spec_path)],
-                              stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    log.close()
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                              start_new_session=True)
+    w.pump = pump(w.proc.stdout, w.log)
     w.deadline = time.monotonic() + budget
     return w
+
+
+def _close_log(w: _Worker) -> None:
+    # The pipe closes once every process of the worker's session is gone (_reap_group).
+    if w.pump is not None:
+        w.pump.join(10.0)
 
 
 def _grace(opts: CampaignOptions) -> float:
@@ -296,6 +566,8 @@ def _grace(opts: CampaignOptions) -> float:
 
 def _wait(batch: list[_Worker], opts: CampaignOptions) -> None:
     while True:
+        # A signal whose exception was swallowed (a gc callback) is not lost.
+        interrupts.raise_if_requested()
         alive = [w for w in batch if w.returncode is None]
         if not alive:
             return
@@ -444,9 +716,22 @@ def _summarize(opts: CampaignOptions, config: PreprocessConfig | None, engines: 
         info["budget_s"] = round(info.get("budget_s", 0.0) + w.budget_s, 3)
         info["examples"] = info.get("examples", 0) + int(st.get("examples", 0))
         for key in ("calls", "rejected", "restarts", "duplicates", "candidate_crashes",
-                    "candidate_timeouts", "harness_crashes"):
+                    "candidate_timeouts", "harness_crashes", "skipped_hanging", "execs"):
             if key in st:
                 info[key] = info.get(key, 0) + int(st[key])
+        for name, h in (st.get("per_harness") or {}).items():
+            # Per harness: inputs judged (`examples`), libFuzzer's executions (`execs`, which
+            # count inputs skipped past the deadline too), and whether it ran at all.
+            merged_h = info.setdefault("harnesses", {}).setdefault(name, {"status": "not run", "examples": 0,
+                                                                         "execs": 0})
+            for key in ("examples", "execs", "skipped_past_deadline", "rejected", "duplicates"):
+                merged_h[key] = merged_h.get(key, 0) + int(h.get(key, 0))
+            if h.get("status") == "ran" or merged_h["status"] != "ran" and h.get("status"):
+                merged_h["status"] = h.get("status")
+            if h.get("note") and merged_h["status"] != "ran":
+                merged_h["note"] = h["note"]
+        if w.log is not None and w.log.dropped:
+            info.setdefault("log_dropped_bytes", {})[str(w.log_path)] = w.log.dropped
         cov = st.get("coverage") or {}
         if cov:
             merged = info.setdefault("coverage", {})
@@ -462,9 +747,11 @@ def _summarize(opts: CampaignOptions, config: PreprocessConfig | None, engines: 
         if st.get("error"):
             errors.append(f"{w.engine} worker {w.index}: {st['error']}")
             info["status"] = "error"
-        elif not st and w.returncode not in (0, None) and stopped != "interrupted":
+        elif w.returncode not in (0, None) and not w.killed and stopped != "interrupted":
             # (Ctrl-C may reach a worker before it has written anything: not a harness error.)
-            errors.append(f"{w.engine} worker {w.index} exited with {w.returncode} without a status; see {w.log_path}")
+            said = last_line(w.log_path)
+            errors.append(f"{w.engine} worker {w.index} exited with {w.returncode}"
+                          f"{'' if st else ' without a status'}: {said or 'no output'} (log: {w.log_path})")
             info["status"] = "error"
         if st.get("stopped") == "interrupted":
             stopped = "interrupted"
@@ -477,6 +764,9 @@ def _summarize(opts: CampaignOptions, config: PreprocessConfig | None, engines: 
         stopped = "examples"
     findings = collect_findings(opts.out, reported, existing, errors)
     for engine, info in engine_info.items():
+        for name, h in (info.get("harnesses") or {}).items():
+            if h["status"] != "ran" and stopped != "interrupted" and info.get("status") == "ran":
+                info.setdefault("notes", []).append(f"the {name} harness did not run: {h.get('note', 'no input judged')}")
         behaviours = info.pop("_behaviours", None)
         if behaviours:
             info.setdefault("coverage", {})["behaviours"] = len(behaviours)
@@ -552,6 +842,12 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     for name, info in summary["engines"].items():
         cov_text = coverage_text(info.get("coverage"))
         out.append(f"| {name} | {info.get('status')} | {info.get('examples', 0)} | {cov_text} | {info.get('findings', 0)} |")
+    for name, info in summary["engines"].items():
+        for harness, h in (info.get("harnesses") or {}).items():
+            skipped = f", {h['skipped_past_deadline']} skipped past the deadline" if h.get("skipped_past_deadline") else ""
+            note = f" ({h['note']})" if h.get("note") and h.get("status") != "ran" else ""
+            out.append(f"- {name}/{harness}: {h.get('status')}{note}, {h.get('examples', 0)} inputs judged "
+                       f"({h.get('execs', 0)} libFuzzer executions{skipped})")
     corpus = summary["engines"].get("atheris", {}).get("corpus")
     if corpus:
         out += ["", "Corpus: " + "; ".join(f"{k} {v['before']} → {v['after']} (+{v['added']})" for k, v in corpus.items())]
@@ -566,18 +862,36 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         out += ["", "Reproduce one: `kimi-oracle repro <directory>`."]
     if summary["errors"]:
         out += ["", "## Harness errors", ""] + [f"- {e}" for e in summary["errors"]]
+    notes = list(summary.get("notes") or []) + [n for info in summary["engines"].values() for n in info.get("notes", [])]
+    if notes:
+        out += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     out.append("")
     return "\n".join(out)
 
 
 def write_summary(out: Path, summary: dict[str, Any]) -> None:
-    """summary.json, summary.md and junit.xml (atomic files)."""
-    write_json(out / "summary.json", summary)
-    atomic_write_text(out / "summary.md", summary_markdown(summary))
+    """summary.json, summary.md and junit.xml (atomic files). An OSError names, in its
+    `kimi_written` attribute, the files written before it."""
+    written: list[str] = []
+    try:
+        write_json(out / "summary.json", summary)
+        written.append("summary.json")
+        atomic_write_text(out / "summary.md", summary_markdown(summary))
+        written.append("summary.md")
+        _write_junit(out, summary)
+    except OSError as exc:
+        exc.kimi_written = written  # type: ignore[attr-defined]
+        raise
+
+
+def _write_junit(out: Path, summary: dict[str, Any]) -> None:
     cases = junit_cases_for([{**f, "check": f["kind"]} for f in summary["findings"]], FINDING_KINDS,
                             classname="kimi-oracle.nightly")
     for err in summary["errors"]:
         cases.append(JUnitCase("harness", "kimi-oracle.nightly", error=err, details=err))
+    if summary.get("stopped") == "interrupted":
+        cases.append(JUnitCase("interrupted", "kimi-oracle.nightly", error="the campaign was interrupted",
+                               details="interrupted (SIGINT/SIGTERM): the checks above cover only what ran"))
     props = {"candidate": summary["candidate"], "profile": summary["profile"], "budget_s": summary["budget_s"],
              "stopped": summary["stopped"]}
     for name, info in summary["engines"].items():
@@ -601,17 +915,33 @@ class _Status:
             write_json(self.path, self.data)
 
 
-def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _finding_folders(out: Path) -> set[str]:
+    root = Path(out) / "findings"
+    try:
+        return {p.name for p in root.iterdir() if (p / "case.json").is_file()}
+    except OSError:
+        return set()
 
 
 def worker_main(spec_path: str) -> int:
     """Entry of a worker subprocess."""
     spec = _read_json(Path(spec_path))
-    signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+    # SIGINT (the runner stopping it) and SIGTERM: recorded and raised, checked again at every
+    # example (fuzz() re-raises a swallowed one); and the worker ends when the runner does.
+    interrupts.install()
+    from kimi_oracle.fuzzers.sandbox import die_with_parent
+
+    die_with_parent(signal.SIGTERM)
+    if spec.get("runner_pid") and os.getppid() != spec["runner_pid"]:
+        return EXIT_INTERRUPTED  # the runner ended before this worker started
+    out = Path(spec["out"])
+    before = _finding_folders(out)
     status = _Status(Path(spec["work"]) / "status.json", spec["engine"])
-    status.write(force=True)
     try:
+        status.write(force=True)
         if spec["engine"] == "hypothesis":
             _hypothesis_worker(spec, status)
         else:
@@ -619,17 +949,42 @@ def worker_main(spec_path: str) -> int:
         status.data["stopped"] = status.data.get("stopped") or "budget"
     except KeyboardInterrupt:
         status.data["stopped"] = "interrupted"
+    except OSError as exc:
+        if exc.errno not in DISK_FULL:
+            return _worker_error(status, exc)
+        written = sorted(_finding_folders(out) - before)
+        line = (f"disk full: {_os_error(exc)}; already written: {len(written)} finding folder(s) under "
+                f"{out / 'findings'}" + (f" ({', '.join(written[:5])}{' ...' if len(written) > 5 else ''})"
+                                         if written else ""))
+        return _worker_error(status, line)
     except Exception as exc:  # harness errors: reported, exit 2
-        import traceback
-
-        from kimi_oracle.core.errors import KimiOracleError
-
-        status.data["error"] = f"{type(exc).__name__}: {exc}" if isinstance(exc, KimiOracleError) else \
-            f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-3000:]}"
+        return _worker_error(status, exc)
+    try:
         status.write(force=True)
+    except OSError as exc:
+        print(f"error: cannot write {status.path}: {_os_error(exc)}", file=sys.stderr, flush=True)
         return EXIT_ERROR
-    status.write(force=True)
     return EXIT_OK
+
+
+def _worker_error(status: "_Status", exc: BaseException | str) -> int:
+    """Record a harness error in the status (and, as one line, in the log: the status may be
+    unwritable too); exit 2."""
+    import traceback
+
+    if isinstance(exc, str):
+        text = exc
+    elif isinstance(exc, KimiOracleError):
+        text = f"{type(exc).__name__}: {exc}"
+    else:
+        text = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-3000:]}"
+    status.data["error"] = text
+    print(f"error: {text.splitlines()[0] if text else text}", file=sys.stderr, flush=True)
+    try:
+        status.write(force=True)
+    except OSError:
+        pass
+    return EXIT_ERROR
 
 
 def _base_config(spec: dict[str, Any]) -> PreprocessConfig:
@@ -663,7 +1018,9 @@ def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
     data.update(calls=0, rejected=0, restarts=0)
 
     def live(run: Any) -> None:
-        data["examples"] = run.examples
+        # Examples judged: a case of a mode class the candidate already hung on is not run.
+        data["examples"] = run.examples - run.skipped_hanging
+        data["skipped_hanging"] = run.skipped_hanging
         data["calls"] = run.calls
         data["rejected"] = run.rejected
         data["restarts"] = candidate.restarts
@@ -699,19 +1056,26 @@ _INITED = re.compile(r"#(\d+)\s+INITED")
 
 
 def _libfuzzer_stats(log: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for m in _COV.finditer(log):
-        out["execs"] = int(m.group(1))
-        out["cov"] = int(m.group(2))
-        out["ft"] = int(m.group(3))
-        out["corpus_entries"] = int(m.group(4))
-    units = _UNITS.findall(log)
-    if units:
-        out["execs"] = int(units[-1])
-    inited = _INITED.findall(log)
-    if inited:
-        out["inited"] = int(inited[-1])  # runs spent replaying the starting corpus
-    return out
+    """libFuzzer's counters from (part of) its output."""
+    stats: dict[str, int] = {}
+    for line in log.splitlines():
+        _feed_stats(stats, line)
+    return stats
+
+
+def _feed_stats(stats: dict[str, int], line: str) -> None:
+    m = _COV.search(line)
+    if m:
+        stats["execs"] = int(m.group(1))
+        stats["cov"] = int(m.group(2))
+        stats["ft"] = int(m.group(3))
+        stats["corpus_entries"] = int(m.group(4))
+    m = _UNITS.search(line)
+    if m:
+        stats["execs"] = int(m.group(1))
+    m = _INITED.search(line)
+    if m:
+        stats["inited"] = int(m.group(1))  # runs spent replaying the starting corpus
 
 
 def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
@@ -722,8 +1086,12 @@ def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
     harnesses = list(spec["harnesses"])
     shard = tuple(spec["shard"])
     deadline = time.monotonic() + float(spec["budget_s"])
+    log_limit = int(float(spec.get("log_limit_mb") or DEFAULT_LOG_LIMIT_MB) * 2**20)
     data = status.data
-    data.update(restarts=0, harness_crashes=0, duplicates=0, rejected=0, coverage={})
+    data.update(restarts=0, harness_crashes=0, duplicates=0, rejected=0, coverage={}, execs=0)
+    per = data.setdefault("per_harness", {})
+    for name in harnesses:
+        per[name] = {"status": "not run", "note": "not started", "examples": 0, "execs": 0}
     dict_path = work / "png_jpeg.dict"
     atomic_write_text(dict_path, corpus_mod.dictionary_text())
     seen_findings: set[str] = set()
@@ -752,6 +1120,7 @@ def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
             shard=shard, findings_dir=spec["out"], status_path=str(hdir / "harness-status.json"),
             max_findings=int(spec["max_findings"]), vary_config=bool(spec["vary_config"]),
             minimize_s=HarnessSettings.minimize_s if spec.get("shrink", True) else 0.0,
+            memory_limit_mb=spec.get("memory_limit_mb"),
         )
         env = dict(os.environ)
         env.update(settings.to_env())
@@ -760,6 +1129,8 @@ def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
         generated = 0  # inputs libFuzzer made, beyond its replays of the starting corpus
         reached[name] = False
         run_no = 0
+        last_code: int | None = None
+        per[name]["note"] = "no time left in its share of the budget"
         try:
             while True:
                 remaining = min(slice_end, deadline) - time.monotonic() - overhead
@@ -789,34 +1160,40 @@ def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
                 else:
                     cmd += ["-max_len=256"]
                 launched = time.monotonic()
-                with open(log_path, "wb") as log:
-                    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+                stats: dict[str, int] = {}
+                # libFuzzer's output, and the candidate's (its executor inherits it), through a
+                # pipe into a log that keeps its tail; the counters are read from every line.
+                log = CappedLog(log_path, log_limit, on_line=lambda line, st=stats: _feed_stats(st, line))
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, env=env)
+                reader = pump(proc.stdout, log)
+                per[name].update(status="started", note="")
+                try:
+                    code = proc.wait(timeout=remaining + 2 * float(spec["case_timeout_s"]) + 30)
+                except subprocess.TimeoutExpired:
+                    proc.send_signal(signal.SIGINT)
                     try:
-                        code = proc.wait(timeout=remaining + 2 * float(spec["case_timeout_s"]) + 30)
+                        code = proc.wait(10)
                     except subprocess.TimeoutExpired:
-                        proc.send_signal(signal.SIGINT)
-                        try:
-                            code = proc.wait(10)
-                        except subprocess.TimeoutExpired:
-                            proc.kill()
-                            code = proc.wait()
-                    except KeyboardInterrupt:
-                        proc.send_signal(signal.SIGINT)
-                        try:
-                            proc.wait(10)
-                        except subprocess.TimeoutExpired:
-                            proc.kill()
-                        raise
-                    finally:
-                        text = log_path.read_text(errors="replace")
-                        stats = _libfuzzer_stats(text)
-                        execs_total += stats.get("execs", 0)
-                        generated += max(0, stats.get("execs", 0) - stats.get("inited", 0))
-                        for k in ("cov", "ft", "corpus_entries"):
-                            if k in stats:
-                                cov[k] = max(cov.get(k, 0), stats[k])
-                        _collect_harness(spec, name, hdir, data, execs_total, cov, seen_findings)
-                        status.write(force=True)
+                        proc.kill()
+                        code = proc.wait()
+                except KeyboardInterrupt:
+                    proc.send_signal(signal.SIGINT)
+                    try:
+                        proc.wait(10)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                    raise
+                finally:
+                    reader.join(15.0)
+                    execs_total += stats.get("execs", 0)
+                    generated += max(0, stats.get("execs", 0) - stats.get("inited", 0))
+                    for k in ("cov", "ft", "corpus_entries"):
+                        if k in stats:
+                            cov[k] = max(cov.get(k, 0), stats[k])
+                    _collect_harness(spec, name, hdir, data, execs_total, cov, seen_findings)
+                    status.write(force=True)
+                last_code = code
                 run_no += 1
                 if code == 0 and runs is not None and stats.get("execs", 0) >= runs:
                     reached[name] = True
@@ -833,21 +1210,37 @@ def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
             added = corpus_mod.merge(new_dir, persistent)
             data.setdefault("corpus_added", {})[name] = added
             _collect_harness(spec, name, hdir, data, execs_total, cov, seen_findings)
+            h = per[name]
+            if h["examples"] > 0:
+                h["status"], h["note"] = "ran", ""
+            elif run_no:
+                h["status"] = "not run"
+                h["note"] = (f"libFuzzer exited with {last_code} before judging any input "
+                             f"(see {hdir / 'libfuzzer-0.log'})")
             status.write(force=True)
     data["stopped"] = "examples" if max_examples is not None and all(reached.values()) else "budget"
 
 
 def _collect_harness(spec: dict[str, Any], name: str, hdir: Path, data: dict[str, Any], execs: int,
                      cov: dict[str, int], seen: set[str]) -> None:
+    """The harness' counters into the worker's status. `examples` are the inputs the harness
+    judged: its own count once it has skipped inputs past the deadline (it writes that count at
+    its first skip, and judges nothing after), else libFuzzer's executions (the harness writes
+    its count at most once a second, and libFuzzer exits without a last write)."""
     hs = _read_json(hdir / "harness-status.json")
     counters = hs.get("counters", {})
     per = data.setdefault("per_harness", {})
-    per[name] = {"examples": max(execs, int(counters.get("examples", 0))), "rejected": int(counters.get("rejected", 0)),
-                 "duplicates": int(counters.get("duplicates", 0)), "coverage": dict(cov)}
-    data["examples"] = sum(v["examples"] for v in per.values())
-    data["rejected"] = sum(v["rejected"] for v in per.values())
-    data["duplicates"] = sum(v["duplicates"] for v in per.values())
-    data["coverage"] = {h: v["coverage"] for h, v in per.items()}
+    skipped = int(counters.get("skipped", 0))
+    judged = int(counters.get("examples", 0)) if skipped else max(execs, int(counters.get("examples", 0)))
+    entry = per.setdefault(name, {"status": "not run", "note": ""})
+    entry.update({"examples": judged, "execs": execs, "skipped_past_deadline": max(execs - judged, 0) if skipped else 0,
+                  "rejected": int(counters.get("rejected", 0)), "duplicates": int(counters.get("duplicates", 0)),
+                  "coverage": dict(cov)})
+    data["examples"] = sum(v.get("examples", 0) for v in per.values())
+    data["execs"] = sum(v.get("execs", 0) for v in per.values())
+    data["rejected"] = sum(v.get("rejected", 0) for v in per.values())
+    data["duplicates"] = sum(v.get("duplicates", 0) for v in per.values())
+    data["coverage"] = {h: v["coverage"] for h, v in per.items() if "coverage" in v}
     behaviours = set(data.get("behaviours", [])) | set(hs.get("behaviours", []))
     data["behaviours"] = sorted(behaviours)
     for fid in hs.get("finding_ids", []):
