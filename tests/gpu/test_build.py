@@ -1,7 +1,7 @@
 """Ahead-of-time builds for real GPUs, without one: every specialization compiles for sm_90,
 none spills, none needs more than 64 registers per thread at the default tiles.
 
-The sm_90 build runs in the default suite (one child process, about 30 s of CPU here); the
+The sm_90 build runs in the default suite (one child process, about 18 s here); the
 sm_90 + sm_80 build through the CLI is `slow`.
 """
 

@@ -103,3 +103,18 @@ def test_drawn_tiles_are_reproducible_and_bounded():
         # at most 4 tiles per extent: a bounded interpreter cost
         assert -(-img.height // d.pass_rows) <= 4 and -(-img.width // d.pass_cols) <= 4, d
         assert -(-img.width * img.height // d.convert) <= 4, d
+
+
+def test_the_gpu_fuzz_candidate_runs_with_drawn_tiles(monkeypatch, gpu_kwargs):
+    from kimi_oracle.oracle.candidates import load_candidate
+    from kimi_oracle.pipelines.gpu import pipeline
+
+    seen = []
+    real = pipeline.preprocess
+    monkeypatch.setattr(pipeline, "preprocess", lambda images, config, **kw: (seen.append(kw.get("tiles")),
+                                                                               real(images, config, **kw))[1])
+    images, cfg = [_wide(KINDS["u8 RGBA"])], k3(LIMIT)
+    got = load_candidate("gpu")(images, cfg)
+    assert_same(got, reference.preprocess(images, cfg), "gpu candidate")
+    expected = drawn_tiles(images, cfg) if gpu_kwargs["device"] == "cpu" else None
+    assert seen == [expected]

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from kimi_oracle.pipelines.gpu.layout import (
-    AXIS_H, CONV_CMYK, CONV_F32, CONV_I32, CONV_RGB, CONV_TABLE, EXT_COLS, EXT_LEN,
+    AXIS_H, BOUND_COUNT, BOUND_FIRST, BOUND_LEN, LEVELS, CONV_CMYK, CONV_F32, CONV_I32, CONV_RGB, CONV_TABLE, EXT_COLS, EXT_LEN,
     EXT_PATCH_COLS, EXT_PATCH_ROWS, EXT_ROWS, EXT_WRITTEN, F32, FETCH_DIRECT, FETCH_H,
     FETCH_NEAREST, I32, PASS_BOUND, PASS_COEF, PASS_DST, PASS_KSIZE, PASS_LEN, PASS_OUT_H,
     PASS_OUT_W, PASS_SRC, PASS_SRC_W, PRECISION_BITS, PRECISION_HALF, ROW_ALPHA, ROW_BG_EVEN, ROW_BG_ODD,
@@ -138,8 +138,8 @@ def _bicubic(img, line, stride, index, index_ok, ok, coef, bounds, ksize,
     its weights once); tap k of a pixel is at `img + line + (first + k) * stride`.
     PREMULTIPLY: colour bands are multiplied by the last band (alpha) on load.
     """
-    first = tl.load(bounds + 2 * index, mask=index_ok, other=0)
-    count = tl.load(bounds + 2 * index + 1, mask=index_ok, other=0)
+    first = tl.load(bounds + index * BOUND_LEN + BOUND_FIRST, mask=index_ok, other=0)
+    count = tl.load(bounds + index * BOUND_LEN + BOUND_COUNT, mask=index_ok, other=0)
     weights = coef + index * ksize
     if DT == U8:
         start = tl.full(ok.shape, PRECISION_HALF, tl.int32)
@@ -278,9 +278,9 @@ def _to_rgba(c0, c1, c2, c3, row, table_ptr, ok, NCH: tl.constexpr, CONV: tl.con
         if NCH == 1:
             index = c0
         elif NCH == 2:
-            index = c0 * 256 + c1
+            index = c0 * LEVELS + c1
         else:
-            index = (c0 * 256 + c1) * 256 + c2
+            index = (c0 * LEVELS + c1) * LEVELS + c2
         r, g, b, a = _unpack(tl.load(table_ptr + tl.load(row + ROW_TABLE) + index, mask=ok,
                                      other=0))
     elif CONV == CONV_CMYK:
@@ -324,13 +324,13 @@ def _fill(c0, c1, c2, c3, row, table_ptr, composite_ptr, y, x, ok, NCH: tl.const
             c0 = tl.where(unpremultiply, _unpremultiply(c0, c1), c0)
     r, g, b, a = _to_rgba(c0, c1, c2, c3, row, table_ptr, ok, NCH, CONV)
     if tl.load(row + ROW_COMPOSITE) != 0:
-        # The reference's float32 composite, tabulated per background level (256 alpha x
-        # 256 level, tables.composite_table); the chessboard picks the level's table.
+        # The reference's float32 composite, tabulated per background level (alpha x colour
+        # level, tables.composite_table); the chessboard picks the level's table.
         square = tl.load(row + ROW_BG_SQUARE).to(tl.int32)
         even = ((y // square + x // square) % 2) == 0
         level = tl.where(even, tl.load(row + ROW_BG_EVEN).to(tl.int32),
                          tl.load(row + ROW_BG_ODD).to(tl.int32))
-        over = composite_ptr + (level * 256 + a) * 256
+        over = composite_ptr + (level * LEVELS + a) * LEVELS
         r = tl.load(over + r, mask=ok, other=0).to(tl.int32)
         g = tl.load(over + g, mask=ok, other=0).to(tl.int32)
         b = tl.load(over + b, mask=ok, other=0).to(tl.int32)
@@ -401,8 +401,8 @@ def tail_kernel(src_ptr, out_ptr, rows_ptr, tiles_ptr, coef_ptr, bound_ptr, near
     image_out = out_ptr + tl.load(row + ROW_PATCH0) * (3 * P * P)
     out = image_out + (patch * (3 * P * P) + within)
     tl.store(out, tl.load(lut_ptr + r, mask=inside, other=0.0), mask=inside)
-    tl.store(out + P * P, tl.load(lut_ptr + 256 + g, mask=inside, other=0.0), mask=inside)
-    tl.store(out + 2 * P * P, tl.load(lut_ptr + 512 + b, mask=inside, other=0.0), mask=inside)
+    tl.store(out + P * P, tl.load(lut_ptr + LEVELS + g, mask=inside, other=0.0), mask=inside)
+    tl.store(out + 2 * P * P, tl.load(lut_ptr + 2 * LEVELS + b, mask=inside, other=0.0), mask=inside)
     # The extent of the stores above, from the same masks that bound them.
     extent = extent_ptr + pid * EXT_LEN
     tl.store(extent + EXT_WRITTEN, tl.sum(inside.to(tl.int32), axis=0))

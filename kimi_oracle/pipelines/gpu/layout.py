@@ -95,6 +95,17 @@ ROW_BG_EVEN = constexpr(20)  # composite table slot where (y // square + x // sq
 ROW_BG_ODD = constexpr(21)  # composite table slot where it is odd
 ROW_LEN = constexpr(22)
 
+# -- the (first tap, tap count) pairs of a bicubic axis (int32, one pair per output index) ------
+BOUND_FIRST = constexpr(0)
+BOUND_COUNT = constexpr(1)
+BOUND_LEN = constexpr(2)
+
+# -- 8-bit tables: the normalization LUT is (3 channels x LEVELS) float, the composite table
+# (background slots x LEVELS alpha x LEVELS colour) uint8, a packed RGBA table entry holds
+# R | G << 8 | B << 16 | A << 24 (tables._pack_rgba), and table indices of 2 and 3 bands are
+# (c0 * LEVELS + c1) [* LEVELS + c2].
+LEVELS = constexpr(256)
+
 # -- what each tail program records (int32, one row per program) ---------------------------------
 # Output elements it wrote (pixels of the patch planes), patch rows and patch columns it
 # reached (max index + 1), image rows and columns it filled from the source (max y + 1,

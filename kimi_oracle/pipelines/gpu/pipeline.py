@@ -357,7 +357,10 @@ class _CoefBank:
             off = self.n64
             self.c64.append(c)
             self.n64 += c.size
-        b = np.stack([xmin, cnt], -1).reshape(-1).astype(np.int32)
+        b = np.zeros((xmin.size, int(L.BOUND_LEN)), np.int32)
+        b[:, L.BOUND_FIRST] = xmin
+        b[:, L.BOUND_COUNT] = cnt
+        b = b.reshape(-1)
         boff = self.nb
         self.bounds.append(b)
         self.nb += b.size
