@@ -48,11 +48,41 @@ def _stdout_console():
     return Console(width=None if sys.stdout.isatty() else 140, highlight=False)
 
 
+def _print_root_causes(console: Any, findings: Sequence[Any]) -> None:
+    """The root-cause table first: real differences, then float rounding only (under one level)."""
+    from rich.table import Table
+
+    from kimi_oracle.results.report import cause_meaning, root_cause_rows
+
+    rows = root_cause_rows(findings)
+    for noise in (False, True):
+        mine = [r for r in rows if r["float_rounding_only"] == noise]
+        if not mine:
+            continue
+        table = Table(title="float rounding only (under one level)" if noise else "root causes",
+                      title_justify="left")
+        for column in ("root cause", "mode class", "max levels", "mean", "examples", "repro"):
+            table.add_column(column, overflow="fold")
+        for r in mine:
+            table.add_row(Text(r["root_cause"], style="yellow" if noise else "bold red"),
+                          rich_text(r["mode_class"] or "-"), _levels_text(r["max_levels"]),
+                          _levels_text(r["mean_levels"]), str(r["hits"]), rich_text(r["repro"] or "-"))
+        console.print(table)
+    for cause in dict.fromkeys(r["root_cause"] for r in rows):
+        console.print(Text.assemble((f"  {cause}", "bold"), safe_text(f": {cause_meaning(cause)}")))
+
+
+def _levels_text(value: Any) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
 def _print_findings_table(title: str, findings: Sequence[Any], checks: Sequence[str], first_found: dict[str, int],
                           footer: str) -> None:
     from rich.table import Table
 
     console = _stdout_console()
+    if findings:
+        _print_root_causes(console, findings)
     table = Table(title=title, title_justify="left")
     for column in ("check", "result", "findings", "found after", "finding"):
         table.add_column(column, overflow="fold")
@@ -78,13 +108,13 @@ def _print_findings_table(title: str, findings: Sequence[Any], checks: Sequence[
 
 def _write_outputs(summary: dict[str, Any], findings: Sequence[Any], checks: Sequence[str], suite: str,
                    json_path: Path | None, junit_path: Path | None, elapsed: float) -> None:
-    from kimi_oracle.results.report import JUnitCase, junit_cases_for, write_junit
+    from kimi_oracle.results.report import JUnitCase, junit_cases_for, root_cause_junit, write_junit
     from kimi_oracle.core.files import write_json
 
     if json_path is not None:
         write_json(json_path, summary)
     if junit_path is not None:
-        cases = junit_cases_for(findings, checks)
+        cases = root_cause_junit(summary.get("root_causes") or [], suite) + junit_cases_for(findings, checks)
         if summary.get("stopped") == "interrupted":
             cases.append(JUnitCase("interrupted", suite, error="the run was interrupted before it ended",
                                    details="interrupted (SIGINT/SIGTERM): the checks above cover only what ran"))
@@ -284,6 +314,7 @@ def register(group: click.Group) -> None:
         from rich.table import Table
 
         from kimi_oracle.fuzzers.fuzzing import check_images
+        from kimi_oracle.results.report import finding_summary, root_cause_rows
         from kimi_oracle.core.images import decode, read_file
         from kimi_oracle.core.files import utc_now, versions
 
@@ -328,8 +359,8 @@ def register(group: click.Group) -> None:
             "candidate": candidate.spec, "profile": config.name, "config": config.to_hf_json(),
             "tolerance": tolerance, "started": utc_now(), "elapsed_s": round(elapsed, 3),
             "images": rows, "errors": errors, "skipped": skipped, "stopped": checked.stopped,
-            "findings": [{"id": f.id, "check": f.check, "kind": f.kind, "message": f.message,
-                          "path": str(f.path) if f.path else None, "sources": f.sources} for f in findings],
+            "root_causes": root_cause_rows(findings),
+            "findings": [finding_summary(f) for f in findings],
             "versions": versions(),
         }
         _write_outputs(summary, findings, FINDING_KINDS, "kimi-oracle check", json_path, junit_path, elapsed)

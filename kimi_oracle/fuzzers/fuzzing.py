@@ -24,9 +24,10 @@ from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.inputs.generators import MODES, FuzzCase
+from kimi_oracle.oracle.diagnosis import finding_diagnosis
 from kimi_oracle.oracle.grouping import failure_type, finding_key, mode_class
-from kimi_oracle.oracle.checks import CRASH, FINDING_KINDS, INVARIANCE, TIMEOUT, Tolerance, Verdict, check_invariance, compare
-from kimi_oracle.results.report import Finding, summary_markdown, write_finding
+from kimi_oracle.oracle.checks import CRASH, FINDING_KINDS, INVARIANCE, PIXEL_MISMATCH, TIMEOUT, Tolerance, Verdict, check_invariance, compare
+from kimi_oracle.results.report import Finding, finding_summary, root_cause_rows, summary_markdown, write_finding
 from kimi_oracle.core.files import versions
 from kimi_oracle.inputs.strategies import DEFAULT_MAX_SIDE, fuzz_cases
 
@@ -139,19 +140,8 @@ class FuzzRun:
             "stopped": self.stopped,
             "started": self.started,
             "counts": self.counts(),
-            "findings": [
-                {
-                    "id": f.id,
-                    "check": f.check,
-                    "kind": f.kind,
-                    "message": f.message,
-                    "example": f.example,
-                    "group": f.extra.get("group"),
-                    "path": str(f.path) if f.path else None,
-                    "images": [p for p in f.params],
-                }
-                for f in self.findings
-            ],
+            "root_causes": root_cause_rows(self.findings),
+            "findings": [finding_summary(f) for f in self.findings],
             "versions": versions(),
         }
 
@@ -202,7 +192,7 @@ def evaluate(
     if not verdict.ok or not invariance:
         return verdict
     try:
-        inv = check_invariance(lambda batch: candidate(batch, config), images, full=actual)
+        inv = check_invariance(lambda batch: candidate(batch, config), images, full=actual, config=config)
     except CandidateCrash as exc:
         return _crash_verdict(exc)
     if not inv.ok:
@@ -225,6 +215,8 @@ def finding_from(verdict: Verdict, candidate: str, config: PreprocessConfig, ima
     extra: dict[str, Any] = {}
     if verdict.check == INVARIANCE:
         extra["invariance"] = {"kind": verdict.stats.get("kind"), "indices": verdict.stats.get("indices")}
+    diagnosis = finding_diagnosis(str(verdict.check), verdict.stats, images, config,
+                                  expected=verdict.expected, actual=verdict.actual)
     return Finding(
         check=str(verdict.check),
         message=verdict.message,
@@ -242,6 +234,8 @@ def finding_from(verdict: Verdict, candidate: str, config: PreprocessConfig, ima
         expected=verdict.expected,
         actual=verdict.actual,
         extra=extra,
+        key=finding_key(str(verdict.check), verdict.stats, images),
+        **diagnosis,
     )
 
 
@@ -364,6 +358,9 @@ def fuzz(
     known: set[str] = set()  # groups found in earlier rounds: not shrunk again
     costly_steps: dict[str, int] = {}  # shrink steps spent on failures that cost a process each
     hanging: set[str] = set()  # mode classes of the images the candidate timed out on
+    seen_levels: dict[str, dict[str, Any]] = {}  # per key: generated examples hit, largest levels
+    shrinking_now: set[str] = set()  # groups this round is shrinking
+    first_cases: dict[str, tuple[FuzzCase, Verdict, int]] = {}  # each pixel key's first, unshrunk case
 
     def body(case: FuzzCase) -> None:
         interrupts.raise_if_requested()  # an interrupt swallowed elsewhere is not lost
@@ -393,6 +390,12 @@ def fuzz(
             return
         check = str(verdict.check)
         group = finding_key(check, verdict.stats, images) if options.split_by_mode else check
+        if group not in shrinking_now:
+            seen = seen_levels.setdefault(group, {"hits": 0, "max": 0.0})
+            seen["hits"] += 1
+            level = verdict.stats.get("max_level_diff")
+            if isinstance(level, (int, float)):
+                seen["max"] = max(seen["max"], float(level))
         if group in known:
             return
         # Before a round's first failure every call is a generated example, so this count is the
@@ -401,6 +404,9 @@ def fuzz(
         run.first_found.setdefault(check, found_at)
         first = first_by_group.setdefault(group, found_at)
         shrinking = group in records
+        shrinking_now.add(group)  # this round's later failures of this group are shrink steps
+        if not shrinking and check == PIXEL_MISMATCH and options.shrink:
+            first_cases[group] = (case, verdict, found_at)
         records[group] = (case, verdict, first)
         if check == TIMEOUT and len(images) == 1:
             # Once (shrunk to) one image, the mode class that hangs is known.
@@ -441,9 +447,33 @@ def fuzz(
                                    params=[p.to_dict() for p in case.images], tolerance=str(tol),
                                    seed=seed, example=example)
             finding.extra["group"] = group
+            seen = seen_levels.get(group, {})
+            finding.hits = max(1, int(seen.get("hits", 1)))
+            if seen.get("max") is not None and finding.max_levels is not None:
+                finding.max_levels_seen = max(float(seen["max"]), float(finding.max_levels))
             if out_dir is not None:
                 write_finding(out_dir, finding)
             run.findings.append(finding)
+            # The first case of a key was attributed when it was met: root causes that shrinking
+            # lost (a small opaque image cannot show straight alpha) are a finding of their own,
+            # with that unshrunk case as its repro.
+            first = first_cases.pop(group, None)
+            if first is not None and finding.check == "pixel_mismatch":
+                first_case, first_verdict, first_example = first
+                extra_finding = finding_from(first_verdict, candidate.spec, first_case.config,
+                                             first_case.make_images(),
+                                             params=[p.to_dict() for p in first_case.images], tolerance=str(tol),
+                                             seed=seed, example=first_example)
+                lost = _lost_causes(finding, extra_finding)
+                if lost:
+                    extra_finding.key = f"{group}{{{'+'.join(lost)}}}"
+                    extra_finding.extra["group"] = extra_finding.key
+                    extra_finding.extra["unshrunk"] = "root causes the shrunk case of " + group + " does not show"
+                    extra_finding.hits = finding.hits
+                    extra_finding.max_levels_seen = finding.max_levels_seen
+                    if out_dir is not None:
+                        write_finding(out_dir, extra_finding)
+                    run.findings.append(extra_finding)
         records.clear()
 
     for round_index in range(64):
@@ -469,11 +499,15 @@ def fuzz(
             derandomize=False,
         )(hypothesis_seed(round_seed)(given(strategy)(body)))
         progress["round_calls"] = 0
+        shrinking_now.clear()
         generated: list[int] = []
 
         def collect(stats: dict) -> None:
             for phase in ("reuse-phase", "generate-phase"):
-                generated.append(len((stats.get(phase) or {}).get("test-cases", [])))
+                # Examples that ran to a verdict; cases hypothesis discarded (rejected by the
+                # reference, or drawn past its buffer) are not examples.
+                generated.append(sum(1 for t in (stats.get(phase) or {}).get("test-cases", [])
+                                     if t.get("status") in ("valid", "interesting")))
 
         try:
             with _statistics_collector(collect):
@@ -503,6 +537,22 @@ def fuzz(
         run.stopped = "interrupted"
     publish()
     return run
+
+
+def _lost_causes(shrunk: Finding, first: Finding) -> list[str]:
+    """Root causes of a key's first case that its shrunk case does not show: not merely an
+    equally good alternative (a tie the diagnosis recorded as equivalent) and accounting for at
+    least one level there."""
+    from kimi_oracle.results.report import cause_levels
+
+    def ties(f: Finding) -> set[str]:
+        explained = (f.attribution or {}).get("explained") or []
+        return {c for e in explained for c in (e.get("equivalent") or [])}
+
+    known = set(shrunk.root_causes) | ties(shrunk) | ties(first)
+    levels = cause_levels(first)
+    return [c for c in first.root_causes
+            if c not in known and c != "unexplained" and levels.get(c, (0.0, 0.0))[0] >= 1.0]
 
 
 def _only_our_failures(exc: BaseException) -> bool:

@@ -345,9 +345,38 @@ def pixel_stats(
             "expected_level": round(float(exp_levels), 4),
             "actual_level": round(float(act_levels), 4) if math.isfinite(act_levels) else str(act_levels),
             "level_diff": float(diff[lo + row, c, py, px]),
+            "ulp_diff": ulp_distance(float(exp[lo + row, c, py, px]), float(act[lo + row, c, py, px])),
         })
         stats["worst"] = loc
     return stats
+
+
+def ulp_distance(a: float, b: float) -> int | None:
+    """How many float32 values lie between `a` and `b` (None across a sign change or non-finite)."""
+    fa, fb = np.float32(a), np.float32(b)
+    if not (np.isfinite(fa) and np.isfinite(fb)) or (fa < 0) != (fb < 0):
+        return None
+    return int(abs(int(fa.view(np.int32)) - int(fb.view(np.int32))))
+
+
+def difference_magnitude(want: PreprocessResult, got: PreprocessResult, config: PreprocessConfig) -> dict[str, Any]:
+    """Max/mean levels (over the values that differ) and max ulps between two same-shape results."""
+    a = want.pixel_values.detach().cpu().float().contiguous()
+    b = got.pixel_values.detach().cpu().float().contiguous()
+    bitwise = (a.view(torch.int32) != b.view(torch.int32)).numpy()
+    if not bitwise.any():
+        return {"max_level_diff": 0.0, "mean_level_diff": 0.0, "differing": 0, "max_ulp": 0}
+    diff = np.abs(a.numpy().astype(np.float64) - b.numpy().astype(np.float64)) / _level_slopes(config)
+    d = diff[bitwise]
+    finite = d[np.isfinite(d)]
+    ai = a.view(torch.int32).numpy().astype(np.int64)
+    bi = b.view(torch.int32).numpy().astype(np.int64)
+    same_sign = ((ai >= 0) == (bi >= 0)) & bitwise
+    ulps = np.abs(ai - bi)[same_sign]
+    return {"max_level_diff": float(d.max()) if np.isfinite(d).all() else float("inf"),
+            "mean_level_diff": float(finite.mean()) if finite.size else 0.0,
+            "differing": int(bitwise.sum()),
+            "max_ulp": int(ulps.max()) if ulps.size else None}
 
 
 def _histogram(diff: np.ndarray, bitwise: np.ndarray) -> dict[str, int]:
@@ -410,7 +439,15 @@ def _describe_location(loc: dict[str, Any]) -> str:
         ys = f"{y0}" if y0 == y1 else f"{y0}..{y1}"
         text += f" from original x={xs}, y={ys}"
     if "expected_level" in loc:
-        text += f": expected level {loc['expected_level']:g}, got {loc['actual_level']}"
+        diff = loc.get("level_diff")
+        if isinstance(diff, (int, float)) and diff < 1.0 and "expected_value" in loc:
+            # Under one level both round to the same level: show the floats and their distance.
+            ulp = loc.get("ulp_diff")
+            text += (f": expected {loc['expected_value']:.9g}, got {loc['actual_value']:.9g} (level "
+                     f"{loc['expected_level']:g} both; {diff:.3g} levels"
+                     + (f", {ulp} ulp apart)" if ulp is not None else ")"))
+        else:
+            text += f": expected level {loc['expected_level']:g}, got {loc['actual_level']}"
     return text
 
 
@@ -469,6 +506,7 @@ def check_invariance(
     *,
     full: PreprocessResult | None = None,
     kinds: Sequence[str] = INVARIANCE_KINDS,
+    config: PreprocessConfig | None = None,
 ) -> Verdict:
     """Candidate-only checks: two runs agree, a batch equals its images one by one, any subset
     equals the matching rows of the full batch, a permuted batch gives permuted rows (bitwise)."""
@@ -492,9 +530,12 @@ def check_invariance(
                 "subset": f"the sub-batch {list(indices)} differs from its rows in the batch of {n}",
                 "permutation": f"the batch permuted to {list(indices)} does not give permuted rows",
             }[kind]
-            return Verdict(INVARIANCE, f"{kind}: {label}: {why}", {
-                "kind": kind, "indices": list(indices), "batch_size": n, "detail": why,
-            }, expected=want, actual=got)
+            stats: dict[str, Any] = {"kind": kind, "indices": list(indices), "batch_size": n, "detail": why}
+            if config is not None and want.pixel_values.shape == got.pixel_values.shape:
+                stats.update(difference_magnitude(want, got, config))
+                why += (f" (max {stats['max_level_diff']:.3g} levels"
+                        + (f", {stats['max_ulp']} ulp)" if stats.get("max_ulp") is not None else ")"))
+            return Verdict(INVARIANCE, f"{kind}: {label}: {why}", stats, expected=want, actual=got)
     return Verdict(None, "invariances hold", {"batch_size": n})
 
 
@@ -515,9 +556,11 @@ __all__ = [
     "check_invariance",
     "compare",
     "describe_location",
+    "difference_magnitude",
     "invariance_plan",
     "levels_of",
     "locate",
     "pixel_stats",
     "source_range",
+    "ulp_distance",
 ]

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from kimi_oracle.core.config import FILL_STAGES, PreprocessConfig, TransparentBgConfig
-from kimi_oracle.core.errors import CandidateError
+from kimi_oracle.core.errors import CandidateError, KimiOracleError
 from kimi_oracle.core.geometry import ResizePlan, plan
 from kimi_oracle.core.images import ImageSource, has_alpha, load_images
 from kimi_oracle.core.result import PreprocessResult
@@ -915,3 +916,51 @@ __all__ = [
     "meaning",
     "steps_for",
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# the diagnosis fields every finding carries
+
+# Reference runs one finding's attribution may spend (a few milliseconds each on small images).
+FINDING_MAX_RUNS = 400
+
+
+def finding_diagnosis(check: str, stats: Mapping[str, Any] | None, images: Sequence[Any],
+                      config: PreprocessConfig, expected: Any = None, actual: Any = None) -> dict[str, Any]:
+    """`root_causes`, `max_levels`, `mean_levels`, `residual_max_levels`, `residual_mean_levels`
+    and the `attribution` itself for a finding. Pixel mismatches are attributed (on the image at
+    fault); other checks have no root cause (`[]`) and carry the levels their stats measured."""
+    stats = stats or {}
+    fields: dict[str, Any] = {
+        "root_causes": [],
+        "max_levels": _finite_or_none(stats.get("max_level_diff", 0.0)),
+        "mean_levels": _finite_or_none(stats.get("mean_level_diff", 0.0)),
+        "residual_max_levels": _finite_or_none(stats.get("max_level_diff", 0.0)),
+        "residual_mean_levels": _finite_or_none(stats.get("mean_level_diff", 0.0)),
+        "attribution": None,
+    }
+    if check != "pixel_mismatch" or actual is None or not images:
+        return fields
+    from kimi_oracle.oracle.grouping import image_at_fault
+
+    index = min(image_at_fault(stats), len(images) - 1)
+    try:
+        found = attribute(images, config, actual, expected=expected, image=index, max_runs=FINDING_MAX_RUNS)
+    except (KimiOracleError, ValueError) as exc:  # a result the diagnosis cannot line up
+        fields["root_causes"] = [UNEXPLAINED]
+        fields["attribution"] = {"error": f"{type(exc).__name__}: {exc}"}
+        return fields
+    fields.update(root_causes=list(found.root_causes) or [UNEXPLAINED],
+                  max_levels=_finite_or_none(found.max_levels), mean_levels=_finite_or_none(found.mean_levels),
+                  residual_max_levels=_finite_or_none(found.residual_max_levels),
+                  residual_mean_levels=_finite_or_none(found.residual_mean_levels),
+                  attribution=found.to_dict())
+    return fields
+
+
+def _finite_or_none(value: Any) -> float | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None

@@ -102,6 +102,17 @@ class Finding:
     expected: PreprocessResult | None = field(default=None, repr=False)
     actual: PreprocessResult | None = field(default=None, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)
+    # Diagnosis (oracle.diagnosis.finding_diagnosis): root-cause ids ([] for non-pixel checks) and
+    # levels over the values that differ; the residual is what the root causes leave unexplained.
+    root_causes: list[str] = field(default_factory=list)
+    max_levels: float | None = 0.0
+    mean_levels: float | None = 0.0
+    residual_max_levels: float | None = 0.0
+    residual_mean_levels: float | None = 0.0
+    attribution: dict[str, Any] | None = None
+    key: str = ""  # oracle.grouping.finding_key of the failure (the finding's identity in a run)
+    hits: int = 1  # examples of the run that failed with this key (shrinking not counted)
+    max_levels_seen: float | None = None  # the largest difference seen for this key over the run
     path: Path | None = None
     written_here: bool = False  # set by write_finding: True when that call created the folder
     created: str = field(default_factory=utc_now)
@@ -162,6 +173,15 @@ class Finding:
             "config": self.config.to_hf_json(),
             "seed": self.seed,
             "example": self.example,
+            "key": self.key,
+            "hits": self.hits,
+            "max_levels_seen": self.max_levels_seen if self.max_levels_seen is not None else self.max_levels,
+            "root_causes": list(self.root_causes),
+            "max_levels": self.max_levels,
+            "mean_levels": self.mean_levels,
+            "residual_max_levels": self.residual_max_levels,
+            "residual_mean_levels": self.residual_mean_levels,
+            "attribution": self.attribution,
             "images": images,
             "created": self.created,
             "versions": versions(),
@@ -427,25 +447,51 @@ def diff_image(expected: PreprocessResult, actual: PreprocessResult, config: Pre
         panels.append((f"|diff| x{gain:.3g} (max {peak:.3g})", Image.fromarray(heat, "RGB")))
     if not panels:
         return None
-    tallest = max(p.height for _, p in panels)
-    widest = max(p.width for _, p in panels)
-    factor = 1.0
-    if max(tallest, widest) < 160:
-        factor = float(min(16, max(1, 160 // max(tallest, widest, 1))))
-    elif max(tallest, widest) > 1200:
-        factor = 1200.0 / max(tallest, widest)
+    factor = panel_scale(max(p.width for _, p in panels), max(p.height for _, p in panels))
     scaled = [(label, _scale_panel(p, factor)) for label, p in panels]
-    gap, header = 8, 14
+    gap, line_height = 12, 14
+    draw = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    labels = [_wrap_label(draw, label, p.width) for label, p in scaled]
+    header = line_height * max(len(lines) for lines in labels) + 4
     width = sum(p.width for _, p in scaled) + gap * (len(scaled) + 1)
     height = max(p.height for _, p in scaled) + header + 2 * gap
-    canvas = Image.new("RGB", (max(width, 200), height), (48, 48, 48))
+    canvas = Image.new("RGB", (width, height), (48, 48, 48))
     draw = ImageDraw.Draw(canvas)
     x = gap
-    for label, p in scaled:
-        draw.text((x, 2), label, fill=(230, 230, 230))
+    for lines, (_, p) in zip(labels, scaled):
+        for i, text in enumerate(lines):  # each label stays within its own panel's width
+            draw.text((x, gap // 2 + i * line_height), text, fill=(230, 230, 230))
         canvas.paste(p, (x, header + gap))
         x += p.width + gap
     return canvas
+
+
+# Diff pictures: upscaled (nearest) so that a panel's short side is at least this many pixels, its
+# long side at most the cap.
+MIN_SHORT_SIDE = 256
+MAX_LONG_SIDE = 2048
+
+
+def panel_scale(width: int, height: int) -> float:
+    """The nearest-neighbour scale of a panel: an integer ≥ 1 that brings the short side to at
+    least MIN_SHORT_SIDE without the long side passing MAX_LONG_SIDE; below 1 for large panels."""
+    short, long = max(1, min(width, height)), max(1, width, height)
+    if long > MAX_LONG_SIDE:
+        return MAX_LONG_SIDE / long
+    up = -(-MIN_SHORT_SIDE // short)  # ceil
+    return float(max(1, min(up, MAX_LONG_SIDE // long)))
+
+
+def _wrap_label(draw: Any, text: str, width: int) -> list[str]:
+    words, lines, line = text.split(), [], ""
+    for word in words:
+        trial = f"{line} {word}".strip()
+        if line and draw.textlength(trial) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = trial
+    return lines + [line] if line else lines or [""]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -548,6 +594,7 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
     findings = summary.get("findings", [])
     out.append(f"- findings: {len(findings)}")
     out.append("")
+    out += root_cause_markdown(summary.get("root_causes") or root_cause_rows(findings))
     if findings:
         out += ["| id | check | message | found after |", "|---|---|---|---|"]
         for f in findings:
@@ -555,6 +602,178 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
             out.append(f"| [{f['id']}]({f.get('path', '')}) | {f['check']} | {msg} | {f.get('example')} |")
         out.append("")
     return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# root causes first: the table every report opens with
+
+
+def finding_summary(f: Finding | Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON entry of one finding in a run summary (fuzz, check, nightly, gate)."""
+    if not isinstance(f, Finding):
+        return dict(f)
+    return {
+        "id": f.id,
+        "check": f.check,
+        "kind": f.kind,
+        "key": f.key,
+        "group": f.extra.get("group") or f.key,
+        "message": f.message,
+        "root_causes": list(f.root_causes),
+        "max_levels": f.max_levels,
+        "mean_levels": f.mean_levels,
+        "residual_max_levels": f.residual_max_levels,
+        "residual_mean_levels": f.residual_mean_levels,
+        "max_levels_seen": f.max_levels_seen if f.max_levels_seen is not None else f.max_levels,
+        "hits": f.hits,
+        "example": f.example,
+        "path": str(f.path) if f.path else None,
+        "images": list(f.params),
+        "sources": list(f.sources),
+    }
+
+
+def root_cause_rows(findings: Iterable[Finding | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (root cause, mode class) over pixel findings, worst first: the largest and mean
+    levels, how many examples hit it, whether it is float rounding only (under one level), and
+    one repro folder with its picture. Other findings (grids, crashes, ...) get one row per key."""
+    from kimi_oracle.oracle.grouping import key_mode_class
+
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for f in findings:
+        e = finding_summary(f)
+        causes = e.get("root_causes") or [e.get("key") or e["check"]]
+        mode = key_mode_class(e.get("key") or "")
+        whole = e.get("max_levels_seen") if e.get("max_levels_seen") is not None else e.get("max_levels")
+        shares = cause_levels(f)
+        for cause in causes:
+            top, mean = shares.get(cause, (whole, e.get("mean_levels")))
+            row = rows.setdefault((cause, mode), {
+                "root_cause": cause, "mode_class": mode, "check": e["check"], "message": e.get("message", ""),
+                "max_levels": None,
+                "mean_levels": None, "hits": 0, "findings": 0, "float_rounding_only": True,
+                "repro": None, "picture": None, "_best": -1.0, "_means": []})
+            row["hits"] += int(e.get("hits") or 1)
+            row["findings"] += 1
+            if isinstance(top, (int, float)):
+                row["max_levels"] = max(row["max_levels"] or 0.0, float(top))
+                if top >= 1.0:
+                    row["float_rounding_only"] = False
+            else:
+                row["float_rounding_only"] = e["check"] == "pixel_mismatch" and row["float_rounding_only"]
+            if isinstance(mean, (int, float)):
+                row["_means"].append(float(mean))
+            if e["check"] != "pixel_mismatch":
+                row["float_rounding_only"] = False
+            score = float(top) if isinstance(top, (int, float)) else 0.0
+            if e.get("path") and score > row["_best"]:
+                row["_best"] = score
+                row["repro"] = e["path"]
+                picture = Path(e["path"]) / "diff.png"
+                row["picture"] = str(picture) if picture.is_file() else None
+    out = []
+    for row in rows.values():
+        means = row.pop("_means")
+        row.pop("_best")
+        row["mean_levels"] = sum(means) / len(means) if means else None
+        out.append(row)
+    out.sort(key=lambda r: (r["float_rounding_only"], r["check"] != "pixel_mismatch", -(r["max_levels"] or 0.0),
+                            r["root_cause"], r["mode_class"]))
+    return out
+
+
+def cause_levels(f: Finding | Mapping[str, Any]) -> dict[str, tuple[float, float]]:
+    """The levels each root cause of a finding accounts for: how far the largest and the mean
+    unexplained difference fell when the attribution applied it (docs/diagnosis.md). A cause
+    that only removes float rounding accounts for less than one level even when it shares a
+    finding with a 200-level one. The first cause is scaled to the run's largest difference."""
+    attribution = f.attribution if isinstance(f, Finding) else f.get("attribution")
+    if not isinstance(attribution, Mapping) or not attribution.get("explained"):
+        return {}
+    seen = f.max_levels_seen if isinstance(f, Finding) else f.get("max_levels_seen")
+    out: dict[str, tuple[float, float]] = {}
+    by_image: dict[Any, list[Mapping[str, Any]]] = {}
+    for entry in attribution["explained"]:
+        by_image.setdefault(entry.get("image"), []).append(entry)
+    for entries in by_image.values():
+        prev_max = float(attribution.get("max_levels") or 0.0)
+        prev_mean = float(attribution.get("mean_levels") or 0.0)
+        drops = []
+        for entry in entries:
+            rest_max = entry.get("residual_max_levels")
+            rest_mean = entry.get("residual_mean_levels")
+            rest_max = prev_max if rest_max is None else float(rest_max)
+            rest_mean = prev_mean if rest_mean is None else float(rest_mean)
+            drops.append([max(0.0, prev_max - rest_max), max(0.0, prev_mean - rest_mean)])
+            prev_max, prev_mean = rest_max, rest_mean
+        # A cause taken as the first of a pair (an enabling step such as palette-bicubic) lowers
+        # the largest difference only together with the next: it shares that step's drop.
+        for i in range(len(drops) - 2, -1, -1):
+            if drops[i][0] == 0.0 and drops[i + 1][0] > 0.0:
+                drops[i] = [drops[i + 1][0], max(drops[i][1], drops[i + 1][1])]
+        if drops and isinstance(seen, (int, float)):
+            scale = float(seen) / float(attribution.get("max_levels") or seen or 1.0)
+            if scale > 1.0:  # the run saw a larger difference for this key than the shrunk case
+                for d in drops:
+                    if d[0] >= 1.0:
+                        d[0] *= scale
+        for entry, (top, mean) in zip(entries, drops):
+            old = out.get(entry["root_cause"], (0.0, 0.0))
+            out[entry["root_cause"]] = (max(old[0], top), max(old[1], mean))
+    return out
+
+
+def cause_meaning(root_cause: str) -> str:
+    """The one-sentence meaning of a root-cause id (or of a check, for other findings)."""
+    from kimi_oracle.oracle.diagnosis import MEANINGS
+
+    if root_cause in MEANINGS:
+        return MEANINGS[root_cause]
+    return f"the oracle's {root_cause.split('[')[0]} check failed"
+
+
+def _levels(v: Any) -> str:
+    return "-" if v is None else f"{v:.3g}"
+
+
+def root_cause_markdown(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The root-cause table (Markdown lines): real differences first, then float rounding only."""
+    real = [r for r in rows if not r["float_rounding_only"]]
+    noise = [r for r in rows if r["float_rounding_only"]]
+    out: list[str] = []
+    head = ["| root cause | meaning | mode class | max levels | mean levels | examples | repro | picture |",
+            "|---|---|---|---|---|---|---|---|"]
+
+    def line(r: Mapping[str, Any]) -> str:
+        repro = f"[{Path(r['repro']).name}]({r['repro']})" if r.get("repro") else "-"
+        pic = f"![diff]({r['picture']})" if r.get("picture") else "-"
+        meaning = cause_meaning(r["root_cause"]).replace("|", "\\|")
+        return (f"| `{r['root_cause']}` | {meaning} | {r['mode_class'] or '-'} | {_levels(r['max_levels'])} | "
+                f"{_levels(r['mean_levels'])} | {r['hits']} | {repro} | {pic} |")
+
+    if real:
+        out += ["## Root causes", ""] + head + [line(r) for r in real] + [""]
+    if noise:
+        out += ["## Float rounding only (under one level)", ""] + head + [line(r) for r in noise] + [""]
+    if not rows:
+        out += ["## Root causes", "", "No finding.", ""]
+    return out
+
+
+def root_cause_junit(rows: Sequence[Mapping[str, Any]], classname: str) -> list[JUnitCase]:
+    """One failed test case per root cause and mode class (listed before the per-check cases)."""
+    cases = []
+    for r in rows:
+        label = f"{r['root_cause']}[{r['mode_class']}]" if r["mode_class"] else r["root_cause"]
+        if r["check"] == "pixel_mismatch":
+            band = "float rounding only" if r["float_rounding_only"] else f"max {_levels(r['max_levels'])} levels"
+            failure = f"{band}, mean {_levels(r['mean_levels'])}; {r['hits']} example(s)"
+        else:
+            failure = f"{r.get('message', '')}; {r['hits']} example(s)"
+        cases.append(JUnitCase(f"root-cause {label}", classname, failure=failure,
+                               details=f"{cause_meaning(r['root_cause'])}\nreproduce: kimi-oracle repro {r['repro']}"
+                               if r.get("repro") else cause_meaning(r["root_cause"])))
+    return cases
 
 
 # ---------------------------------------------------------------------------------------------
@@ -647,6 +866,12 @@ def junit_cases_for(findings: Iterable[Finding | Mapping[str, Any]], checks: Seq
 __all__ = [
     "Finding",
     "JUnitCase",
+    "cause_levels",
+    "cause_meaning",
+    "finding_summary",
+    "root_cause_junit",
+    "root_cause_markdown",
+    "root_cause_rows",
     "diff_image",
     "encode_input",
     "finding_lines",

@@ -36,8 +36,8 @@ def _check_outputs(tmp_path: Path, out: str) -> None:
     assert "[enforce fail at alloc_cpu.cpp:72]" in out and "[/x]" in out and "[bold]not bold[/bold]" in out
     assert "\\udcff" in out  # escaped, not dropped and not fatal
     root = ET.parse(tmp_path / "j.xml").getroot()  # valid XML despite \x01 and \x1b
-    failure = root.find(".//failure")
-    assert failure is not None and "[enforce fail at alloc_cpu.cpp:72]" in failure.get("message")
+    failures = root.findall(".//failure")
+    assert failures and all("[enforce fail at alloc_cpu.cpp:72]" in f.get("message") for f in failures)
     summary = json.loads((tmp_path / "run.json").read_text())
     [finding] = summary["findings"]
     assert finding["check"] == "crash" and "[enforce fail at alloc_cpu.cpp:72]" in finding["message"]

@@ -6,10 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.core.errors import CandidateError
 
 PLANTED = str(Path(__file__).resolve().parents[1] / "mutants" / "planted.py")
 
@@ -47,27 +45,24 @@ def test_plugin_is_inert_without_a_candidate(tmp_path):
     assert proc.returncode == 0 and "1 passed" in proc.stdout
 
 
-def _eager_or_skip():
+def _eager():
     from kimi_oracle.oracle.candidates import load_candidate
 
-    try:
-        return load_candidate("eager")
-    except CandidateError as exc:  # the GPU engineer's module is not in this tree yet
-        pytest.skip(str(exc))
+    return load_candidate("eager")  # part of the package: a failure to load it is a failure
 
 
 def test_eager_divergences_show_up_as_findings(tmp_path):
     from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
     from kimi_oracle.results.report import finding_lines
 
-    eager = _eager_or_skip()
+    eager = _eager()
     # levels:12 hides the serving engine's resampling noise (a few levels) so that the
     # structural divergences stand out: straight alpha, palettes resampled bicubic, CMYK.
     run = fuzz(eager, PreprocessConfig.k3(), FuzzOptions(examples=120, seed=1, max_side=48, tolerance="levels:12",
                                                          modes=("RGBA", "P", "CMYK"), invariance=False),
                out_dir=tmp_path)
     groups = {f.extra["group"] for f in run.findings}
-    assert {"pixel_mismatch[CMYK]"} <= groups
+    assert {"pixel_mismatch[CMYK]<levels>"} <= groups
     assert any(g.startswith("pixel_mismatch[P") for g in groups)
     assert any(g.startswith("pixel_mismatch[RGBA") for g in groups)
     for f in run.findings:
@@ -94,14 +89,11 @@ def test_gpu_candidate_tiny_case_under_the_interpreter(tmp_path):
         "try:\n"
         "    gpu = load_candidate('gpu')\n"
         "except CandidateError as exc:\n"
-        "    print('SKIP', exc); sys.exit(0)\n"
+        "    print('CANNOT LOAD', exc); sys.exit(0)\n"
         "img = make_image(CaseParams(70, 45, 'RGBA', 'checker', 'noise', seed=1, square=8))\n"
         "v = evaluate(gpu, [img], PreprocessConfig.k3_small(), invariance=False)\n"
         "print('VERDICT', v.check, v.message)\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    # Skip only when the candidate cannot be loaded at all; a BackendError raised while it runs
-    # (the pipeline's own consistency checks) is a failure, not a skip.
-    if proc.stdout.startswith("SKIP"):
-        pytest.skip(proc.stdout + proc.stderr[-500:])
+    # The GPU pipeline and triton are part of the installation: not loading is a failure too.
     assert "VERDICT None all checks passed" in proc.stdout, proc.stdout + proc.stderr[-2000:]
