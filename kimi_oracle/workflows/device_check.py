@@ -9,49 +9,35 @@ Run through `scripts/device_check.sh RESULTS_DIR` (which checks versions first).
 from __future__ import annotations
 
 import dataclasses
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
 from kimi_oracle.core.files import atomic_write_many, to_json
+from kimi_oracle.core.files import versions as core_versions
 from kimi_oracle.workflows.bench import ROOFLINE_DEVICES, peak_bandwidth, roofline
 
 
 def versions() -> dict:
-    """Versions of everything the check needs, and what is missing."""
-    out: dict = {"python": platform.python_version(), "missing": []}
+    """The library versions (`core.files.versions`), the CUDA device, and what is missing for
+    the check: a CUDA device visible to torch, triton, Pillow 13.0.x, numpy."""
+    out: dict = {**core_versions(), "missing": []}
+    for key in ("torch", "triton", "numpy"):
+        if out.get(key) is None:
+            out["missing"].append(f"{key} (not installed)")
+    pillow = out.get("Pillow")
+    if pillow is None or not pillow.startswith("13.0"):
+        out["missing"].append(f"Pillow 13.0.x (found {pillow}; bring a pillow==13.0.* wheel for Python {out['python']})")
     try:
         import torch
 
-        out["torch"] = torch.__version__
         out["cuda_available"] = bool(torch.cuda.is_available())
-        out["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-        if not torch.cuda.is_available():
+        out["device"] = torch.cuda.get_device_name(0) if out["cuda_available"] else None
+        if not out["cuda_available"]:
             out["missing"].append("a CUDA device visible to torch (torch.cuda.is_available() is False)")
     except Exception as exc:  # noqa: BLE001 - report any import failure
         out["missing"].append(f"torch ({exc})")
-    try:
-        import triton
-
-        out["triton"] = triton.__version__
-    except Exception as exc:  # noqa: BLE001
-        out["missing"].append(f"triton ({exc})")
-    try:
-        import PIL
-
-        out["pillow"] = PIL.__version__
-        if not PIL.__version__.startswith("13.0"):
-            out["missing"].append(f"Pillow 13.0.x (found {PIL.__version__}; bring a pillow==13.0.* wheel for Python {out['python']})")
-    except Exception as exc:  # noqa: BLE001
-        out["missing"].append(f"Pillow 13.0.x ({exc})")
-    try:
-        import numpy
-
-        out["numpy"] = numpy.__version__
-    except Exception as exc:  # noqa: BLE001
-        out["missing"].append(f"numpy ({exc})")
     return out
 
 
