@@ -207,6 +207,7 @@ class CappedLog:
         self.on_line = on_line
         self.dropped = 0
         self.size = 0
+        self._marker = 0  # bytes of the marker line at the file's start
         self._partial = b""
         self._fh = open(self.path, "w+b")
 
@@ -238,14 +239,15 @@ class CappedLog:
         cut = tail.find(b"\n")
         if 0 <= cut < 4096:
             tail = tail[cut + 1 :]  # start at a line
-        self.dropped += self.size - len(tail)
+        self.dropped += self.size - self._marker - len(tail)  # the log's own bytes, not its marker's
         marker = (f"[kimi-oracle: {self.dropped} earlier bytes of this log were dropped; it keeps the newest "
-                  f"{self.limit // 2**20 or 1} MiB at most]\n").encode()
+                  f"{self.limit / 2**20:g} MiB at most]\n").encode()
         self._fh.seek(0)
         self._fh.truncate()
         self._fh.write(marker + tail)
         self._fh.flush()
         self.size = len(marker) + len(tail)
+        self._marker = len(marker)
 
     def close(self) -> None:
         """Flush, hand the last partial line to `on_line`, and close."""
