@@ -516,7 +516,10 @@ class Gate:
         except KeyboardInterrupt:  # between stages, or while the executors start
             self.interrupted = True
         finally:
-            self.close()
+            try:
+                self.close()
+            except KeyboardInterrupt:
+                self.interrupted = True
         ran = {s.name for s in self.stages}
         self.stages += [Stage(name, "skipped", summary="not run: the gate was interrupted")
                         for name in STAGES if name not in ran]

@@ -263,6 +263,11 @@ class CappedLog:
 def pump(stream: Any, log: CappedLog) -> threading.Thread:
     """A thread copying `stream` (a pipe) into `log` until the pipe closes, then closing both."""
     def run() -> None:
+        # SIGINT/SIGTERM go to the main thread only (it may hold them back while it writes a report).
+        try:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+            pass
         try:
             while True:
                 chunk = stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16)
@@ -461,12 +466,17 @@ def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[s
     except OSError as exc:  # a full disk (or an unwritable --out) while preparing or launching
         errors.append(f"cannot write under {out}: {_os_error(exc)}")
         _interrupt([w for w in workers if w.proc is not None and w.returncode is None], opts)
-    finally:
+    except BaseException:  # an unexpected error of the runner itself: no worker outlives it
+        for w in workers:
+            _signal_group(w, signal.SIGKILL)
+            if w.proc is not None:
+                w.proc.wait()
+        raise
+    # Held back from here on: a signal now still yields a complete summary that says so.
+    with interrupts.held() as pending:
         for w in workers:
             _reap_group(w)
             _close_log(w)
-    # Held back from here on: a signal now still yields a complete summary that says so.
-    with interrupts.held() as pending:
         if pending():
             stopped = "interrupted"
         summary = _summarize(opts, config, engines, workers, engine_info, errors, stopped, seed, started_wall,
