@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from kimi_oracle.core.errors import KimiOracleError
-from kimi_oracle.cli.common import parse_duration, profile_options, resolve_config
+from kimi_oracle.cli.common import isolation_options, parse_duration, profile_options, resolve_config
 
 
 class _UsageError(KimiOracleError):
@@ -43,13 +43,9 @@ def register(group: click.Group) -> None:
               help="I/N: this machine's part of a campaign split over N machines (1-based).")
 @click.option("--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Worker processes on this machine.")
-@click.option("--case-timeout", default="30s", show_default=True, callback=_duration,
-              help="A candidate call taking longer is killed and filed as a `timeout` finding.")
 @click.option("--tolerance", default="exact", show_default=True, help="exact, levels:K or bf16.")
 @click.option("--seed", type=int, default=None, help="Base seed (default: random, recorded in the summary).")
 @click.option("--fixed-config", is_flag=True, help="Do not vary the configuration around the profile.")
-@click.option("--memory-limit", "memory_limit_mb", type=click.IntRange(64, None), default=None,
-              help="Address-space allowance of the candidate's process, in MiB (CPU candidates only).")
 @click.option("--max-findings", type=click.IntRange(1, None), default=100, show_default=True,
               help="Distinct findings kept per harness.")
 @click.option("--max-examples", type=click.IntRange(1, None), default=None,
@@ -60,6 +56,7 @@ def register(group: click.Group) -> None:
 @click.option("--log-limit", "log_limit_mb", type=click.FloatRange(min=0.01), default=8, show_default=True,
               metavar="MB", help="Each worker's log (and libFuzzer's) keeps at most its last MB MiB: a chatty "
                                  "candidate cannot fill the disk.")
+@isolation_options
 def nightly(budget: float, out_dir: Path, candidate: str, profile: str | None, config_path: Path | None,
             corpus_dir: Path | None, db_dir: Path | None, engines: str, shard: str, jobs: int,
             case_timeout: float, tolerance: str, seed: int | None, fixed_config: bool,
