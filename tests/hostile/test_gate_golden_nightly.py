@@ -86,7 +86,8 @@ def test_gate_fails_a_misbehaving_candidate_with_findings(tmp_path, name):
     check, words = BEHAVIOURS[name]
     # seed 3 draws no palette image in the 3 fuzz examples: the goldens and invariances meet the
     # misbehaviour (each P case of every profile), the fuzzing stage stays short.
-    options = GateOptions(budget_s=30.0, seed=3, fuzz_examples=3, case_timeout_s=1.0)
+    # (1 s bounds the hang; the others get room, so that a busy machine cannot add a timeout)
+    options = GateOptions(budget_s=30.0, seed=3, fuzz_examples=3, case_timeout_s=1.0 if name == "hang" else 10.0)
     report = Gate(f"{HOSTILE}:{name}", None, options, tmp_path).run()
     assert report["verdict"] == "fail", report["reasons"][:5]
     assert report["stages"]["goldens"]["status"] == "fail"
@@ -172,7 +173,7 @@ def _palette_ids(profile: str) -> set[str]:
 def test_golden_check_records_each_misbehaviour_as_the_cases_error(tmp_path, capsys, name):
     check, words = BEHAVIOURS[name]
     code = run_cli("golden", "check", "--kind", "pixels", "--profile", "k3", "--candidate", f"{HOSTILE}:{name}",
-                   "--case-timeout", "1s", "--out", tmp_path, "--json")
+                   "--case-timeout", "1s" if name == "hang" else "10s", "--out", tmp_path, "--json")
     out = capsys.readouterr().out
     assert code == 1
     report = json.loads(out)
