@@ -411,7 +411,7 @@ def fuzz(
         if check == TIMEOUT and len(images) == 1:
             # Once (shrunk to) one image, the mode class that hangs is known.
             hanging.add(mode_class(images[0]))
-        if shrinking and failure_type(verdict.stats) in COSTLY_FAILURES:
+        if shrinking and failure_type(verdict.stats).split("[")[0] in COSTLY_FAILURES:
             # Each step of shrinking a hang waits the whole case timeout, each death restarts the
             # candidate's process: keep the smallest case so far after a few steps and go on.
             costly_steps[group] = costly_steps.get(group, 0) + 1
