@@ -38,7 +38,7 @@ from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz, search_budget
 from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.oracle.checks import Verdict, check_invariance, compare
 from kimi_oracle.oracle.grouping import mode_class
-from kimi_oracle.results.report import diff_image
+from kimi_oracle.results.report import diff_image, root_cause_markdown, root_cause_rows
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
 
 SCHEMA = "kimi-oracle.gate-report"
@@ -577,6 +577,8 @@ class Gate:
                 role: {"calls": c.calls, "restarts": c.restarts, "crashes": c.crashes, "timeouts": c.timeouts}
                 for role, c in (("new", self.new), ("baseline", self.old)) if c is not None
             },
+            # Root causes of the fuzz stage's findings, per mode class, worst first (oracle.diagnosis).
+            "root_causes": root_cause_rows([f for f in self.findings if f.get("stage") == "fuzz"]),
             "stages": {s.name: s.to_dict() for s in self.stages},
             "findings": self.findings,
             "timing_ratios": self._timing_rows(),
@@ -609,6 +611,12 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"{report['time']['in_reference_s']:.1f}s in the reference, {report['time']['overhead_s']:.1f}s overhead "
         f"({100 * (report['time']['overhead_share_of_budget'] or 0):.1f}% of the budget: hypothesis, image "
         f"generation, comparisons, reports); {report['time']['over_budget_s']:.1f}s past the budget",
+        "",
+    ]
+    if report.get("root_causes"):
+        lines += root_cause_markdown(report["root_causes"])
+    lines += [
+        "## Stages",
         "",
         "| stage | status | time | summary |",
         "|---|---|---|---|",

@@ -46,7 +46,8 @@ from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import KimiOracleError
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
 from kimi_oracle.oracle.checks import FINDING_KINDS
-from kimi_oracle.results.report import JUnitCase, junit_cases_for, write_junit
+from kimi_oracle.results.report import (JUnitCase, junit_cases_for, root_cause_junit, root_cause_markdown,
+                                        root_cause_rows, write_junit)
 
 SUMMARY_SCHEMA = "kimi-oracle.nightly-summary"
 SUMMARY_SCHEMA_VERSION = 1
@@ -675,6 +676,16 @@ def finding_entry(path: Path, engine: str | None = None) -> dict[str, Any] | Non
         "message": case.get("message", ""),
         # grouping.finding_key: `signature` in harness findings, `group` in fuzz() findings
         "signature": case.get("signature") or case.get("group"),
+        "key": case.get("key") or case.get("group") or case.get("signature") or check,
+        # the diagnosis (oracle.diagnosis.finding_diagnosis), as case.json holds it
+        "root_causes": list(case.get("root_causes") or []),
+        "max_levels": case.get("max_levels"),
+        "mean_levels": case.get("mean_levels"),
+        "residual_max_levels": case.get("residual_max_levels"),
+        "residual_mean_levels": case.get("residual_mean_levels"),
+        "max_levels_seen": case.get("max_levels_seen"),
+        "hits": case.get("hits") or 1,
+        "attribution": case.get("attribution"),
     }
 
 
@@ -819,6 +830,7 @@ def _summarize(opts: CampaignOptions, config: PreprocessConfig | None, engines: 
         "corpus_dir": str(opts.corpus),
         "db_dir": str(opts.db),
         "engines": {e: engine_info[e] for e in (*ENGINES, *[k for k in engine_info if k not in ENGINES]) if e in engine_info},
+        "root_causes": root_cause_rows(ordered),
         "findings": ordered,
         "counts": counts,
         "errors": errors,
@@ -850,7 +862,8 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     out.append(f"- {summary['start_time']} → {summary['end_time']} ({summary['elapsed_s']:.0f} s of a "
                f"{summary['budget_s']:.0f} s budget{limit}; stopped: {summary['stopped']})")
     out.append(f"- findings: **{len(summary['findings'])}**; exit code {summary.get('exit_code')}")
-    out += ["", "## Engines", "", "| engine | status | examples | coverage | findings |", "|---|---|---|---|---|"]
+    out += [""] + root_cause_markdown(summary.get("root_causes") or root_cause_rows(summary["findings"]))
+    out += ["## Engines", "", "| engine | status | examples | coverage | findings |", "|---|---|---|---|---|"]
     for name, info in summary["engines"].items():
         cov_text = coverage_text(info.get("coverage"))
         out.append(f"| {name} | {info.get('status')} | {info.get('examples', 0)} | {cov_text} | {info.get('findings', 0)} |")
@@ -897,7 +910,8 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
 
 
 def _write_junit(out: Path, summary: dict[str, Any]) -> None:
-    cases = junit_cases_for([{**f, "check": f["kind"]} for f in summary["findings"]], FINDING_KINDS,
+    cases = root_cause_junit(summary.get("root_causes") or [], "kimi-oracle.nightly")
+    cases += junit_cases_for([{**f, "check": f["kind"]} for f in summary["findings"]], FINDING_KINDS,
                             classname="kimi-oracle.nightly")
     for err in summary["errors"]:
         cases.append(JUnitCase("harness", "kimi-oracle.nightly", error=err, details=err))

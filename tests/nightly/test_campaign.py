@@ -57,11 +57,16 @@ def _check_complete(out: Path, s: dict) -> None:
     for name, info in s["engines"].items():
         assert "examples" in info and "coverage" in info, name
     for f in s["findings"]:
-        assert set(f) >= {"id", "engine", "kind", "check", "path"}
+        assert set(f) >= {"id", "engine", "kind", "check", "path", "root_causes", "max_levels", "mean_levels",
+                          "residual_max_levels"}
         assert f["kind"] in FINDING_KINDS and f["engine"] in s["engines"]
         assert (Path(f["path"]) / "case.json").is_file()
     suite = ET.parse(out / "junit.xml").getroot()
-    failures = sum(int(ts.get("failures")) for ts in suite.iter("testsuite"))
+    cases = list(suite.iter("testcase"))
+    # The root-cause cases come first (one per root cause and mode class), then one case per check.
+    by_cause = [c for c in cases if c.get("name").startswith("root-cause ")]
+    assert len(by_cause) == len(s["root_causes"]) and cases[: len(by_cause)] == by_cause
+    failures = sum(1 for c in cases[len(by_cause):] if c.find("failure") is not None)
     assert failures == len({f["kind"] for f in s["findings"]})
     md = (out / "summary.md").read_text()
     assert s["candidate"] in md and f"findings: **{len(s['findings'])}**" in md
