@@ -11,11 +11,16 @@ from pathlib import Path
 
 import click
 
-from kimi_oracle.workflows.bench import (
-    BENCH_INPUTS, ROOFLINE_DEVICES, compare_medians, load_benchmark_json, roofline, select_inputs,
-)
-from kimi_oracle.oracle.candidates import load_candidate
 from kimi_oracle.core.errors import KimiOracleError
+from kimi_oracle.oracle.candidates import load_candidate
+from kimi_oracle.workflows.bench import (
+    BENCH_INPUTS,
+    ROOFLINE_DEVICES,
+    compare_medians,
+    load_benchmark_json,
+    roofline,
+    select_inputs,
+)
 
 DEFAULT_STORAGE = Path(".benchmarks")
 

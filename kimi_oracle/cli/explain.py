@@ -8,11 +8,11 @@ from typing import Any
 
 import click
 
+from kimi_oracle.cli.common import profile_options, resolve_config
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError
 from kimi_oracle.core.geometry import plan
 from kimi_oracle.core.images import alpha_class, decode, has_alpha, resample_kind
-from kimi_oracle.cli.common import profile_options, resolve_config
 from kimi_oracle.core.text import rich_text
 
 
@@ -79,10 +79,10 @@ def register(group: click.Group) -> None:
 
 
 def _print_table(config: PreprocessConfig, rows: list[dict[str, Any]]) -> None:
+    import sys
+
     from rich.console import Console
     from rich.table import Table
-
-    import sys
 
     console = Console(width=None if sys.stdout.isatty() else 140)
     table = Table(title=rich_text(f"kimi-oracle explain ({config.describe()})"), title_justify="left")

@@ -9,15 +9,15 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import click
+from rich.text import Text
 
-from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.core.errors import InputError, KimiOracleError
-from kimi_oracle.inputs.generators import DEFAULT_MAX_SIDE, MODES
-from kimi_oracle.oracle.checks import FINDING_KINDS, Tolerance, ToleranceError
 from kimi_oracle.cli.common import isolation_options, open_candidate, parse_duration, profile_options, resolve_config
 from kimi_oracle.core import interrupts
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.core.text import rich_text, safe_text
-from rich.text import Text
+from kimi_oracle.inputs.generators import DEFAULT_MAX_SIDE, MODES
+from kimi_oracle.oracle.checks import FINDING_KINDS, Tolerance, ToleranceError
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm",
                   ".pnm", ".ico", ".tga", ".jp2", ".avif", ".heic", ".psd", ".im", ".pcx", ".sgi", ".dds"}
@@ -108,8 +108,8 @@ def _print_findings_table(title: str, findings: Sequence[Any], checks: Sequence[
 
 def _write_outputs(summary: dict[str, Any], findings: Sequence[Any], checks: Sequence[str], suite: str,
                    json_path: Path | None, junit_path: Path | None, elapsed: float) -> None:
-    from kimi_oracle.results.report import JUnitCase, junit_cases_for, root_cause_junit, write_junit
     from kimi_oracle.core.files import write_json
+    from kimi_oracle.results.report import JUnitCase, junit_cases_for, root_cause_junit, write_junit
 
     if json_path is not None:
         write_json(json_path, summary)
@@ -245,10 +245,10 @@ def register(group: click.Group) -> None:
         the folder with their recorded SHA-256, and a candidate is never imported from inside it.
         The candidate runs in a separate process, so a crash or hang is reported, never fatal.
         """
+        from kimi_oracle.core.files import write_json
         from kimi_oracle.fuzzers.fuzzing import finding_from, replay_case
         from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
         from kimi_oracle.results.report import finding_lines, read_case
-        from kimi_oracle.core.files import write_json
 
         case, directory = read_case(finding)
         spec = candidate_spec or case.get("candidate")
@@ -313,10 +313,10 @@ def register(group: click.Group) -> None:
         """
         from rich.table import Table
 
+        from kimi_oracle.core.files import utc_now, versions
+        from kimi_oracle.core.images import decode, read_file
         from kimi_oracle.fuzzers.fuzzing import check_images
         from kimi_oracle.results.report import finding_summary, root_cause_rows
-        from kimi_oracle.core.images import decode, read_file
-        from kimi_oracle.core.files import utc_now, versions
 
         config = resolve_config(profile, config_path)
         files, skipped = _expand(paths)

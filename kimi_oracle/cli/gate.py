@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
+from kimi_oracle.cli.common import isolation_options, parse_duration, parse_percent
 from kimi_oracle.core.config import PROFILES
 from kimi_oracle.workflows.gate import Gate, GateOptions
-from kimi_oracle.cli.common import isolation_options, parse_duration, parse_percent
 
 
 def register(group: click.Group) -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from kimi_oracle.core.errors import KimiOracleError
 from kimi_oracle.cli.common import isolation_options, parse_duration, profile_options, resolve_config
+from kimi_oracle.core.errors import KimiOracleError
 
 
 class _UsageError(KimiOracleError):
@@ -72,9 +72,9 @@ def nightly(budget: float, out_dir: Path, candidate: str, profile: str | None, c
     findings, 1 findings, 2 harness error (or OUT in use, or a full disk), 130 (SIGINT) / 143
     (SIGTERM) interrupted, whatever was found (the summary is written in every case).
     """
-    from kimi_oracle.workflows.nightly import CampaignOptions, coverage_text, run_campaign
     from kimi_oracle.fuzzers.harnesses import parse_shard
     from kimi_oracle.oracle.checks import Tolerance
+    from kimi_oracle.workflows.nightly import CampaignOptions, coverage_text, run_campaign
 
     # Both checked before any work: --profile with --config, and a bad config file, are usage errors.
     config = resolve_config(profile, config_path)
@@ -141,8 +141,8 @@ def corpus_seed(directory: Path, structured_dir: Path | None) -> None:
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
 def corpus_dict(path: Path) -> None:
     """Write the PNG/JPEG dictionary (libFuzzer `-dict=` format) to PATH."""
-    from kimi_oracle.inputs.corpus import dictionary_text
     from kimi_oracle.core.files import atomic_write_text
+    from kimi_oracle.inputs.corpus import dictionary_text
 
     atomic_write_text(path, dictionary_text())
     click.echo(str(path))

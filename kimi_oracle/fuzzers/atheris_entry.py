@@ -27,8 +27,9 @@ def run(name: str, argv: Sequence[str] | None = None) -> None:
         raise SystemExit(2) from None
     # Coverage feedback from our code and Pillow's plugins; torch/numpy stay uninstrumented.
     with atheris.instrument_imports(include=["kimi_oracle", "PIL"], exclude=["kimi_oracle.fuzzers.atheris_entry"]):
-        from kimi_oracle.fuzzers.harnesses import Harness, HarnessSettings
         from PIL import GifImagePlugin, JpegImagePlugin, PngImagePlugin, TiffImagePlugin, WebPImagePlugin  # noqa: F401
+
+        from kimi_oracle.fuzzers.harnesses import Harness, HarnessSettings
     harness = Harness(name, HarnessSettings.from_env())
     atheris.Setup(list(argv if argv is not None else sys.argv), harness.test_one_input)
     atheris.Fuzz()

@@ -18,18 +18,28 @@ from typing import Any, Callable, Sequence
 
 from PIL import Image
 
-from kimi_oracle.pipelines import reference
-from kimi_oracle.oracle.candidates import Candidate, CandidateCrash, load_candidate
 from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError, KimiOracleError
+from kimi_oracle.core.files import versions
 from kimi_oracle.inputs.generators import MODES, FuzzCase
+from kimi_oracle.inputs.strategies import DEFAULT_MAX_SIDE, fuzz_cases
+from kimi_oracle.oracle.candidates import Candidate, CandidateCrash, load_candidate
+from kimi_oracle.oracle.checks import (
+    CRASH,
+    FINDING_KINDS,
+    INVARIANCE,
+    PIXEL_MISMATCH,
+    TIMEOUT,
+    Tolerance,
+    Verdict,
+    check_invariance,
+    compare,
+)
 from kimi_oracle.oracle.diagnosis import finding_diagnosis
 from kimi_oracle.oracle.grouping import failure_type, finding_key, mode_class
-from kimi_oracle.oracle.checks import CRASH, FINDING_KINDS, INVARIANCE, PIXEL_MISMATCH, TIMEOUT, Tolerance, Verdict, check_invariance, compare
+from kimi_oracle.pipelines import reference
 from kimi_oracle.results.report import Finding, finding_summary, root_cause_rows, summary_markdown, write_finding
-from kimi_oracle.core.files import versions
-from kimi_oracle.inputs.strategies import DEFAULT_MAX_SIDE, fuzz_cases
 
 # Checks a fuzz run reports on, in report order.
 # fuzz() may run this factor over its budget while it shrinks what it found; a caller with a hard
@@ -328,8 +338,9 @@ def fuzz(
     on_example: Callable[["FuzzRun"], None] | None = None,
 ) -> FuzzRun:
     """Fuzz `candidate` against the reference around `config`; findings written under `out_dir`."""
-    from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+    from hypothesis import HealthCheck, Phase, Verbosity, given
     from hypothesis import seed as hypothesis_seed
+    from hypothesis import settings
 
     options = options or FuzzOptions()
     if isinstance(candidate, str):

@@ -38,11 +38,11 @@ from typing import Any, Sequence
 import torch
 from PIL import Image
 
-from kimi_oracle.oracle.candidates import Candidate, CandidateCrash
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import BackendError, CandidateError
 from kimi_oracle.core.images import alpha_class, pack_raw, resize_class, unpack_raw
 from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.oracle.candidates import Candidate, CandidateCrash
 
 # Modules the fork server imports once, so that forked executors start warm.
 PRELOAD = ["numpy", "PIL.Image", "torch", "kimi_oracle.pipelines.reference", "kimi_oracle.oracle.candidates", "kimi_oracle.fuzzers.sandbox"]

@@ -20,8 +20,8 @@ from typing import Iterable
 import numpy as np
 from PIL import Image, features
 
-from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.core.files import atomic_write_bytes
+from kimi_oracle.inputs.generators import CaseParams, make_image
 
 # Tokens libFuzzer splices into inputs: PNG signature and chunk names, JPEG markers, and the
 # magic numbers of the other formats the seed corpus uses.

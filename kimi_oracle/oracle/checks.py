@@ -21,8 +21,8 @@ from PIL import Image
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import KimiOracleError
 from kimi_oracle.core.geometry import ResizePlan, plan
-from kimi_oracle.pipelines.reference import normalization_lut
 from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.pipelines.reference import normalization_lut
 
 GRID_MISMATCH = "grid_mismatch"
 FEATURE_LENGTH = "feature_length"

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.geometry import plan
 from kimi_oracle.core.images import ImageSource, has_alpha, load_images
-from kimi_oracle.pipelines.reference import background
 from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.pipelines.reference import background
 
 
 def _to_tensor(img, with_alpha: bool) -> torch.Tensor:

@@ -26,8 +26,8 @@ from PIL import Image, ImageDraw
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError
-from kimi_oracle.core.images import RAW_MAGIC, decode, default_max_pixels, pack_raw, read_file, unpack_raw
 from kimi_oracle.core.files import atomic_write_text, fsync_dir, to_json, utc_now, versions
+from kimi_oracle.core.images import RAW_MAGIC, decode, default_max_pixels, pack_raw, read_file, unpack_raw
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.core.text import xml_text
 

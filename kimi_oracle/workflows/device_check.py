@@ -46,7 +46,7 @@ def _cases():
     import numpy as np
 
     from kimi_oracle.core.config import PreprocessConfig
-    from kimi_oracle.inputs.generators import CaseParams, MODES, alpha_patterns_for, make_image
+    from kimi_oracle.inputs.generators import MODES, CaseParams, alpha_patterns_for, make_image
 
     k3 = PreprocessConfig.k3()
     cases = []

@@ -26,20 +26,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from kimi_oracle.workflows import golden
-from kimi_oracle.pipelines import reference
-from kimi_oracle.workflows.bench import BENCH_INPUTS, interleaved_ratio
 from kimi_oracle.core import interrupts
-from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
-from kimi_oracle.oracle.candidates import CandidateCrash
 from kimi_oracle.core.config import PROFILES, PreprocessConfig
 from kimi_oracle.core.errors import KimiOracleError
+from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
 from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz, search_budget
+from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 from kimi_oracle.inputs.generators import CaseParams, make_image
+from kimi_oracle.oracle.candidates import CandidateCrash
 from kimi_oracle.oracle.checks import Verdict, check_invariance, compare
 from kimi_oracle.oracle.grouping import mode_class
+from kimi_oracle.pipelines import reference
 from kimi_oracle.results.report import diff_image, root_cause_markdown, root_cause_rows
-from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
+from kimi_oracle.workflows import golden
+from kimi_oracle.workflows.bench import BENCH_INPUTS, interleaved_ratio
 
 SCHEMA = "kimi-oracle.gate-report"
 SCHEMA_VERSION = 1

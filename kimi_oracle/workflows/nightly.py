@@ -46,8 +46,14 @@ from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import KimiOracleError
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
 from kimi_oracle.oracle.checks import FINDING_KINDS
-from kimi_oracle.results.report import (JUnitCase, junit_cases_for, root_cause_junit, root_cause_markdown,
-                                        root_cause_rows, write_junit)
+from kimi_oracle.results.report import (
+    JUnitCase,
+    junit_cases_for,
+    root_cause_junit,
+    root_cause_markdown,
+    root_cause_rows,
+    write_junit,
+)
 
 SUMMARY_SCHEMA = "kimi-oracle.nightly-summary"
 SUMMARY_SCHEMA_VERSION = 1
@@ -1105,8 +1111,8 @@ def _feed_stats(stats: dict[str, int], line: str) -> None:
 
 
 def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
-    from kimi_oracle.inputs import corpus as corpus_mod
     from kimi_oracle.fuzzers.harnesses import HarnessSettings
+    from kimi_oracle.inputs import corpus as corpus_mod
 
     work = Path(spec["work"])
     harnesses = list(spec["harnesses"])

@@ -12,11 +12,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from kimi_oracle.workflows import bench
-from kimi_oracle.pipelines import reference
-from kimi_oracle.oracle.candidates import load_candidate
-
 from kimi_oracle.core.geometry import plan
+from kimi_oracle.oracle.candidates import load_candidate
+from kimi_oracle.pipelines import reference
+from kimi_oracle.workflows import bench
 
 
 def _cuda():

@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from checkpoint_model import spec_preprocess
 from PIL import Image
 
-from checkpoint_model import spec_preprocess
-from kimi_oracle.pipelines import reference
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError
+from kimi_oracle.pipelines import reference
 
 CORPUS = Path(__file__).parent.parent / "data" / "corpus"
 DECODABLE = sorted((CORPUS / "decodable").iterdir())

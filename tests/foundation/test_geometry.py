@@ -1,8 +1,8 @@
 import dataclasses
 
 import pytest
-
 from checkpoint_model import spec_plan
+
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError, PlanError
 from kimi_oracle.core.geometry import plan

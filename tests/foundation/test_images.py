@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from kimi_oracle.pipelines import reference
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError
 from kimi_oracle.core.images import decode, default_max_pixels, has_alpha, load_images, resample_kind
+from kimi_oracle.pipelines import reference
 
 
 def png_bytes(img):

@@ -3,11 +3,11 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-
 from checkpoint_model import spec_background, spec_preprocess
 from images_by_mode import MODES, make
-from kimi_oracle.pipelines import reference
+
 from kimi_oracle.core.config import PreprocessConfig, TransparentBgConfig
+from kimi_oracle.pipelines import reference
 
 BACKGROUNDS = [
     None,

@@ -8,14 +8,25 @@ import textwrap
 
 import pytest
 import torch
+from golden_testlib import (  # noqa: F401  (fixture)
+    FILES,
+    edit_entry,
+    edit_meta,
+    entries,
+    golden_copy,
+    key_of,
+    mutate,
+    obtained_of,
+    read_lines,
+    snapshot,
+    write_lines,
+)
 
-from golden_testlib import obtained_of, FILES, edit_entry, edit_meta, entries, golden_copy, key_of, mutate, read_lines, \
-    snapshot, write_lines  # noqa: F401  (fixture)
 from kimi_oracle import cli
-from kimi_oracle.workflows import golden
-from kimi_oracle.pipelines import reference
 from kimi_oracle.core.errors import CandidateError
 from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.pipelines import reference
+from kimi_oracle.workflows import golden
 
 
 def run_cli(args, capsys):

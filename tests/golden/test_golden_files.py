@@ -14,13 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
-
 from checkpoint_model import spec_plan, spec_preprocess
 from golden_testlib import FILES, entries
-from kimi_oracle.workflows import golden
+from PIL import Image
+
 from kimi_oracle.core.config import FILL_STAGES, PATTERNS, PreprocessConfig
 from kimi_oracle.inputs import generators
+from kimi_oracle.workflows import golden
 
 GOLDEN = golden.package_golden_dir()
 

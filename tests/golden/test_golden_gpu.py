@@ -21,11 +21,10 @@ ON_CUDA = os.environ.get("KIMI_GPU_TESTS_ON_CUDA") == "1"
 if not ON_CUDA:
     os.environ["TRITON_INTERPRET"] = "1"
 
-from kimi_oracle.workflows import golden  # noqa: E402
-
 import triton  # noqa: E402,F401 - a dependency: its absence is a failure, not a skip
 
 from kimi_oracle.pipelines.gpu import preprocess as _preprocess  # noqa: E402
+from kimi_oracle.workflows import golden  # noqa: E402
 
 SUBSET_ALPHAS = {("RGBA", "random"), ("LA", "gradient"), ("P", "checker")}
 

@@ -10,8 +10,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from golden_testlib import edit_entry, entries, golden_copy, obtained_of, snapshot  # noqa: F401  (fixture)
 
-from golden_testlib import obtained_of, edit_entry, entries, golden_copy, snapshot  # noqa: F401  (fixture)
 from kimi_oracle import cli
 from kimi_oracle.core import files
 from kimi_oracle.workflows import golden

@@ -10,6 +10,7 @@ import tomllib
 from pathlib import Path
 
 from golden_testlib import edit_entry, snapshot
+
 from kimi_oracle.workflows import golden
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,6 @@ if os.environ.get("KIMI_GPU_TESTS_ON_CUDA") != "1":
     os.environ["TRITON_INTERPRET"] = "1"
 
 import pytest  # noqa: E402
-
 from gpu_testlib import DEVICE  # noqa: E402
 
 

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from gpu_testlib import k3, k25, zoo
 
 from kimi_oracle.pipelines.gpu import build
 from kimi_oracle.pipelines.gpu.pipeline import launch_plan
-
-from gpu_testlib import k3, k25, zoo
 
 FIELDS = {"kernel", "specialization", "arch", "registers", "spilled_bytes", "shared_bytes", "ptx_bytes"}
 

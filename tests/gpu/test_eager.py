@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import torch
-
-from kimi_oracle.pipelines import reference
-from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.pipelines.gpu import eager_preprocess
-from kimi_oracle.pipelines import eager
-
 from gpu_testlib import gen, k3, rgba_hidden
+
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.pipelines import eager, reference
+from kimi_oracle.pipelines.gpu import eager_preprocess
 
 
 def _diff_levels(a, b) -> float:

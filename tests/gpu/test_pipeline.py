@@ -10,13 +10,13 @@ import sys
 import numpy as np
 import pytest
 import torch
+from gpu_testlib import PATTERNS, assert_same, full_range, gen, k3, k25, rgba_hidden
+from gpu_testlib import zoo as _zoo
 from PIL import Image
 
-from kimi_oracle.pipelines import reference
 from kimi_oracle.core.errors import BackendError, InputError
+from kimi_oracle.pipelines import reference
 from kimi_oracle.pipelines.gpu import preprocess
-
-from gpu_testlib import PATTERNS, assert_same, full_range, gen, k3, k25, rgba_hidden, zoo as _zoo
 
 
 def _zoo_3band() -> list[tuple[str, Image.Image]]:

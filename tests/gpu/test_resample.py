@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gpu_testlib import full_range
 from PIL import Image
 
 from kimi_oracle.core.errors import BackendError
 from kimi_oracle.pipelines.gpu import resample as rs
-
-from gpu_testlib import full_range
 
 
 def _random_sizes(rng, n):

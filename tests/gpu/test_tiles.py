@@ -10,14 +10,13 @@ byte. The crossing itself is asserted from the geometry, independently of the pi
 from __future__ import annotations
 
 import pytest
+from gpu_testlib import assert_same, full_range, gen, i_keyed, k3, rgba_hidden
 
 from kimi_oracle.core.geometry import plan
 from kimi_oracle.pipelines import reference
 from kimi_oracle.pipelines.gpu import preprocess
 from kimi_oracle.pipelines.gpu import resample as rs
 from kimi_oracle.pipelines.gpu.pipeline import Tiles, drawn_tiles
-
-from gpu_testlib import assert_same, full_range, gen, i_keyed, k3, rgba_hidden
 
 P = 14
 # pass tiles 8 x 16 pixels, tail blocks of 128 elements (less than one 14 x 14 patch, so a

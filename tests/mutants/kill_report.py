@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mutants.planted import MUTANTS  # noqa: E402
 
-from kimi_oracle.oracle.candidates import Candidate  # noqa: E402
 from kimi_oracle.core.config import PreprocessConfig  # noqa: E402
 from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz  # noqa: E402
+from kimi_oracle.oracle.candidates import Candidate  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

@@ -25,8 +25,8 @@ from PIL import Image
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.geometry import ResizePlan, plan
 from kimi_oracle.core.images import has_alpha
-from kimi_oracle.pipelines.reference import background, composite, normalization_lut
 from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.pipelines.reference import background, composite, normalization_lut
 
 
 class Pipeline:

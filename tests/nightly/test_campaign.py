@@ -16,17 +16,16 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pytest
-
 import click
+import pytest
+from nightly_helpers import FUZZ, REPO, planted, run_nightly
 
 from kimi_oracle.cli.nightly import _duration
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.fuzzers.harnesses import structured_case
-from kimi_oracle.inputs.corpus import entries
+from kimi_oracle.inputs.corpus import entries, seed_files, structured_seeds
 from kimi_oracle.oracle import checks
 from kimi_oracle.workflows import nightly
-from kimi_oracle.inputs.corpus import seed_files, structured_seeds
 from kimi_oracle.workflows.nightly import (
     FINDING_KINDS,
     UnknownCheckError,
@@ -35,7 +34,6 @@ from kimi_oracle.workflows.nightly import (
     plan_jobs,
     prepare_corpus,
 )
-from nightly_helpers import FUZZ, REPO, planted, run_nightly
 
 REQUIRED_VERSIONS = {"python", "kimi-oracle", "Pillow", "numpy", "torch", "triton", "atheris"}
 # A safety net only: every run below ends on its example count long before this.

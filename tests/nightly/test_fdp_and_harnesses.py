@@ -9,8 +9,6 @@ import pytest
 from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.inputs.corpus import DICTIONARY, dictionary_text, seed_files
-from kimi_oracle.inputs.generators import MODES
 from kimi_oracle.fuzzers.harnesses import (
     PyFuzzedDataProvider,
     decoder_config,
@@ -18,6 +16,8 @@ from kimi_oracle.fuzzers.harnesses import (
     parse_shard,
     structured_case,
 )
+from kimi_oracle.inputs.corpus import DICTIONARY, dictionary_text, seed_files
+from kimi_oracle.inputs.generators import MODES
 
 
 def test_provider_follows_llvm_byte_order():

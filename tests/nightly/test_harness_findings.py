@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kimi_oracle.workflows.nightly import write_harness_finding
-from kimi_oracle.inputs.corpus import entries
-from kimi_oracle.fuzzers.harnesses import Harness, HarnessSettings, PyFuzzedDataProvider, write_fuzz_finding
 from nightly_helpers import FUZZ, planted
+
+from kimi_oracle.fuzzers.harnesses import Harness, HarnessSettings, PyFuzzedDataProvider, write_fuzz_finding
+from kimi_oracle.inputs.corpus import entries
+from kimi_oracle.workflows.nightly import write_harness_finding
 
 SPEC = {"candidate": "reference", "profile": "k3-small", "config_path": None, "tolerance": "exact", "shard": [1, 1]}
 

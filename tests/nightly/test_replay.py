@@ -7,15 +7,15 @@ import warnings
 
 import pytest
 import torch
+from nightly_helpers import FUZZ, planted
 from PIL import Image
 
-from kimi_oracle.pipelines import reference
-from kimi_oracle.oracle.candidates import load_candidate
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.inputs.corpus import entries
-from kimi_oracle.fuzzers.harnesses import Harness, HarnessSettings, PyFuzzedDataProvider
 from kimi_oracle.core.images import pack_raw, unpack_raw
-from nightly_helpers import FUZZ, planted
+from kimi_oracle.fuzzers.harnesses import Harness, HarnessSettings, PyFuzzedDataProvider
+from kimi_oracle.inputs.corpus import entries
+from kimi_oracle.oracle.candidates import load_candidate
+from kimi_oracle.pipelines import reference
 
 STRUCTURED = entries(FUZZ / "corpus" / "structured")
 DECODER = entries(FUZZ / "corpus" / "decoder")

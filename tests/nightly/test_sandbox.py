@@ -6,13 +6,13 @@ import re
 
 import pytest
 import torch
+from nightly_helpers import planted
 
-from kimi_oracle.pipelines import reference
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
-from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.fuzzers.sandbox import CandidateDied, CandidateRaised, CandidateTimeout, IsolatedCandidate
-from nightly_helpers import planted
+from kimi_oracle.inputs.generators import CaseParams, make_image
+from kimi_oracle.pipelines import reference
 
 CFG = PreprocessConfig.k3_small()
 

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from kimi_oracle.pipelines import reference
-from kimi_oracle.oracle.candidates import CandidateCrash, as_result, load_candidate
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
 from kimi_oracle.fuzzers.fuzzing import evaluate
 from kimi_oracle.inputs.generators import CaseParams, make_image
+from kimi_oracle.oracle.candidates import CandidateCrash, as_result, load_candidate
+from kimi_oracle.pipelines import reference
 
 CFG = PreprocessConfig.k3_small()
 IMG = make_image(CaseParams(40, 30, "RGBA", "random", "noise", seed=3))

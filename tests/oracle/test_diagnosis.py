@@ -13,7 +13,6 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from mutants.planted import BY_NAME, MUTANTS
 
 from kimi_oracle.core.config import PreprocessConfig

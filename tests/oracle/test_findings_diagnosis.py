@@ -8,13 +8,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from mutants.planted import MUTANTS
 from PIL import Image
 
 from kimi_oracle.cli import main
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
 from kimi_oracle.oracle.candidates import Candidate
-from mutants.planted import MUTANTS
 
 PIXEL_MUTANTS = [m for m in MUTANTS if m.check == "pixel_mismatch" and m.root_causes]
 

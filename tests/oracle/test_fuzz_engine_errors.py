@@ -2,11 +2,11 @@
 
 import pytest
 
-from kimi_oracle.pipelines import reference
-from kimi_oracle.oracle.candidates import Candidate
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
 from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
+from kimi_oracle.oracle.candidates import Candidate
+from kimi_oracle.pipelines import reference
 
 
 def test_findings_are_written_before_a_harness_error_ends_the_run(tmp_path):
@@ -28,9 +28,9 @@ def test_findings_are_written_before_a_harness_error_ends_the_run(tmp_path):
 
 
 def test_write_finding_says_whether_it_created_the_folder(tmp_path):
+    from kimi_oracle.fuzzers.fuzzing import finding_from
     from kimi_oracle.inputs.generators import CaseParams, make_image
     from kimi_oracle.oracle.checks import Verdict
-    from kimi_oracle.fuzzers.fuzzing import finding_from
 
     img = make_image(CaseParams(9, 9, "RGB", seed=1))
     verdict = Verdict("grid_mismatch", "planted", {})

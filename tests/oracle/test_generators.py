@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from kimi_oracle.pipelines import reference
 from kimi_oracle.core.config import PreprocessConfig, TransparentBgConfig
+from kimi_oracle.core.geometry import plan
+from kimi_oracle.core.images import has_alpha
 from kimi_oracle.inputs.generators import (
     ALPHA_PATTERNS,
     CONTENTS,
@@ -26,8 +27,7 @@ from kimi_oracle.inputs.generators import (
     size_catalogue,
     vary_config,
 )
-from kimi_oracle.core.geometry import plan
-from kimi_oracle.core.images import has_alpha
+from kimi_oracle.pipelines import reference
 from kimi_oracle.results.report import encode_input, load_input
 
 ISSUE_MODES = {"RGB", "RGBA", "LA", "L", "P", "1", "CMYK", "I;16", "I;16B", "I", "F", "LAB", "PA"}

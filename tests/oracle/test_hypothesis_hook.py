@@ -4,8 +4,9 @@ breaks what the fuzzer relies on, instead of letting example counts silently cha
 
 from __future__ import annotations
 
-from hypothesis import Phase, given, settings
+from hypothesis import Phase, given
 from hypothesis import seed as hypothesis_seed
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from kimi_oracle.core.config import PreprocessConfig

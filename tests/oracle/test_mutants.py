@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
 from mutants.planted import MUTANTS, correct
 
-from kimi_oracle.oracle.candidates import Candidate
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
+from kimi_oracle.oracle.candidates import Candidate
 
 SEED = 0
 # One finding per check and no search after the first failing round: the question here is

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from kimi_oracle.pipelines import reference
 from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.oracle.checks import Tolerance, ToleranceError, check_invariance, compare, invariance_plan
-from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.pipelines import reference
 
 CFG = PreprocessConfig.k3_small()
 

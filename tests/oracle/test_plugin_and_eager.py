@@ -6,7 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from kimi_oracle.core.config import PreprocessConfig
 
 PLANTED = str(Path(__file__).resolve().parents[1] / "mutants" / "planted.py")

@@ -9,10 +9,12 @@ import xml.etree.ElementTree as ET
 import pytest
 from PIL import Image
 
-from kimi_oracle.pipelines import reference
 from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.files import atomic_write_text
+from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.fuzzers.fuzzing import evaluate, finding_from
 from kimi_oracle.inputs.generators import CaseParams, make_image
+from kimi_oracle.pipelines import reference
 from kimi_oracle.results.report import (
     Finding,
     junit_cases_for,
@@ -20,8 +22,6 @@ from kimi_oracle.results.report import (
     write_finding,
     write_junit,
 )
-from kimi_oracle.core.files import atomic_write_text
-from kimi_oracle.core.result import PreprocessResult
 
 CFG = PreprocessConfig.k3_small()
 

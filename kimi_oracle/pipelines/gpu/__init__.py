@@ -23,7 +23,9 @@ def preprocess_drawn_tiles(images: Any, config: Any, **kwargs: Any) -> Any:
     (`pipeline.drawn_tiles`) so that small fuzzed images cross tile boundaries; on CUDA the
     default tiles, the ones `kimi-oracle gpu build` certifies (real images cross them)."""
     from kimi_oracle.core.images import load_images
-    from kimi_oracle.pipelines.gpu.pipeline import drawn_tiles, preprocess as _impl, resolve_device
+    from kimi_oracle.pipelines.gpu.pipeline import drawn_tiles
+    from kimi_oracle.pipelines.gpu.pipeline import preprocess as _impl
+    from kimi_oracle.pipelines.gpu.pipeline import resolve_device
 
     if "tiles" not in kwargs and resolve_device(kwargs.get("device")).type == "cpu":
         images = load_images(images)

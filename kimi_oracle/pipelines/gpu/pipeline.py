@@ -29,8 +29,16 @@ from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.pipelines.gpu import layout as L
 from kimi_oracle.pipelines.gpu import resample as rs
 from kimi_oracle.pipelines.gpu.tables import (
-    MODES_16, TABLE_MODES, background_params, composite_table, conversion_table,
-    fill_uses_alpha, i16_dtype, i32_key_level, table_channels, table_key,
+    MODES_16,
+    TABLE_MODES,
+    background_params,
+    composite_table,
+    conversion_table,
+    fill_uses_alpha,
+    i16_dtype,
+    i32_key_level,
+    table_channels,
+    table_key,
 )
 from kimi_oracle.pipelines.reference import normalization_lut
 
