@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from kimi_oracle.workflows.bench import compare_medians, interleaved_ratio
 
 
@@ -22,6 +24,7 @@ def test_interleaved_ratio_detects_a_slower_side():
     assert result["ratio"] > 2.0 and len(result["ratios"]) == 5
 
 
+@pytest.mark.slow  # two pytest-benchmark subprocess runs (~10 s)
 def test_bench_cli_save_and_compare(tmp_path):
     base = [sys.executable, "-m", "kimi_oracle", "bench", "--candidate", "reference", "--input", "rgb-640x480",
             "--storage", str(tmp_path)]

@@ -78,20 +78,31 @@ def test_slow_candidate_fails_on_performance():
     ("tests/does_not_exist.py:f", "no such file"),
     ("badspec", "bad candidate spec"),
 ])
-def test_broken_candidate_spec_exits_2(tmp_path, spec, message):
-    proc, report = run_gate(tmp_path, "--candidate", spec, "--budget", "5s")
-    assert proc.returncode == 2
-    assert report is None
-    assert "Traceback" not in proc.stderr and message in proc.stderr
+def test_broken_candidate_spec_exits_2(tmp_path, capsys, monkeypatch, spec, message):
+    # In process (the CLI's own entry point): usage errors need no interpreter start-up.
+    monkeypatch.chdir(TESTS.parent)
+    code = _gate_in_process(tmp_path, "--candidate", spec, "--budget", "5s")
+    err = capsys.readouterr().err
+    assert code == 2
+    assert not (tmp_path / "out" / "gate-report.json").exists()
+    assert "Traceback" not in err and message in err.lower()
 
 
-def test_bad_options_exit_2(tmp_path):
-    proc, _ = run_gate(tmp_path, "--candidate", "reference", "--budget", "soon")
-    assert proc.returncode == 2 and "duration" in proc.stderr
-    proc, _ = run_gate(tmp_path, "--candidate", "reference", "--tolerance", "levels:x")
-    assert proc.returncode == 2
+def _gate_in_process(tmp_path, *args) -> int:
+    from kimi_oracle.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["gate", "--out", str(tmp_path / "out"), *args])
+    return int(exc.value.code)
 
 
+def test_bad_options_exit_2(tmp_path, capsys):
+    assert _gate_in_process(tmp_path, "--candidate", "reference", "--budget", "soon") == 2
+    assert "duration" in capsys.readouterr().err
+    assert _gate_in_process(tmp_path, "--candidate", "reference", "--tolerance", "levels:x") == 2
+
+
+@pytest.mark.slow  # two gate runs over every profile's pixel goldens (~12 s)
 def test_tolerance_applies_to_golden_cases():
     import tempfile
 

@@ -35,7 +35,8 @@ from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.oracle.candidates import CandidateCrash
 from kimi_oracle.oracle.checks import Verdict, check_invariance, compare
-from kimi_oracle.oracle.grouping import mode_class
+from kimi_oracle.oracle.diagnosis import finding_diagnosis
+from kimi_oracle.oracle.grouping import finding_key, mode_class
 from kimi_oracle.pipelines import reference
 from kimi_oracle.results.report import diff_image, root_cause_markdown, root_cause_rows
 from kimi_oracle.workflows import golden
@@ -280,10 +281,19 @@ class Gate:
         stage.summary += f" (profiles {', '.join(f.profile for f in report.files)})"
         for f in report.files:
             stage.reasons += [f"golden {f.profile}: {problem}" for problem in f.problems]
-        for file_report, change, verdict, _ in judged:
+        cases = []
+        for file_report, change, verdict, config in judged:
             if verdict is not None and verdict.check in ("crash", "timeout"):
                 self.findings.append({"stage": "goldens", "check": verdict.check, "profile": file_report.profile,
                                       "case": change.key, "message": verdict.message})
+            elif verdict is not None and verdict.check == "pixel_mismatch" and config is not None:
+                # Every differing golden case is diagnosed too: the root-cause table covers all of
+                # them, however many the reasons list names.
+                entry = self._golden_diagnosis(file_report.profile, change, verdict, config)
+                self.findings.append(entry)
+                cases.append({k: entry[k] for k in ("profile", "case", "key", "root_causes", "max_levels",
+                                                    "mean_levels", "residual_max_levels")})
+        stage.details["cases"] = cases  # every differing case's levels and root causes
         for file_report, change, verdict, _ in judged[:20]:
             stage.reasons.append(f"golden {file_report.profile}: {_describe_golden(change, verdict)}")
         if len(judged) > 20:
@@ -291,6 +301,16 @@ class Gate:
         stage.status = "fail" if stage.reasons else "pass"
         self._golden_diff_images(judged)
         return stage
+
+    def _golden_diagnosis(self, profile: str, change: Any, verdict: Verdict, config: PreprocessConfig) -> dict:
+        """A golden pixel difference as a finding entry with its root causes (oracle.diagnosis)."""
+        img = golden.PixelCase.from_entry(profile, change.new or change.old).make_image()
+        fields = finding_diagnosis(str(verdict.check), verdict.stats, [img], config,
+                                   expected=verdict.expected, actual=verdict.actual)
+        fields.pop("attribution", None)
+        return {"stage": "goldens", "check": str(verdict.check), "profile": profile, "case": change.key,
+                "key": finding_key(str(verdict.check), verdict.stats, [img]), "message": verdict.message,
+                "hits": 1, "max_levels_seen": fields["max_levels"], **fields}
 
     def _rejudge(self, profile: str, change: Any) -> tuple[Verdict | None, PreprocessConfig | None]:
         """The oracle's verdict on a changed golden case under the gate's tolerance, and the case's
@@ -577,8 +597,8 @@ class Gate:
                 role: {"calls": c.calls, "restarts": c.restarts, "crashes": c.crashes, "timeouts": c.timeouts}
                 for role, c in (("new", self.new), ("baseline", self.old)) if c is not None
             },
-            # Root causes of the fuzz stage's findings, per mode class, worst first (oracle.diagnosis).
-            "root_causes": root_cause_rows([f for f in self.findings if f.get("stage") == "fuzz"]),
+            # Root causes of the goldens' and the fuzz stage's findings, per mode class, worst first.
+            "root_causes": root_cause_rows([f for f in self.findings if f.get("stage") in ("goldens", "fuzz")]),
             "stages": {s.name: s.to_dict() for s in self.stages},
             "findings": self.findings,
             "timing_ratios": self._timing_rows(),

@@ -340,6 +340,7 @@ def test_nightly_sigterm_writes_the_summary_and_a_second_run_is_refused(tmp_path
     assert not (out / ".nightly.lock").exists()
 
 
+@pytest.mark.slow  # tests/nightly/test_campaign.py's Ctrl-C test runs in the default suite
 def test_nightly_sigint_writes_the_summary(tmp_path):
     events = tmp_path / "events"
     events.mkdir()

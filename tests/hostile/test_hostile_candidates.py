@@ -41,7 +41,13 @@ def run_cli(*args) -> int:
     return int(exc.value.code)
 
 
-@pytest.mark.parametrize("name", sorted(BEHAVIOURS))
+# Four behaviours run in the default suite; the others (the same paths with another signal or
+# exception) under `pytest -m slow`, to keep the default suite within its time.
+DEFAULT_BEHAVIOURS = ("exit0", "segfault", "hang", "base_exception", "hog")
+
+
+@pytest.mark.parametrize("name", [n if n in DEFAULT_BEHAVIOURS else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in sorted(BEHAVIOURS)])
 def test_fuzz_files_every_misbehaviour_as_a_finding(tmp_path, capsys, name):
     check, words = BEHAVIOURS[name]
     code = run_cli("fuzz", "--candidate", f"{HOSTILE}:{name}", "--examples", "8", "--seed", "3", "--modes", "RGB,P",
@@ -72,7 +78,8 @@ def test_check_files_misbehaviour_and_never_exits_0(tmp_path, capsys, name):
     assert any(f["check"] == check and words in f["message"] for f in summary["findings"])
 
 
-@pytest.mark.parametrize("name", ["os_exit0", "hang"])
+# The plugin's hang costs a dozen case timeouts; the fuzz engine's hang handling is tested above.
+@pytest.mark.parametrize("name", ["os_exit0", pytest.param("hang", marks=pytest.mark.slow)])
 def test_plugin_files_misbehaviour(tmp_path, name):
     (tmp_path / "test_own.py").write_text("def test_own():\n    assert True\n")
     proc = subprocess.run(

@@ -218,6 +218,7 @@ def test_abort_is_a_crash_finding_and_the_run_completes(aborting_run):
     assert s["engines"]["hypothesis"]["examples"] >= 20 and s["engines"]["atheris"]["examples"] >= 2 * 20
 
 
+@pytest.mark.slow  # a third nightly process run (~11 s); tests/hostile covers a second run refused on one --out
 def test_second_run_reuses_corpus_and_database(aborting_run):
     root, out1, _ = aborting_run
     first = _summary(out1)
@@ -243,6 +244,7 @@ def test_second_run_reuses_corpus_and_database(aborting_run):
     assert min(found_at) == 1
 
 
+@pytest.mark.slow  # tests/hostile/test_gate_golden_nightly.py::test_nightly_hang_is_a_timeout runs in the default suite
 def test_hang_is_a_timeout_finding_and_the_run_completes(tmp_path):
     out = tmp_path / "run"
     # Every input the candidate hangs on costs a case timeout: start from one such structured

@@ -29,9 +29,9 @@ EIGHT_BIT_MODES = ("RGB", "RGBA", "LA", "L", "P", "1")
 def test_every_pixel_finding_of_a_planted_mutant_names_its_planted_causes(mutant):
     modes = ("CMYK", "I;16", "YCbCr") if "convert-before-resize" in mutant.root_causes else EIGHT_BIT_MODES
     run = fuzz(Candidate(mutant.name, mutant), PreprocessConfig.k3_small(),
-               FuzzOptions(examples=40, seed=7, invariance=False, max_side=40, max_images=1, modes=modes))
+               FuzzOptions(examples=25, seed=7, invariance=False, max_side=32, max_images=1, modes=modes))
     pixel = [f for f in run.findings if f.check == "pixel_mismatch"]
-    assert pixel, f"{mutant.name} was not found in 40 examples"
+    assert pixel, f"{mutant.name} was not found in 25 examples"
     planted = set(mutant.root_causes)
     for f in pixel:
         # Each finding carries at least one of the mutant's own ids (or names it as an exact tie:
