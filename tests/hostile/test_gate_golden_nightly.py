@@ -81,7 +81,8 @@ def _gone(pid: int) -> bool:
 # gate
 
 
-@pytest.mark.parametrize("name", sorted(BEHAVIOURS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "segfault" else n
+                                  for n in sorted(BEHAVIOURS)])  # a death: the exit0 case covers the path
 def test_gate_fails_a_misbehaving_candidate_with_findings(tmp_path, name):
     check, words = BEHAVIOURS[name]
     # seed 3 draws no palette image in the 3 fuzz examples: the goldens and invariances meet the
@@ -193,7 +194,7 @@ def test_golden_check_records_each_misbehaviour_as_the_cases_error(tmp_path, cap
     assert saved["ok"] is False and saved["num_changes"] == len(changes)
 
 
-@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("sig,code", [pytest.param(signal.SIGINT, 130, marks=pytest.mark.slow), (signal.SIGTERM, 143)])
 def test_an_interrupted_golden_check_never_passes(tmp_path, sig, code):
     events = tmp_path / "events"
     events.mkdir()

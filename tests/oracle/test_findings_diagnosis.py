@@ -17,6 +17,9 @@ from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
 from kimi_oracle.oracle.candidates import Candidate
 
 PIXEL_MUTANTS = [m for m in MUTANTS if m.check == "pixel_mismatch" and m.root_causes]
+# Three mutants of different steps in the default run, every one under -m slow (each fuzz run costs
+# a second or two; tests/oracle/test_diagnosis.py attributes every mutant directly in the default run).
+DEFAULT_MUTANTS = ("palette_bicubic", "channels_last", "fill_before_resize")
 
 
 # Modes whose resize Pillow does in 8 bits: on the others (16-bit, I, F, CMYK, YCbCr, LAB, PA) a
@@ -25,13 +28,14 @@ PIXEL_MUTANTS = [m for m in MUTANTS if m.check == "pixel_mismatch" and m.root_ca
 EIGHT_BIT_MODES = ("RGB", "RGBA", "LA", "L", "P", "1")
 
 
-@pytest.mark.parametrize("mutant", PIXEL_MUTANTS, ids=lambda m: m.name)
+@pytest.mark.parametrize("mutant", [m if m.name in DEFAULT_MUTANTS else pytest.param(m, marks=pytest.mark.slow)
+                                    for m in PIXEL_MUTANTS], ids=lambda m: m.name)
 def test_every_pixel_finding_of_a_planted_mutant_names_its_planted_causes(mutant):
     modes = ("CMYK", "I;16", "YCbCr") if "convert-before-resize" in mutant.root_causes else EIGHT_BIT_MODES
     run = fuzz(Candidate(mutant.name, mutant), PreprocessConfig.k3_small(),
-               FuzzOptions(examples=25, seed=7, invariance=False, max_side=32, max_images=1, modes=modes))
+               FuzzOptions(examples=40, seed=7, invariance=False, max_side=40, max_images=1, modes=modes))
     pixel = [f for f in run.findings if f.check == "pixel_mismatch"]
-    assert pixel, f"{mutant.name} was not found in 25 examples"
+    assert pixel, f"{mutant.name} was not found in 40 examples"
     planted = set(mutant.root_causes)
     for f in pixel:
         # Each finding carries at least one of the mutant's own ids (or names it as an exact tie:
