@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from kimi_oracle.core import memory
 from kimi_oracle.fuzzers import HARNESSES
 
 # The harness module is imported inside the functions below, so that `run` imports it under
@@ -30,6 +31,7 @@ def run(name: str, argv: Sequence[str] | None = None) -> None:
         from PIL import GifImagePlugin, JpegImagePlugin, PngImagePlugin, TiffImagePlugin, WebPImagePlugin  # noqa: F401
 
         from kimi_oracle.fuzzers.harnesses import Harness, HarnessSettings
+    memory.bound_heap_growth()  # a million inputs of many sizes must not creep up to the RSS limit
     harness = Harness(name, HarnessSettings.from_env())
     atheris.Setup(list(argv if argv is not None else sys.argv), harness.test_one_input)
     atheris.Fuzz()

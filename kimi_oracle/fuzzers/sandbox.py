@@ -40,6 +40,7 @@ from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import BackendError, CandidateError
+from kimi_oracle.core import memory
 from kimi_oracle.core.images import alpha_class, pack_raw, resize_class, unpack_raw
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.oracle.candidates import Candidate, CandidateCrash
@@ -149,6 +150,7 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -
     faulthandler.enable(file=fault_file, all_threads=True)
     # The parent sends SIGUSR1 before killing a hung executor: dump where it hangs.
     faulthandler.register(signal.SIGUSR1, file=fault_file, all_threads=True, chain=False)
+    memory.bound_heap_growth()  # a reused executor judges many inputs of many sizes
     if memory_limit_mb:
         _limit_memory(memory_limit_mb)
     from kimi_oracle.oracle.candidates import load_candidate
