@@ -609,16 +609,28 @@ class EntryChange:
     change: str
     old: dict[str, Any] | None
     new: dict[str, Any] | None
+    # For a changed pixel case run by a candidate: oracle.diagnosis.finding_diagnosis of its
+    # output against the reference (root_causes, max/mean levels, residual), without attribution.
+    diagnosis: dict[str, Any] | None = None
 
     def describe(self) -> str:
         """One readable line."""
         if self.kind == "grids":
             return _describe_grid(self)
-        return _describe_pixels(self)
+        text = _describe_pixels(self)
+        d = self.diagnosis
+        if d and d.get("root_causes"):
+            top = d.get("max_levels")
+            text += (f"; root causes: {', '.join(d['root_causes'])}"
+                     + (f" (max {top:.3g} levels)" if isinstance(top, (int, float)) else ""))
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {"key": self.key, "change": self.change, "old": self.old, "new": self.new}
+        out = {"key": self.key, "change": self.change, "old": self.old, "new": self.new}
+        if self.diagnosis is not None:
+            out["diagnosis"] = self.diagnosis
+        return out
 
 
 def _grid_text(entry: Mapping[str, Any] | None) -> str:
@@ -1005,6 +1017,8 @@ def check(
             partial = select is not None and kind == "pixels"
             new = _compute(kind, profile, fn if kind == "pixels" else None, select, hung)
             file_report, _ = _compare(kind, profile, golden_path(gdir, kind, profile), new, partial)
+            if kind == "pixels" and fn is not None and label != "reference":
+                _diagnose_changes(file_report, profile, fn)
             report.files.append(file_report)
             if out is not None:
                 _write_obtained(file_report, out, report.messages)
@@ -1026,6 +1040,41 @@ def check(
     if out is not None:
         write_report(report, out)
     return report
+
+
+# Differing pixel cases diagnosed per golden file (each costs a reference run, a candidate call and
+# an attribution of a few milliseconds); the rest keep their digest line only.
+MAX_DIAGNOSED = 200
+
+
+def _diagnose_changes(report: "FileReport", profile: str, candidate: Callable) -> None:
+    """Re-run each changed pixel case with the reference and the candidate and name its root
+    causes (oracle.diagnosis), so a golden difference says why, not only that a digest moved."""
+    from kimi_oracle.oracle.checks import compare
+    from kimi_oracle.oracle.diagnosis import finding_diagnosis
+    from kimi_oracle.pipelines import reference
+
+    done = 0
+    for change in report.changes:
+        if done >= MAX_DIAGNOSED:
+            break
+        old, new = change.old or {}, change.new or {}
+        if change.change != "changed" or "error" in old or "error" in new:
+            continue
+        try:
+            case = PixelCase.from_entry(profile, new)
+            img, config = case.make_image(), case.config()
+            expected = reference.preprocess([img], config)
+            verdict = compare(expected, candidate([img], config), config, "exact", sizes=[img.size])
+        except Exception:  # noqa: BLE001 - a case that no longer runs (or crashes now) keeps its digest line
+            continue
+        if verdict.check != "pixel_mismatch":
+            continue
+        fields = finding_diagnosis(str(verdict.check), verdict.stats, [img], config,
+                                   expected=verdict.expected, actual=verdict.actual)
+        fields.pop("attribution", None)
+        change.diagnosis = fields
+        done += 1
 
 
 def check_pixels(

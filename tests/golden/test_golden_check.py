@@ -292,3 +292,21 @@ def test_int32_grids_fail_like_the_oracles_shape_dtype_check(golden_copy):
     changes = report.files[0].changes
     assert changes and not report.ok
     assert all("grid_thws dtype int32 != int64" in c.describe() for c in changes)
+
+
+def test_differing_pixel_cases_name_their_root_causes(golden_copy):
+    # A planted straight-alpha resize: every RGBA case it changes says why (oracle.diagnosis).
+    import sys
+    from pathlib import Path as _P
+
+    sys.path.insert(0, str(_P(__file__).resolve().parents[1]))
+    from mutants.planted import BY_NAME
+
+    report = golden.check_pixels(BY_NAME["straight_alpha"], golden_copy, profiles=["k3-small"],
+                                 select=lambda c: c.params.mode == "RGBA")
+    changed = [c for c in report.files[0].changes if c.change == "changed"]
+    assert changed and all(c.diagnosis is not None for c in changed)
+    assert any("alpha-straight" in c.diagnosis["root_causes"] for c in changed)
+    line = next(c.describe() for c in changed if "alpha-straight" in c.diagnosis["root_causes"])
+    assert "root causes: " in line and "alpha-straight" in line
+    assert "diagnosis" in changed[0].to_dict()
