@@ -62,6 +62,22 @@ def _blocked(events: Path) -> list[Path]:
     return sorted(events.glob("blocked-*"))
 
 
+def _signal_when_blocked(proc: subprocess.Popen, events: Path, sig: int, *, first=None, before_signal=None):
+    """Send `sig` once a candidate call is blocked (the event), return (stdout, stderr); the
+    process never outlives the test. `first` runs before the wait, `before_signal` after it."""
+    try:
+        if first is not None:
+            first()
+        _wait_for(lambda: _blocked(events), proc, "a blocked call")
+        if before_signal is not None:
+            before_signal()
+        proc.send_signal(sig)
+        return proc.communicate(timeout=PATIENCE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def _spawn(args: list[str], events: Path, cwd: Path) -> subprocess.Popen:
     env = dict(os.environ, KIMI_TEST_EVENTS=str(events), PYTHONUNBUFFERED="1")
     return subprocess.Popen([sys.executable, "-m", "kimi_oracle", *map(str, args)], cwd=cwd, env=env,
@@ -125,19 +141,16 @@ def test_an_interrupted_gate_is_an_error_with_a_report(tmp_path, sig, code, stag
         (events / "block").touch()  # the very first call blocks
     proc = _spawn(["gate", "--candidate", f"{EVENTS}:blocking", "--budget", "10m", "--seed", "3",
                    "--fuzz-examples", "100000", "--out", tmp_path / "out"], events, tmp_path)
-    try:
+
+    def block_in_fuzz():
         if stage == "fuzz":
             # The event: the gate announces its fuzzing stage; then the next call blocks.
             for line in proc.stderr:
                 if line.startswith("gate: fuzz ..."):
                     break
             (events / "block").touch()
-        _wait_for(lambda: _blocked(events), proc, "a blocked call")
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=PATIENCE_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+
+    out, err = _signal_when_blocked(proc, events, sig, first=block_in_fuzz)
     assert proc.returncode == code, out[-2000:] + err[-2000:]
     report = json.loads((tmp_path / "out" / "gate-report.json").read_text())
     assert report["verdict"] == "error" and report["stopped"] == "interrupted"
@@ -201,13 +214,7 @@ def test_an_interrupted_golden_check_never_passes(tmp_path, sig, code):
     (events / "block").touch()
     proc = _spawn(["golden", "check", "--kind", "pixels", "--candidate", f"{EVENTS}:blocking",
                    "--out", tmp_path / "out"], events, tmp_path)
-    try:
-        _wait_for(lambda: _blocked(events), proc, "a blocked call")
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=PATIENCE_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out, err = _signal_when_blocked(proc, events, sig)
     assert proc.returncode == code, out[-2000:] + err[-2000:]
     assert "INTERRUPTED" in out and "all 3 files match" not in out
     report = json.loads((tmp_path / "out" / "golden-report.json").read_text())
@@ -314,8 +321,8 @@ def test_nightly_sigterm_writes_the_summary_and_a_second_run_is_refused(tmp_path
     events.mkdir()
     out = tmp_path / "run"
     proc = _nightly_blocked(tmp_path, events, out)
-    try:
-        _wait_for(lambda: _blocked(events), proc, "a blocked call")
+
+    def second_run_is_refused():
         # a second run on the same --out, while the first one holds it
         second = subprocess.run([sys.executable, "-m", "kimi_oracle", "nightly", *NIGHTLY, "--max-examples", "1",
                                  "--out", str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=PATIENCE_S)
@@ -324,11 +331,8 @@ def test_nightly_sigterm_writes_the_summary_and_a_second_run_is_refused(tmp_path
         errors = [ln for ln in second.stderr.splitlines() if ln.startswith("error:")]
         assert len(errors) == 1 and "worker 0:" not in second.stderr  # refused before starting anything
         assert not (out / "summary.json").exists()
-        proc.send_signal(signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=PATIENCE_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+
+    stdout, stderr = _signal_when_blocked(proc, events, signal.SIGTERM, before_signal=second_run_is_refused)
     assert proc.returncode == 143, stdout + stderr
     s = _summary(out)
     assert s["stopped"] == "interrupted" and s["exit_code"] == 143
@@ -347,13 +351,7 @@ def test_nightly_sigint_writes_the_summary(tmp_path):
     events.mkdir()
     out = tmp_path / "run"
     proc = _nightly_blocked(tmp_path, events, out)
-    try:
-        _wait_for(lambda: _blocked(events), proc, "a blocked call")
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=PATIENCE_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    stdout, stderr = _signal_when_blocked(proc, events, signal.SIGINT)
     assert proc.returncode == 130, stdout + stderr
     s = _summary(out)
     assert s["stopped"] == "interrupted" and s["exit_code"] == 130 and s["errors"] == []
