@@ -24,21 +24,11 @@ from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.core.files import versions
 from kimi_oracle.inputs.generators import MODES, FuzzCase
 from kimi_oracle.inputs.strategies import DEFAULT_MAX_SIDE, fuzz_cases
-from kimi_oracle.oracle.candidates import Candidate, CandidateCrash, load_candidate
-from kimi_oracle.oracle.checks import (
-    CRASH,
-    FINDING_KINDS,
-    INVARIANCE,
-    PIXEL_MISMATCH,
-    TIMEOUT,
-    Tolerance,
-    Verdict,
-    check_invariance,
-    compare,
-)
+from kimi_oracle.oracle.candidates import Candidate, load_candidate
+from kimi_oracle.oracle.checks import FINDING_KINDS, INVARIANCE, PIXEL_MISMATCH, TIMEOUT, Tolerance, Verdict
 from kimi_oracle.oracle.diagnosis import finding_diagnosis
 from kimi_oracle.oracle.grouping import failure_type, finding_key, mode_class
-from kimi_oracle.pipelines import reference
+from kimi_oracle.oracle.judge import Rejected, evaluate
 from kimi_oracle.results.report import Finding, finding_summary, root_cause_rows, summary_markdown, write_finding
 
 # Checks a fuzz run reports on, in report order.
@@ -64,10 +54,6 @@ HYPOTHESIS_PROFILES = {
     "ci": {"max_examples": 100},
     "nightly": {"max_examples": 2000},
 }
-
-
-class Rejected(Exception):
-    """The reference itself refuses this input (e.g. the checkpoint's side assert): not a case."""
 
 
 @dataclass
@@ -162,59 +148,6 @@ class FuzzRun:
 
 # ---------------------------------------------------------------------------------------------
 # one case
-
-
-def _crash_verdict(exc: CandidateCrash) -> Verdict:
-    # A candidate failure names its own check when it has one: the sandbox's timeout is `timeout`.
-    return Verdict(getattr(exc, "check", CRASH), f"candidate raised {exc.exc_type}: {exc.exc_message}"[:500], {
-        "exception": f"{exc.exc_type}: {exc.exc_message}"[:2000],
-        "traceback": exc.traceback[-6000:],
-    })
-
-
-def evaluate(
-    candidate: Candidate | Callable[[list[Image.Image], PreprocessConfig], Any],
-    images: Sequence[Image.Image],
-    config: PreprocessConfig,
-    tolerance: "str | Tolerance" = "exact",
-    *,
-    invariance: bool = True,
-    expected: Any = None,
-) -> Verdict:
-    """Judge `candidate` on one batch: differential checks, then (when they pass) invariances.
-
-    Raises Rejected when the reference refuses the input, CandidateError / BackendError on
-    harness problems; a candidate exception becomes a `crash` verdict.
-    """
-    if not isinstance(candidate, Candidate):
-        candidate = Candidate(getattr(candidate, "__name__", "candidate"), candidate)
-    images = list(images)
-    if expected is None:
-        try:
-            expected = reference.preprocess([img.copy() if not img.info else _copy(img) for img in images], config)
-        except InputError as exc:
-            raise Rejected(str(exc)) from None
-    try:
-        actual = candidate(images, config)
-    except CandidateCrash as exc:
-        return _crash_verdict(exc)
-    verdict = compare(expected, actual, config, tolerance, sizes=[img.size for img in images])
-    if not verdict.ok or not invariance:
-        return verdict
-    try:
-        inv = check_invariance(lambda batch: candidate(batch, config), images, full=actual, config=config)
-    except CandidateCrash as exc:
-        return _crash_verdict(exc)
-    if not inv.ok:
-        return inv
-    verdict.stats["invariance"] = "held"
-    return verdict
-
-
-def _copy(img: Image.Image) -> Image.Image:
-    out = img.copy()
-    out.info = dict(img.info)
-    return out
 
 
 def finding_from(verdict: Verdict, candidate: str, config: PreprocessConfig, images: Sequence[Image.Image], *,
