@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -44,6 +45,53 @@ def isolation_options(func):
         help="Longest one call of the candidate may take; a call that takes longer is a timeout "
              "finding (its process is killed and restarted).")(func)
     return func
+
+
+def interpret_option(func):
+    """Add `--interpret/--no-interpret` (commands that run candidates only; never `gpu build`)."""
+    return click.option(
+        "--interpret/--no-interpret", "interpret", default=None,
+        help="Run the candidate's Triton kernels under the Triton interpreter: TRITON_INTERPRET=1 is set "
+             "before the candidate is imported. Default: on when no CUDA device is visible (said once on "
+             "stderr), off otherwise; an explicit TRITON_INTERPRET in the environment is kept.")(func)
+
+
+_INTERPRET_ANNOUNCED = False
+
+
+def cuda_visible() -> bool:
+    """True when a CUDA device is visible to torch."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - a broken CUDA install is no device
+        return False
+
+
+def setup_interpret(flag: bool | None) -> bool:
+    """Set (or clear) TRITON_INTERPRET for the candidate processes this command starts, before
+    any candidate is imported; returns whether the interpreter is on. `None` (no option given):
+    an explicit TRITON_INTERPRET is kept, otherwise the interpreter is turned on when no CUDA
+    device is visible, announced once on stderr."""
+    global _INTERPRET_ANNOUNCED
+    if flag is None:
+        if "TRITON_INTERPRET" in os.environ:
+            return os.environ["TRITON_INTERPRET"] == "1"
+        if cuda_visible():
+            return False
+        flag = True
+        if not _INTERPRET_ANNOUNCED:
+            _INTERPRET_ANNOUNCED = True
+            click.echo("note: no CUDA device is visible: candidates run with TRITON_INTERPRET=1 (the Triton "
+                       "interpreter); --no-interpret turns this off", err=True)
+    if flag:
+        os.environ["TRITON_INTERPRET"] = "1"
+    else:
+        os.environ.pop("TRITON_INTERPRET", None)
+    return flag
 
 
 def open_candidate(spec: str, case_timeout: float, memory_limit_mb: int | None):

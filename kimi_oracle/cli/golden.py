@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kimi_oracle.cli.common import isolation_options
+from kimi_oracle.cli.common import interpret_option, isolation_options, setup_interpret
 from kimi_oracle.core.config import PROFILES
 
 KIND_CHOICES = ("grids", "pixels")
@@ -50,21 +50,42 @@ def register(group: click.Group) -> None:
 
     @golden_group.command("check")
     @click.option("--candidate", default="reference", show_default=True,
-                  help="Pipeline for the pixel goldens: reference, gpu, eager, module:function, file.py:function.")
+                  help="Pipeline for the pixel goldens: reference, gpu, eager, module:function, file.py:function, "
+                       "a module with preprocess(), or an installed entry point's name.")
+    @click.option("--planner", default=None, metavar="SPEC",
+                  help="Check this planner (width, height, config) -> plan against every recorded grid of every "
+                       "profile (--profile narrows) instead: a ResizePlan or the engine's dict {num_tokens, "
+                       "new_width, new_height, pad_width, pad_height}. Spec forms as for --candidate; a module "
+                       "or entry point with plan().")
     @_common
     @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+    @interpret_option
     @isolation_options
-    def check_cmd(candidate: str, golden_dir: Path | None, out_dir: Path | None, profiles: tuple[str, ...],
-                  kinds: tuple[str, ...], max_lines: int, as_json: bool, case_timeout: float,
-                  memory_limit_mb: int | None) -> int:
+    def check_cmd(candidate: str, planner: str | None, golden_dir: Path | None, out_dir: Path | None,
+                  profiles: tuple[str, ...], kinds: tuple[str, ...], max_lines: int, as_json: bool,
+                  interpret: bool | None, case_timeout: float, memory_limit_mb: int | None) -> int:
         """Compare the golden files with what is computed now; exit 0 match, 1 differ.
 
         A candidate other than the reference runs in its own process: its crash, exit or hang
         (--case-timeout) on a case is that case's error entry, so the case differs. Exit 2 on a
         harness error, 130/143 when interrupted (the report is written and says so).
+
+        With --planner, only the planner is checked (in its own process): each finding names the
+        size, the profile and the first field that differs; sizes the checkpoint rejects are
+        reported, not failed. Exit 0 when every recorded grid comes back, 1 otherwise.
         """
         from kimi_oracle.core import interrupts
         from kimi_oracle.workflows import golden
+
+        setup_interpret(interpret)
+        if planner is not None:
+            planner_report = golden.check_planner(planner, golden_dir=golden_dir, profiles=profiles or None)
+            if as_json:
+                click.echo(json.dumps({"command": "golden check --planner", **planner_report.to_dict()}, indent=2))
+            else:
+                for line in planner_report.lines():
+                    click.echo(line)
+            return 0 if planner_report.ok else 1
 
         try:
             report = golden.check(golden_dir, candidate, kinds=kinds or None, profiles=profiles or None,

@@ -1042,6 +1042,57 @@ def check(
     return report
 
 
+# ---------------------------------------------------------------------------------------------
+# planners: every recorded grid of every profile
+
+
+def planner_golden_report(planner: str | Any, golden_dir: Path | str | None = None,
+                          profiles: Iterable[str] | None = None) -> Any:
+    """Judge a planner (`oracle.planner`) on every entry of the grid goldens of `profiles`
+    (default all), in this process: each recorded plan must come back field for field; an entry
+    the checkpoint rejects (its `error`) is reported, not failed. A missing or unreadable grid
+    file is an error line of the report."""
+    from kimi_oracle.oracle.planner import PlannerReport, check_sizes, load_planner, plan_from_entry
+
+    loaded = load_planner(planner) if isinstance(planner, str) else planner
+    gdir = Path(golden_dir) if golden_dir is not None else default_golden_dir()
+    report = PlannerReport(loaded.spec)
+    for profile in _selection(("grids",), profiles):
+        name = profile[1]
+        config = PreprocessConfig.profile(name)
+        path = golden_path(gdir, "grids", name)
+        try:
+            golden = load(path, "grids", name)
+        except (OSError, UnicodeDecodeError, GoldenFormatError) as exc:
+            report.errors.append(f"{_display(path)}: unreadable grid golden: {_error_text(exc)}")
+            continue
+
+        def entries(golden: GoldenFile = golden, config: PreprocessConfig = config) -> Iterable[tuple]:
+            for e in golden.entries:
+                expected = PlanError(str(e["error"])) if "error" in e else plan_from_entry(e)
+                yield int(e["width"]), int(e["height"]), config, expected
+
+        check_sizes(loaded, entries(), report, source=f"golden:{name}")
+    return report
+
+
+def check_planner(planner: str, *, golden_dir: Path | str | None = None, profiles: Iterable[str] | None = None,
+                  fuzz_sizes: int = 0, config: PreprocessConfig | None = None, seed: int = 0,
+                  vary_config: bool = True, timeout_s: float = 3600.0) -> Any:
+    """A planner against the grid goldens (and, with `fuzz_sizes`, on that many fuzzed sizes and
+    configs around `config`, default k3), in a separate process: the gate's and `golden check
+    --planner`'s entry point. Returns an `oracle.planner.PlannerReport` (`ok`, `lines()`,
+    `to_dict()`); CandidateError (exit 2) when the planner cannot be loaded or returns no plan."""
+    from kimi_oracle.fuzzers.planner_fuzz import fuzz_planner, run_isolated
+
+    report = run_isolated(planner_golden_report, planner, golden_dir, tuple(profiles) if profiles else None,
+                          planner=planner, timeout_s=timeout_s)
+    if fuzz_sizes > 0:
+        report.merge(run_isolated(fuzz_planner, planner, config or PreprocessConfig.profile("k3"), planner=planner,
+                                  timeout_s=timeout_s, sizes=fuzz_sizes, seed=seed, vary_config=vary_config))
+    return report
+
+
 # Differing pixel cases diagnosed per golden file (each costs a reference run, a candidate call and
 # an attribution of a few milliseconds); the rest keep their digest line only.
 MAX_DIAGNOSED = 200
@@ -1184,6 +1235,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "check",
     "check_pixels",
+    "check_planner",
     "config_hash",
     "default_golden_dir",
     "default_out_dir",
@@ -1202,6 +1254,7 @@ __all__ = [
     "parse",
     "pixel_catalogue",
     "pixel_entry",
+    "planner_golden_report",
     "record",
     "record_grids",
     "record_pixels",

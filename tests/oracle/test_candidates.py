@@ -55,7 +55,10 @@ def test_file_spec_with_sibling_import(tmp_path):
 
 @pytest.mark.parametrize("spec, message", [
     ("", "empty candidate spec"),
-    ("nope", "bad candidate spec 'nope'"),
+    ("nope", "unknown candidate 'nope': not a built-in"),
+    (":f", "bad candidate spec ':f'"),
+    ("not a module:f", "bad candidate spec"),
+    ("kimi_oracle.core.errors", "module kimi_oracle.core.errors has no preprocess function"),
     ("no_such_module_kimi:f", "no module named 'no_such_module_kimi'"),
     ("kimi_oracle.pipelines.reference:nothing_here", "has no attribute 'nothing_here'"),
     ("kimi_oracle.pipelines.reference:PATTERN_VALUES", "is not callable"),

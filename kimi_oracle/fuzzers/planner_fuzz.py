@@ -1,0 +1,209 @@
+"""Fuzzing a planner: sizes and configurations drawn in bulk, judged by pure arithmetic.
+
+`fuzz_planner(planner, base, sizes=N, seed=S)` draws N sizes over configurations varied around
+`base` (patch budget, side cap, including caps that are not a multiple of the merge size so that
+the checkpoint's side assert fails for some sizes, patch size, merge size, fixed token count) and
+judges each against `core.geometry.plan` (`oracle.planner.judge_size`). Sizes come from the
+input space of `inputs.generators` (its threshold sizes: the patch budget and the side cap of
+each drawn config, special sides, >100:1 ratios) and from log-uniform draws, with multiples of
+the patch and merge sizes ±1 mixed in. Hundreds of thousands of sizes a second per core.
+
+`run_isolated(function, *args)` runs such a job (or the golden grid check of
+`workflows.golden.check_planner`) in a forked process, so that a planner that crashes the
+interpreter, exhausts memory or hangs ends as an error line of the report, not the command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import signal
+import time
+import traceback
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from kimi_oracle.core import interrupts
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import BackendError, CandidateError, ConfigError
+from kimi_oracle.inputs.generators import (
+    budget_sizes,
+    config_choices,
+    ratio_sizes,
+    side_cap_sizes,
+    special_sides,
+)
+from kimi_oracle.oracle.planner import Planner, PlannerReport, check_sizes, load_planner
+
+# Configuration values the planner fuzz varies beyond the generators' budgets and side caps:
+# patch and merge sizes the checkpoint's processor accepts (positive integers) and fixed token
+# counts. The base config's own values always come first.
+PATCH_SIZES = (14, 16, 8, 7, 1, 3, 32)
+MERGE_SIZES = (2, 1, 3, 4)
+FIXED_TOKENS = (None, 1, 64, 729)
+DEFAULT_SIZES = 200_000
+# Sizes judged per drawn configuration.
+BLOCK = 2048
+DEFAULT_MAX_SIDE = 20_000
+
+
+def _first(base: Any, values: tuple) -> tuple:
+    return (base,) + tuple(v for v in values if v != base)
+
+
+def draw_config(base: PreprocessConfig, rng: np.random.Generator) -> PreprocessConfig:
+    """One configuration around `base` (the base itself a quarter of the time)."""
+    if rng.random() < 0.25:
+        return base
+    choices = config_choices(base)
+    caps = choices.caps + tuple(c + 1 for c in choices.caps)  # +1: not a multiple of the merge size
+    patch = int(rng.choice(_first(base.patch_size, PATCH_SIZES)))
+    merge = int(rng.choice(_first(base.merge_kernel_size, MERGE_SIZES)))
+    fixed_choices = _first(base.fixed_output_tokens, FIXED_TOKENS)
+    fixed = fixed_choices[int(rng.integers(len(fixed_choices)))] if rng.random() < 0.2 else base.fixed_output_tokens
+    try:
+        return dataclasses.replace(
+            base, name=f"{base.name}~planner", patch_size=patch, merge_kernel_size=merge,
+            in_patch_limit=int(rng.choice(choices.limits)), patch_limit_on_one_side=int(rng.choice(caps)),
+            fixed_output_tokens=fixed)
+    except ConfigError:  # pragma: no cover - every value above is valid
+        return base
+
+
+def draw_sizes(config: PreprocessConfig, rng: np.random.Generator, count: int,
+               max_side: int = DEFAULT_MAX_SIDE) -> list[tuple[int, int]]:
+    """`count` sizes for `config`: its thresholds, then special sides, boundary multiples and
+    log-uniform sizes (drawn as arrays)."""
+    p, f = config.patch_size, config.patch_size * config.merge_kernel_size
+    fixed = budget_sizes(config) + side_cap_sizes(config)
+    out = [s for s in fixed if max(s) <= 8 * max_side][: count // 4]
+    n = count - len(out)
+    third = n // 3
+    # log-uniform
+    logs = rng.uniform(0.0, math.log(max_side), (n - 2 * third, 2))
+    wh = np.maximum(1, np.exp(logs).astype(np.int64))
+    # multiples of p and f, ±1
+    unit = rng.choice(np.array([p, f], dtype=np.int64), size=(third, 2))
+    k = np.exp(rng.uniform(0.0, math.log(max(2, max_side // max(p, 1))), (third, 2))).astype(np.int64)
+    near = np.maximum(1, unit * k + rng.integers(-1, 2, size=(third, 2)))
+    # special sides (primes, powers of two ±1, multiples of 14/28 ±1) and >100:1 ratios
+    sides = np.array(special_sides(max_side), dtype=np.int64)
+    special = sides[rng.integers(0, len(sides), size=(third, 2))]
+    ratios = ratio_sizes()
+    swap = rng.integers(0, len(ratios), size=max(1, third // 16))
+    special[: len(swap)] = np.array([ratios[i] for i in swap], dtype=np.int64)[: len(special)]
+    arr = np.concatenate([wh, near, special])
+    out += [(int(w), int(h)) for w, h in arr.tolist()]
+    return out
+
+
+def cases(base: PreprocessConfig, count: int, seed: int, *, vary_config: bool = True,
+          max_side: int = DEFAULT_MAX_SIDE) -> Iterator[tuple[int, int, PreprocessConfig, None]]:
+    """`count` (width, height, config, None) cases, deterministic from `seed`."""
+    rng = np.random.default_rng([int(seed), 0x91A7])
+    left = int(count)
+    while left > 0:
+        config = draw_config(base, rng) if vary_config else base
+        n = min(BLOCK, left)
+        for w, h in draw_sizes(config, rng, n, max_side):
+            yield w, h, config, None
+        left -= n
+
+
+def fuzz_planner(planner: Planner | str, base: PreprocessConfig, *, sizes: int = DEFAULT_SIZES, seed: int = 0,
+                 vary_config: bool = True, max_side: int = DEFAULT_MAX_SIDE) -> PlannerReport:
+    """Judge `sizes` drawn sizes and configurations (in this process)."""
+    if isinstance(planner, str):
+        planner = load_planner(planner)
+    report = PlannerReport(planner.spec)
+    return check_sizes(planner, cases(base, sizes, seed, vary_config=vary_config, max_side=max_side), report,
+                       source="fuzz", should_stop=interrupts.requested)
+
+
+# ---------------------------------------------------------------------------------------------
+# isolation
+
+
+def _child(conn: Any, function: Callable[..., PlannerReport], args: tuple, kwargs: dict) -> None:
+    from kimi_oracle.fuzzers.sandbox import die_with_parent
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends the run
+    die_with_parent(signal.SIGKILL)
+    try:
+        report = function(*args, **kwargs)
+        conn.send(("ok", report.to_dict()))
+    except (CandidateError, BackendError) as exc:
+        conn.send(("error", type(exc).__name__, str(exc)))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, told apart by type
+        conn.send(("raised", f"{type(exc).__name__}: {exc}",
+                   "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]))
+
+
+def run_isolated(function: Callable[..., PlannerReport], *args: Any, planner: str = "planner",
+                 timeout_s: float = 3600.0, **kwargs: Any) -> PlannerReport:
+    """`function(*args, **kwargs)` (a module-level function returning a PlannerReport) in a
+    forked process. A planner that cannot load raises CandidateError (exit 2); one that kills
+    or hangs the process gives a report with an error line. An interrupt ends the process."""
+    from kimi_oracle.fuzzers.sandbox import _context, _hidden_main, signal_name
+
+    ctx = _context()
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(child, function, args, kwargs), name=f"kimi-planner[{planner}]",
+                       daemon=True)
+    with _hidden_main():
+        proc.start()
+    child.close()
+    started = time.monotonic()
+    try:
+        ready = parent.poll(timeout_s)
+        msg = None
+        if ready:
+            try:
+                msg = parent.recv()
+            except (EOFError, OSError):
+                msg = None
+    except KeyboardInterrupt:
+        _end(proc)
+        raise
+    finally:
+        parent.close()
+    if msg is None:
+        _end(proc)
+        report = PlannerReport(planner, elapsed_s=time.monotonic() - started)
+        how = "did not finish within %.0f s" % timeout_s if not ready else f"died ({signal_name(proc.exitcode)})"
+        report.errors.append(f"the planner's process {how}")
+        return report
+    proc.join(5)
+    if proc.is_alive():
+        _end(proc)
+    if msg[0] == "ok":
+        return PlannerReport.from_dict(msg[1])
+    if msg[0] == "error":
+        raise CandidateError(msg[2]) if msg[1] != "BackendError" else BackendError(msg[2])
+    report = PlannerReport(planner, elapsed_s=time.monotonic() - started)
+    report.errors.append(f"the planner check raised {msg[1]}")
+    return report
+
+
+def _end(proc: Any) -> None:
+    if proc.is_alive():
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    proc.join(5)
+
+
+__all__ = [
+    "DEFAULT_SIZES",
+    "FIXED_TOKENS",
+    "MERGE_SIZES",
+    "PATCH_SIZES",
+    "cases",
+    "draw_config",
+    "draw_sizes",
+    "fuzz_planner",
+    "run_isolated",
+]
