@@ -96,6 +96,7 @@ def _open_bytes(data: bytes, name: str, max_pixels: int) -> Image.Image:
             img = Image.open(io.BytesIO(data))
             _check_size(img, max_pixels, name)
             img.load()
+            attach_encoded(img, data)
         except Image.DecompressionBombError as exc:
             raise InputError(f"exceeds the pixel cap of {max_pixels} ({_reason(exc)})", source=name) from None
         except Image.UnidentifiedImageError:
@@ -245,6 +246,67 @@ def resize_class(img: Image.Image, config: PreprocessConfig) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# encoded images: the file bytes an image was opened from travel with it
+
+# Modes PNG stores losslessly (transparency included); every other mode goes to TIFF.
+PNG_MODES = ("RGB", "RGBA", "LA", "L", "P", "1", "I;16")
+_ENCODED = "_kimi_oracle_encoded"
+
+
+def attach_encoded(img: Image.Image, data: bytes) -> Image.Image:
+    """Record on `img` the file bytes it was opened from (`encoded_bytes`); returns `img`."""
+    setattr(img, _ENCODED, bytes(data))
+    return img
+
+
+def encoded_bytes(img: Image.Image) -> bytes | None:
+    """The file bytes `img` was opened from (by `decode`, `open_encoded` or a generator), or None
+    for an image built in memory. `img.copy()` does not carry them."""
+    data = getattr(img, _ENCODED, None)
+    return data if isinstance(data, bytes) else None
+
+
+def open_encoded(data: bytes, *, max_pixels: int | None = None, name: str | None = None) -> Image.Image:
+    """The image Pillow opens from the file bytes `data` (frame 0 loaded, the file kept open for
+    its other frames, `info` and `getexif()` as Pillow reads them), under the pixel cap."""
+    cap = default_max_pixels() if max_pixels is None else int(max_pixels)
+    return _open_bytes(bytes(data), name or "<bytes>", cap)
+
+
+def lossless_bytes(img: Image.Image) -> bytes:
+    """A file holding exactly `img` (mode, pixels, palette, transparency): PNG for the modes PNG
+    stores, TIFF for the others."""
+    buf = io.BytesIO()
+    fmt = "PNG" if img.mode in PNG_MODES else "TIFF"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            img.save(buf, fmt)
+    except (ValueError, OSError, KeyError) as exc:
+        raise InputError(f"mode {img.mode!r}: cannot be stored as {fmt}: {exc}") from None
+    return buf.getvalue()
+
+
+def as_bytes(img: Image.Image) -> bytes:
+    """The encoded form of `img` a bytes-taking candidate receives: the file it was opened from,
+    else `lossless_bytes(img)` (which Pillow opens to the same image)."""
+    data = encoded_bytes(img)
+    return data if data is not None else lossless_bytes(img)
+
+
+def call_copy(img: Image.Image) -> Image.Image:
+    """A copy of `img` a candidate may alter: an image opened from file bytes is opened again
+    from them (frames, EXIF, ICC and file state as Pillow gives them); an in-memory image is
+    copied with its `info`."""
+    data = encoded_bytes(img)
+    if data is not None:
+        return open_encoded(data, max_pixels=0)
+    out = img.copy()
+    out.info = dict(img.info)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # the raw image container: everything the checkpoint's behaviour depends on, in one byte string
 
 RAW_MAGIC = b"KIMIRAW1"
@@ -269,7 +331,12 @@ def _info_from_json(value: Any) -> Any:
 def pack_raw(img: Image.Image) -> bytes:
     """Mode, size, pixels, palette and the scalar `info` entries (transparency among them) of
     `img` as one byte string; `unpack_raw` rebuilds an image the checkpoint treats identically.
-    Used for the last-resort input file of a finding and for sending images to a sandbox."""
+    Used for the last-resort input file of a finding and for sending images to a sandbox. An
+    image opened from file bytes is packed as those bytes (`unpack_raw` opens them again)."""
+    data = encoded_bytes(img)
+    if data is not None:
+        head = json.dumps({"encoded": True, "mode": img.mode, "size": list(img.size)}).encode()
+        return RAW_MAGIC + len(head).to_bytes(4, "little") + head + data
     header: dict[str, Any] = {"mode": img.mode, "size": list(img.size)}
     if img.mode in ("P", "PA") and img.palette is not None:
         raw_mode = img.palette.mode if img.palette.mode in ("RGB", "RGBA") else "RGB"
@@ -292,6 +359,8 @@ def unpack_raw(data: bytes, *, max_pixels: int | None = None) -> Image.Image:
         w, h = (int(v) for v in header["size"])
         if w <= 0 or h <= 0 or (cap and w * h > cap):
             raise InputError(f"raw image container of {w}x{h} pixels: empty or over the pixel cap of {cap}")
+        if header.get("encoded") is True:
+            return open_encoded(data[12 + n :], max_pixels=cap, name="<raw image container>")
         img = Image.frombytes(header["mode"], (w, h), data[12 + n :])
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"damaged raw image container: {exc}") from None
