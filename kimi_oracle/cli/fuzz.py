@@ -11,13 +11,28 @@ from typing import Any, Sequence
 import click
 from rich.text import Text
 
-from kimi_oracle.cli.common import isolation_options, open_candidate, parse_duration, profile_options, resolve_config
+from kimi_oracle.cli.common import (
+    interpret_option,
+    isolation_options,
+    open_candidate,
+    parse_duration,
+    profile_options,
+    resolve_config,
+    setup_interpret,
+)
 from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.core.text import rich_text, safe_text
 from kimi_oracle.inputs.generators import DEFAULT_MAX_SIDE, MODES
-from kimi_oracle.oracle.checks import FINDING_KINDS, Tolerance, ToleranceError
+from kimi_oracle.oracle.checks import FINDING_KINDS, REPORTED_ONLY, Tolerance, ToleranceError, failing
+
+CANDIDATE_HELP = ("reference | gpu | eager | sglang-0.5.23 | package.module:function | path/to/file.py:function | "
+                  "a module with preprocess() | an installed entry point's name (kimi_oracle.candidates)")
+TOLERANCE_HELP = ("exact (bit for bit) | levels:K (within K uint8 levels) | bf16 (both sides cast to bfloat16, "
+                  "then bit for bit: for float32 or bfloat16 candidates)")
+STRICT_HELP = ("Also fail (exit 1) on accepts_invalid findings: a result for an input the checkpoint rejects "
+               "(by default reported, exit 0 when it is the only kind found).")
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm",
                   ".pnm", ".ico", ".tga", ".jp2", ".avif", ".heic", ".psd", ".im", ".pcx", ".sgi", ".dds"}
@@ -77,7 +92,7 @@ def _levels_text(value: Any) -> str:
 
 
 def _print_findings_table(title: str, findings: Sequence[Any], checks: Sequence[str], first_found: dict[str, int],
-                          footer: str) -> None:
+                          footer: str, strict: bool = False) -> None:
     from rich.table import Table
 
     console = _stdout_console()
@@ -89,6 +104,8 @@ def _print_findings_table(title: str, findings: Sequence[Any], checks: Sequence[
     for check in checks:
         mine = [f for f in findings if f.check == check]
         result = "[red]FAIL[/red]" if mine else "[green]pass[/green]"
+        if mine and check in REPORTED_ONLY and not strict:
+            result = "[yellow]reported[/yellow]"
         after = f"{first_found[check]} examples" if check in first_found else ""
         where = str(mine[0].path) if mine and mine[0].path else ("" if not mine else "(not written)")
         table.add_row(check, result, str(len(mine)), after, rich_text(where))
@@ -127,8 +144,14 @@ def register(group: click.Group) -> None:
     """Attach `fuzz`, `repro` and `check` to the CLI group."""
 
     @group.command("fuzz")
-    @click.option("--candidate", "candidate_spec", required=True, metavar="SPEC",
-                  help="reference | gpu | eager | package.module:function | path/to/file.py:function")
+    @click.option("--candidate", "candidate_spec", default=None, metavar="SPEC",
+                  help=CANDIDATE_HELP + " (required unless --planner is given)")
+    @click.option("--planner", "planner_spec", default=None, metavar="SPEC",
+                  help="Also (or only) fuzz this planner (width, height, config) -> plan on drawn sizes and configs: "
+                       "pure arithmetic against the checkpoint's geometry; each finding names the size and the "
+                       "first differing field. Spec forms as for --candidate (a module or entry point with plan()).")
+    @click.option("--planner-sizes", type=click.IntRange(min=1), default=None, metavar="N",
+                  help="Sizes the planner is judged on (default 200000, a few seconds).")
     @profile_options
     @click.option("--examples", type=click.IntRange(min=1), default=None,
                   help="Number of examples (default: from --hypothesis-profile).")
@@ -138,8 +161,8 @@ def register(group: click.Group) -> None:
                   show_default=True, help="Example count when neither --examples nor --budget is given "
                                           "(dev 25, ci 100, nightly 2000).")
     @click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed (default: random, printed).")
-    @click.option("--tolerance", default="exact", show_default=True, callback=_tolerance,
-                  help="exact | levels:K | bf16")
+    @click.option("--tolerance", default="exact", show_default=True, callback=_tolerance, help=TOLERANCE_HELP)
+    @click.option("--strict", is_flag=True, help=STRICT_HELP)
     @click.option("--fixed-config", is_flag=True,
                   help="Use the profile/config as is (default: vary budget, side cap, background, fill stage).")
     @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
@@ -161,21 +184,34 @@ def register(group: click.Group) -> None:
                   help="One pixel_mismatch/crash finding per mode class of the failing image, or per check.")
     @click.option("--stop-early", is_flag=True,
                   help="End after the first search round that found something (default: spend all examples).")
+    @interpret_option
     @isolation_options
-    def fuzz_cmd(candidate_spec: str, profile: str | None, config_path: Path | None, examples: int | None,
-                 budget: str | None, hypothesis_profile: str, seed: int | None, tolerance: str, fixed_config: bool,
-                 out_dir: Path, db_dir: Path | None, json_path: Path | None, junit_path: Path | None,
-                 max_images: int, max_side: int, modes: str | None, no_invariance: bool, no_shrink: bool,
-                 group_by: str, stop_early: bool, case_timeout: float, memory_limit_mb: int | None) -> int:
+    def fuzz_cmd(candidate_spec: str | None, planner_spec: str | None, planner_sizes: int | None,
+                 profile: str | None, config_path: Path | None, examples: int | None,
+                 budget: str | None, hypothesis_profile: str, seed: int | None, tolerance: str, strict: bool,
+                 fixed_config: bool, out_dir: Path, db_dir: Path | None, json_path: Path | None,
+                 junit_path: Path | None, max_images: int, max_side: int, modes: str | None, no_invariance: bool,
+                 no_shrink: bool, group_by: str, stop_early: bool, interpret: bool | None, case_timeout: float,
+                 memory_limit_mb: int | None) -> int:
         """Differential fuzzing of a candidate against the reference; findings written under --out.
 
         The candidate runs in a separate process: its crash, exit, hang or memory exhaustion is a
         finding. Exit 0 when nothing was found, 1 when something was, 2 on usage or harness
-        errors, 130/143 when interrupted (the report then says so).
+        errors, 130/143 when interrupted (the report then says so). `accepts_invalid` findings
+        (a result for an input the checkpoint rejects) are reported and fail only with --strict.
+
+        --planner SPEC fuzzes an engine's planner too (in its own process): sizes and configs
+        drawn in bulk, each plan compared field by field with the checkpoint's; sizes the
+        checkpoint rejects are reported, not failed.
         """
         from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
 
+        if candidate_spec is None and planner_spec is None:
+            raise click.UsageError("give --candidate SPEC, --planner SPEC, or both")
+        setup_interpret(interpret)
         config = resolve_config(profile, config_path)
+        if candidate_spec is None:
+            return _planner_only(planner_spec, planner_sizes, config, seed, fixed_config, json_path, junit_path)
         budget_s = parse_duration(budget) if budget else None
         mode_list = tuple(MODES)
         if modes:
@@ -216,17 +252,25 @@ def register(group: click.Group) -> None:
             run = fuzz(candidate, config, options, out_dir=out_dir, on_example=on_example)
             progress.update(task, completed=total, detail=f"{run.examples} examples, {len(run.findings)} finding(s)")
         summary = run.summary()
+        planner_report = None
+        if planner_spec is not None and run.stopped != "interrupted":
+            planner_report = _run_planner(planner_spec, planner_sizes, config, run.seed, fixed_config)
+            summary["planner"] = planner_report.to_dict()
+        summary["strict"] = strict
         _write_outputs(summary, run.findings, FINDING_KINDS, "kimi-oracle fuzz", json_path, junit_path, run.elapsed_s)
         footer = (f"{run.examples} examples ({run.calls} runs incl. shrinking, {run.rejected} rejected) in "
                   f"{run.elapsed_s:.1f} s; seed {run.seed}; stopped: {run.stopped}; "
                   f"{len(run.findings)} finding(s)" + (f" under {out_dir / 'findings'}" if run.findings else ""))
         _print_findings_table(f"kimi-oracle fuzz: {candidate.spec} vs reference ({config.describe()}, "
                               f"tolerance {tolerance}, config variation {'off' if fixed_config else 'on'})",
-                              run.findings, FINDING_KINDS, run.first_found, footer)
+                              run.findings, FINDING_KINDS, run.first_found, footer, strict)
+        if planner_report is not None:
+            _print_planner(planner_report)
         if run.stopped == "interrupted":
             click.echo("interrupted: the report covers only the examples that ran", err=True)
             return interrupts.exit_code()
-        return 1 if run.findings else 0
+        failed = failing([f.check for f in run.findings], strict)
+        return 1 if failed or (planner_report is not None and not planner_report.ok) else 0
 
     @group.command("repro")
     @click.argument("finding", type=click.Path(exists=True, path_type=Path))
@@ -237,8 +281,9 @@ def register(group: click.Group) -> None:
                   help="Write the verdict as JSON here.")
     @click.option("--case-timeout", "case_timeout", default="30s", show_default=True, callback=_positive_duration,
                   help="Per-call limit for the candidate, which runs in a separate process: a hang is a timeout.")
+    @interpret_option
     def repro_cmd(finding: Path, candidate_spec: str | None, tolerance: str | None, json_path: Path | None,
-                  case_timeout: float) -> int:
+                  case_timeout: float, interpret: bool | None) -> int:
         """Replay one finding (its directory or case.json). Exit 1 while it still fails, 0 once fixed.
 
         The finding folder is untrusted: case.json is validated, files must be plain names inside
@@ -250,6 +295,7 @@ def register(group: click.Group) -> None:
         from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
         from kimi_oracle.results.report import finding_lines, read_case
 
+        setup_interpret(interpret)
         case, directory = read_case(finding)
         spec = candidate_spec or case.get("candidate")
         if not spec:
@@ -293,23 +339,26 @@ def register(group: click.Group) -> None:
 
     @group.command("check")
     @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-    @click.option("--candidate", "candidate_spec", required=True, metavar="SPEC",
-                  help="reference | gpu | eager | package.module:function | path/to/file.py:function")
+    @click.option("--candidate", "candidate_spec", required=True, metavar="SPEC", help=CANDIDATE_HELP)
     @profile_options
-    @click.option("--tolerance", default="exact", show_default=True, callback=_tolerance,
-                  help="exact | levels:K | bf16")
+    @click.option("--tolerance", default="exact", show_default=True, callback=_tolerance, help=TOLERANCE_HELP)
+    @click.option("--strict", is_flag=True, help=STRICT_HELP)
     @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
                   default=Path("kimi-oracle-out"), show_default=True, help="Findings go to OUT/findings/<id>/.")
     @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None)
     @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None)
     @click.option("--no-invariance", is_flag=True, help="Skip the batch/subset/permutation/determinism checks.")
+    @interpret_option
     @isolation_options
     def check_cmd(paths: tuple[Path, ...], candidate_spec: str, profile: str | None, config_path: Path | None,
-                  tolerance: str, out_dir: Path, json_path: Path | None, junit_path: Path | None,
-                  no_invariance: bool, case_timeout: float, memory_limit_mb: int | None) -> int:
+                  tolerance: str, strict: bool, out_dir: Path, json_path: Path | None, junit_path: Path | None,
+                  no_invariance: bool, interpret: bool | None, case_timeout: float,
+                  memory_limit_mb: int | None) -> int:
         """Run the oracle over real image files or folders (searched recursively).
 
         Exit 0 all pass, 1 findings, 2 when an input could not be read (and nothing failed).
+        An image the checkpoint rejects is still given to the candidate: a result is an
+        `accepts_invalid` finding (reported; exit 1 only with --strict), a raise agrees.
         """
         from rich.table import Table
 
@@ -318,6 +367,7 @@ def register(group: click.Group) -> None:
         from kimi_oracle.fuzzers.fuzzing import check_images
         from kimi_oracle.results.report import finding_summary, root_cause_rows
 
+        setup_interpret(interpret)
         config = resolve_config(profile, config_path)
         files, skipped = _expand(paths)
         for line in skipped[:20]:
@@ -351,13 +401,13 @@ def register(group: click.Group) -> None:
             table.add_row(rich_text(name), r["size"], rich_text(r["mode"]), result, rich_text(r["detail"]))
         console.print(table)
         _print_findings_table("findings per check", findings, FINDING_KINDS, {}, f"{len(rows)} row(s), "
-                              f"{len(findings)} finding(s), {len(errors)} unreadable, {elapsed:.1f} s")
+                              f"{len(findings)} finding(s), {len(errors)} unreadable, {elapsed:.1f} s", strict)
         for line in errors:
             click.echo(f"error: {line}", err=True)
         summary = {
             "schema": "kimi-oracle.check-run", "schema_version": 1, "command": "check",
             "candidate": candidate.spec, "profile": config.name, "config": config.to_hf_json(),
-            "tolerance": tolerance, "started": utc_now(), "elapsed_s": round(elapsed, 3),
+            "tolerance": tolerance, "strict": strict, "started": utc_now(), "elapsed_s": round(elapsed, 3),
             "images": rows, "errors": errors, "skipped": skipped, "stopped": checked.stopped,
             "root_causes": root_cause_rows(findings),
             "findings": [finding_summary(f) for f in findings],
@@ -367,9 +417,57 @@ def register(group: click.Group) -> None:
         if checked.stopped == "interrupted":
             click.echo(f"interrupted: {len(rows)} of {len(loaded)} images judged", err=True)
             return interrupts.exit_code()
-        if findings:
+        if failing([f.check for f in findings], strict):
             return 1
         return 2 if errors else 0
+
+
+def _run_planner(spec: str, sizes: int | None, config: PreprocessConfig, seed: int | None, fixed_config: bool) -> Any:
+    """The planner fuzzed in its own process (CandidateError, exit 2, when it cannot load)."""
+    from kimi_oracle.fuzzers.planner_fuzz import DEFAULT_SIZES, fuzz_planner, run_isolated
+
+    return run_isolated(fuzz_planner, spec, config, planner=spec, sizes=sizes or DEFAULT_SIZES,
+                        seed=int(seed or 0), vary_config=not fixed_config)
+
+
+def _print_planner(report: Any) -> None:
+    console = _stdout_console()
+    console.print()
+    for line in report.lines():
+        style = "bold red" if line.startswith(("FAIL", "error")) else None
+        console.print(rich_text(line), style=style, highlight=False, soft_wrap=True)
+
+
+def _planner_only(spec: str, sizes: int | None, config: PreprocessConfig, seed: int | None, fixed_config: bool,
+                  json_path: Path | None, junit_path: Path | None) -> int:
+    import random
+
+    from kimi_oracle.core.files import utc_now, versions, write_json
+    from kimi_oracle.results.report import JUnitCase, write_junit
+
+    seed = seed if seed is not None else random.SystemRandom().randrange(2**32)
+    started = utc_now()
+    report = _run_planner(spec, sizes, config, seed, fixed_config)
+    _print_planner(report)
+    click.echo(f"seed {seed}")
+    if json_path is not None:
+        write_json(json_path, {"schema": "kimi-oracle.fuzz-run", "schema_version": 1, "command": "fuzz",
+                               "candidate": None, "profile": config.name, "config": config.to_hf_json(), "seed": seed,
+                               "vary_config": not fixed_config, "started": started, "planner": report.to_dict(),
+                               "versions": versions()})
+    if junit_path is not None:
+        from kimi_oracle.oracle.planner import PLANNER_KINDS
+
+        cases = []
+        for kind in PLANNER_KINDS:
+            mine = [f for f in report.findings.values() if f.kind == kind]
+            cases.append(JUnitCase(kind, "kimi-oracle fuzz --planner", failure=mine[0].message if mine else None,
+                                   details="\n".join(f.message for f in mine)))
+        for err in report.errors:
+            cases.append(JUnitCase("planner", "kimi-oracle fuzz --planner", error=err))
+        write_junit(junit_path, "kimi-oracle fuzz --planner", cases, time=report.elapsed_s,
+                    properties={"planner": spec, "profile": config.name, "seed": seed})
+    return 0 if report.ok else 1
 
 
 def _refuse_candidate_inside(spec: str, directory: Path) -> None:

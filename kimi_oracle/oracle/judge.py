@@ -10,21 +10,52 @@ from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError
-from kimi_oracle.oracle.candidates import Candidate, CandidateCrash
-from kimi_oracle.oracle.checks import CRASH, Tolerance, Verdict, check_invariance, compare
+from kimi_oracle.oracle.candidates import Candidate, CandidateCrash, SelfCheckFailed
+from kimi_oracle.oracle.checks import ACCEPTS_INVALID, CRASH, Tolerance, Verdict, check_invariance, compare
 from kimi_oracle.pipelines import reference
 
 
 class Rejected(Exception):
-    """The reference itself refuses this input (e.g. the checkpoint's side assert): not a case."""
+    """The reference refuses this input (e.g. the checkpoint's side assert) and the candidate
+    raised too: they agree, not a case."""
 
 
 def _crash_verdict(exc: CandidateCrash) -> Verdict:
-    # A candidate failure names its own check when it has one: the sandbox's timeout is `timeout`.
-    return Verdict(getattr(exc, "check", CRASH), f"candidate raised {exc.exc_type}: {exc.exc_message}"[:500], {
+    # A candidate failure names its own check when it has one: the sandbox's timeout is `timeout`,
+    # a failed self-check (the candidate's result against its own plan) `grid_mismatch` or
+    # `feature_length`.
+    check = getattr(exc, "check", CRASH)
+    if isinstance(exc, SelfCheckFailed) or exc.exc_type == SelfCheckFailed.__name__:
+        stats = dict(getattr(exc, "stats", None) or {"self_check": True})
+        return Verdict(check, exc.exc_message[:500], stats)
+    return Verdict(check, f"candidate raised {exc.exc_type}: {exc.exc_message}"[:500], {
         "exception": f"{exc.exc_type}: {exc.exc_message}"[:2000],
         "traceback": exc.traceback[-6000:],
     })
+
+
+def _agrees_with_rejection(exc: CandidateCrash) -> bool:
+    """A Python exception agrees with the checkpoint's own raise; a hang, a death of the
+    candidate's process or a failed self-check does not."""
+    return (getattr(exc, "check", CRASH) == CRASH and not exc.exc_type.startswith("ProcessDied")
+            and exc.exc_type != SelfCheckFailed.__name__)
+
+
+def _judge_rejected(candidate: Candidate, images: list[Image.Image], config: PreprocessConfig, reason: str) -> Verdict:
+    """The checkpoint rejects `images`: the candidate still runs. A result is an `accepts_invalid`
+    finding; a raise agrees (Rejected)."""
+    try:
+        actual = candidate(images, config)
+    except CandidateCrash as exc:
+        if _agrees_with_rejection(exc):
+            raise Rejected(f"{reason} (the candidate raised too: {exc.exc_type})") from None
+        return _crash_verdict(exc)
+    grids = actual.grid_thws.tolist() if actual.grid_thws.ndim else []
+    sizes = [list(img.size) for img in images]
+    return Verdict(ACCEPTS_INVALID, f"the checkpoint rejects this input ({reason}) but the candidate returned "
+                   f"a result: grids {grids}"[:500], {
+                       "reference_error": reason[:2000], "actual_grids": grids, "sizes": sizes,
+                       "pixel_values_shape": list(actual.pixel_values.shape)}, actual=actual)
 
 
 def evaluate(
@@ -38,8 +69,10 @@ def evaluate(
 ) -> Verdict:
     """Judge `candidate` on one batch: differential checks, then (when they pass) invariances.
 
-    Raises Rejected when the reference refuses the input, CandidateError / BackendError on
-    harness problems; a candidate exception becomes a `crash` verdict.
+    When the reference refuses the input (the checkpoint's side assert, or any other raise of
+    the reference on a valid image) the candidate still runs: a result is an `accepts_invalid`
+    verdict, a raise agrees and raises Rejected. CandidateError / BackendError on harness
+    problems; a candidate exception on a valid input becomes a `crash` verdict.
     """
     if not isinstance(candidate, Candidate):
         candidate = Candidate(getattr(candidate, "__name__", "candidate"), candidate)
@@ -48,7 +81,7 @@ def evaluate(
         try:
             expected = reference.preprocess([img.copy() if not img.info else _copy(img) for img in images], config)
         except InputError as exc:
-            raise Rejected(str(exc)) from None
+            return _judge_rejected(candidate, images, config, str(exc))
     try:
         actual = candidate(images, config)
     except CandidateCrash as exc:
