@@ -1,4 +1,5 @@
-"""The eager candidate (the serving engine's torch path): runs, right grids, known divergences."""
+"""The engine model `sglang-0.5.23` (alias `eager`): runs, right grids, batches like one image at a
+time, known divergences from the reference. Bit-identity to the engine's facts: tests/oracle/test_engine_model.py."""
 
 from __future__ import annotations
 
@@ -22,8 +23,11 @@ def test_grids_match_reference_and_batch_groups():
     assert torch.equal(got.grid_thws, exp.grid_thws)
     assert got.pixel_values.shape == exp.pixel_values.shape
     assert got.pixel_values.dtype == torch.float32
-    one = eager_preprocess([images[1]], cfg, device="cpu")
-    assert torch.equal(got.image(1).pixel_values, one.pixel_values)
+    # The engine's own invariant: a batch (here two images share a source shape and one resize
+    # call) equals each image run alone, bit for bit.
+    for i, img in enumerate(images):
+        one = eager_preprocess([img], cfg, device="cpu")
+        assert torch.equal(got.image(i).pixel_values, one.pixel_values), i
 
 
 def test_normalization_is_within_an_ulp_without_resize():

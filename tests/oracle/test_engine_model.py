@@ -203,6 +203,31 @@ def test_model_is_bit_identical_to_the_facts_on_fuzzed_cases():
     assert {k[1] for k in covered if k[0] == "bg"} == {"chessboard", "white", "black", "gray", None}
 
 
+def _first_mismatch(count: int) -> str | None:
+    for config, params in _cases(count, seed=12):
+        images = [make_image(p) for p in params]
+        want_pixels, want_grids = fact_result(images, config)
+        got = model.preprocess(images, config, device="cpu")
+        if not (torch.equal(got.grid_thws, want_grids) and torch.equal(got.pixel_values, want_pixels)):
+            return f"{config} {[p.describe() for p in params]}"
+    return None
+
+
+def _two_roundings(x, scale, bias, patch, padded_h, padded_w):
+    x = F.pad(x, (0, padded_w - x.shape[-1], 0, padded_h - x.shape[-2]), value=0.0) * scale + bias
+    b, c, h, w = x.shape
+    return x.view(b, c, h // patch, patch, w // patch, patch).permute(0, 2, 4, 1, 3, 5).reshape(b, -1, c, patch, patch)
+
+
+@pytest.mark.parametrize("attr, wrong", [
+    ("keeps_alpha", lambda img: "A" in img.getbands() or "transparency" in img.info),  # RGB keys composited
+    ("normalize_and_patchify", _two_roundings),  # x·scale + bias rounded twice (the earlier model)
+], ids=["rgb-key-composited", "two-roundings"])
+def test_the_comparison_catches_a_model_off_by_one_fact(monkeypatch, attr, wrong):
+    monkeypatch.setattr(model, attr, wrong)
+    assert _first_mismatch(60) is not None
+
+
 # ---------------------------------------------------------------------------------------------
 # single facts, each with a case where the checkpoint differs
 
