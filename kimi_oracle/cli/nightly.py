@@ -6,7 +6,14 @@ from pathlib import Path
 
 import click
 
-from kimi_oracle.cli.common import isolation_options, parse_duration, profile_options, resolve_config
+from kimi_oracle.cli.common import (
+    interpret_option,
+    isolation_options,
+    parse_duration,
+    profile_options,
+    resolve_config,
+    setup_interpret,
+)
 from kimi_oracle.core.errors import KimiOracleError
 
 
@@ -31,7 +38,13 @@ def register(group: click.Group) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Output directory: summary.json, summary.md, junit.xml, findings/.")
 @click.option("--candidate", default="reference", show_default=True,
-              help="Candidate spec: reference, gpu, eager, package.module:function or file.py:function.")
+              help="Candidate spec: reference, gpu, eager, sglang-0.5.23, package.module:function, "
+                   "file.py:function, a module with preprocess(), or an installed entry point's name.")
+@click.option("--planner", "planner_spec", default=None, metavar="SPEC",
+              help="Also fuzz this planner (width, height, config) -> plan after the campaign (its own process; "
+                   "pure arithmetic): OUT/planner.json; its findings make the exit code 1.")
+@click.option("--planner-sizes", type=click.IntRange(min=1), default=1_000_000, show_default=True, metavar="N",
+              help="Sizes and configs the planner is judged on.")
 @profile_options
 @click.option("--corpus", "corpus_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Persistent atheris corpus (default OUT/corpus); new entries are added atomically.")
@@ -56,8 +69,10 @@ def register(group: click.Group) -> None:
 @click.option("--log-limit", "log_limit_mb", type=click.FloatRange(min=0.01), default=8, show_default=True,
               metavar="MB", help="Each worker's log (and libFuzzer's) keeps at most its last MB MiB: a chatty "
                                  "candidate cannot fill the disk.")
+@interpret_option
 @isolation_options
-def nightly(budget: float, out_dir: Path, candidate: str, profile: str | None, config_path: Path | None,
+def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | None, planner_sizes: int,
+            interpret: bool | None, profile: str | None, config_path: Path | None,
             corpus_dir: Path | None, db_dir: Path | None, engines: str, shard: str, jobs: int,
             case_timeout: float, tolerance: str, seed: int | None, fixed_config: bool,
             memory_limit_mb: int | None, max_findings: int, max_examples: int | None, no_shrink: bool,
@@ -78,6 +93,7 @@ def nightly(budget: float, out_dir: Path, candidate: str, profile: str | None, c
 
     # Both checked before any work: --profile with --config, and a bad config file, are usage errors.
     config = resolve_config(profile, config_path)
+    setup_interpret(interpret)
     names = tuple(e.strip() for e in engines.split(",") if e.strip())
     try:
         shard_tuple = parse_shard(shard)
@@ -114,7 +130,26 @@ def nightly(budget: float, out_dir: Path, candidate: str, profile: str | None, c
     for err in s["errors"]:
         click.echo(f"error: {err.splitlines()[0] if err else err}", err=True)
     click.echo(f"{len(s['findings'])} finding(s); stopped: {s['stopped']}; summary: {result.out / 'summary.md'}")
-    raise SystemExit(result.exit_code)
+    code = result.exit_code
+    if planner_spec is not None and code in (0, 1):
+        code = max(code, _nightly_planner(planner_spec, planner_sizes, config, s.get("seed"), not fixed_config,
+                                          result.out))
+    raise SystemExit(code)
+
+
+def _nightly_planner(spec: str, sizes: int, config, seed, vary_config: bool, out: Path) -> int:
+    """The planner fuzzed in its own process; OUT/planner.json; 1 when it has findings."""
+    from kimi_oracle.core.files import utc_now, versions, write_json
+    from kimi_oracle.fuzzers.planner_fuzz import fuzz_planner, run_isolated
+
+    seed = int(seed) if isinstance(seed, int) else 0
+    report = run_isolated(fuzz_planner, spec, config, planner=spec, sizes=sizes, seed=seed, vary_config=vary_config)
+    write_json(out / "planner.json", {"schema": "kimi-oracle.nightly-planner", "schema_version": 1,
+                                      "created": utc_now(), "seed": seed, "profile": config.name,
+                                      "versions": versions(), **report.to_dict()})
+    for line in report.lines():
+        click.echo(line)
+    return 0 if report.ok else 1
 
 
 @click.group()
