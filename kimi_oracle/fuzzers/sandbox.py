@@ -163,7 +163,12 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -
     except Exception as exc:  # an import that fails in an unexpected way is still a load error
         conn.send(("error", "CandidateError", f"candidate {spec!r} cannot be loaded: {type(exc).__name__}: {exc}"))
         return
-    conn.send(("ready", candidate.description))
+    try:
+        accepts = candidate.accepts
+    except CandidateError as exc:  # a bad kimi_oracle_input declaration
+        conn.send(("error", "CandidateError", str(exc)))
+        return
+    conn.send(("ready", candidate.description, accepts))
     timing: tuple[Any, list[Image.Image]] | None = None  # (key, images) of the last timed input
     while True:
         try:
@@ -178,12 +183,18 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -
                 timing = (key, [unpack_raw(p) for p in packed_images or ()])
             conn.send(_timed(candidate, spec, timing[1], config))
             continue
-        _, packed_images, config = msg
+        _, packed_images, config, *rest = msg
+        if rest:  # the input form chosen by the caller (oracle.input_forms)
+            candidate.input_form = rest[0]
+        # An image opened from a file arrives as its bytes and is opened again here (frames,
+        # EXIF, ICC intact): the candidate receives what it would receive in-process.
         images = [unpack_raw(p) for p in packed_images]
         try:
             out = candidate(images, config)
         except CandidateCrash as exc:
-            conn.send(("raised", exc.exc_type, exc.exc_message, exc.traceback))
+            # A failed self-check names its own check (grid_mismatch, feature_length) and stats.
+            conn.send(("raised", exc.exc_type, exc.exc_message, exc.traceback,
+                       getattr(exc, "check", "crash"), getattr(exc, "stats", None)))
             continue
         except (CandidateError, BackendError) as exc:
             conn.send(("error", type(exc).__name__, str(exc)))
@@ -279,8 +290,16 @@ class IsolatedCandidate(Candidate):
         self._timing_key: Any = None
         self._timing_images: list[Image.Image] = []
         self._started = False
+        self._accepts: tuple[str, ...] | None = None
         # (mode, alpha class, resample kind, fill stage, background) seen: a behaviour coverage.
         self.behaviours: set[tuple[str, ...]] = set()
+
+    @property
+    def accepts(self) -> tuple[str, ...]:
+        """The input forms the candidate declares (reported by its executor; starts it)."""
+        if self._accepts is None:
+            self.start()
+        return self._accepts or ("pil",)
 
     @staticmethod
     def _unused(images: Any, config: Any) -> Any:  # pragma: no cover - never called
@@ -321,6 +340,7 @@ class IsolatedCandidate(Candidate):
             self._kill()
             raise CandidateError(msg[2])
         self.description = msg[1] or ""
+        self._accepts = tuple(msg[2]) if len(msg) > 2 else ("pil",)
 
     def close(self) -> None:
         """Stop the executor."""
@@ -400,7 +420,7 @@ class IsolatedCandidate(Candidate):
     def __call__(self, images: Sequence[Image.Image], config: PreprocessConfig) -> PreprocessResult:
         """Run the candidate on `images` in the executor; CandidateCrash subclasses on failure."""
         self._note(images, config)
-        msg = self._request(("call", [pack_raw(img) for img in images], config))
+        msg = self._request(("call", [pack_raw(img) for img in images], config, self.input_form))
         if msg[0] == "ok":
             return PreprocessResult(_unpack_tensor(msg[1]), _unpack_tensor(msg[2]))
         return self._failed(msg)
@@ -422,7 +442,10 @@ class IsolatedCandidate(Candidate):
 
     def _failed(self, msg: tuple) -> Any:
         if msg[0] == "raised":
-            raise CandidateRaised(self.spec, msg[1], msg[2], msg[3])
+            err = CandidateRaised(self.spec, msg[1], msg[2], msg[3])
+            if len(msg) > 5:
+                err.check, err.stats = msg[4], msg[5]
+            raise err
         raise CandidateError(msg[2]) if msg[1] != "BackendError" else BackendError(msg[2])
 
     def _request(self, msg: tuple) -> tuple:

@@ -20,6 +20,8 @@ from PIL import Image
 from kimi_oracle.core.config import FILL_STAGES, PATTERNS, PreprocessConfig, TransparentBgConfig
 from kimi_oracle.core.errors import PlanError
 from kimi_oracle.core.geometry import plan
+from kimi_oracle.core.images import PNG_MODES, open_encoded
+from kimi_oracle.inputs.requests import check_request, encode
 
 # Bumped whenever make_image or a size builder changes its output for existing parameters
 # (golden files record it so a generator change is never mistaken for a pipeline change).
@@ -30,8 +32,7 @@ RARE_MODES = ("I;16B", "I", "F", "LAB", "PA", "YCbCr")
 MODES = COMMON_MODES + RARE_MODES
 # Modes that carry an alpha band.
 ALPHA_BAND_MODES = ("RGBA", "LA", "PA")
-# Modes whose files PNG stores losslessly; the rest go to TIFF (see report.save_input).
-PNG_MODES = ("RGB", "RGBA", "LA", "L", "P", "1", "I;16")
+# PNG_MODES (from core.images): modes whose files PNG stores losslessly; the rest go to TIFF.
 
 # "key" is colour-key transparency (`info["transparency"]`, PNG tRNS on L/RGB/P images).
 ALPHA_PATTERNS = (
@@ -92,7 +93,10 @@ def alpha_patterns_for(mode: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class CaseParams:
-    """Everything `make_image` needs: size, mode, alpha pattern, content, seed, checker square."""
+    """Everything `make_image` needs: size, mode, alpha pattern, content, seed, checker square,
+    and what a request carries (inputs.requests): the container the image is encoded in, its
+    EXIF orientation, ICC profile, frames, disposal mode and DPI. With a container, the image
+    is the file as Pillow opens it."""
 
     width: int
     height: int
@@ -101,9 +105,15 @@ class CaseParams:
     content: str = "noise"
     seed: int = 0
     square: int = 8  # edge of the alpha checkerboard's squares, in source pixels
+    container: str = ""  # "": an image built in memory; else a name of inputs.requests.CONTAINERS
+    orientation: int = 0  # EXIF Orientation 1..8; 0: no EXIF
+    icc: str = ""  # an ICC profile name (inputs.requests.ICC_PROFILES); "": none
+    frames: int = 1  # > 1: an animation (frame 1 is smaller than the canvas)
+    disposal: int = 0  # the animation's disposal mode
+    dpi: int = 0  # 0: no DPI stored
 
     def __post_init__(self) -> None:
-        for key in ("width", "height", "seed", "square"):
+        for key in ("width", "height", "seed", "square", "orientation", "frames", "disposal", "dpi"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise ValueError(f"CaseParams.{key} must be an integer, got {value!r}")
@@ -123,6 +133,12 @@ class CaseParams:
                 f"alpha pattern {self.alpha!r} is not expressible in mode {self.mode!r}; "
                 f"expected one of {', '.join(alpha_patterns_for(self.mode))}"
             )
+        check_request(self.mode, self.container, self.orientation, self.icc, self.frames, self.disposal, self.dpi)
+
+    @property
+    def request(self) -> dict[str, Any]:
+        """The request fields that differ from an in-memory image (empty for one)."""
+        return {k: getattr(self, k) for k, v in _REQUEST_DEFAULTS.items() if getattr(self, k) != v}
 
     @property
     def size(self) -> tuple[int, int]:
@@ -130,8 +146,13 @@ class CaseParams:
         return self.width, self.height
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict; `CaseParams.from_dict(p.to_dict()) == p`."""
-        return dataclasses.asdict(self)
+        """JSON-ready dict; `CaseParams.from_dict(p.to_dict()) == p`. Request fields appear only
+        when set, so an in-memory image's dict is what it was before they existed."""
+        out = dataclasses.asdict(self)
+        for key, default in _REQUEST_DEFAULTS.items():
+            if out[key] == default:
+                del out[key]
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "CaseParams":
@@ -145,7 +166,22 @@ class CaseParams:
     def describe(self) -> str:
         """A short human label, e.g. `37x5 RGBA checker/noise seed 3`."""
         alpha = "" if self.alpha == "opaque" else f" {self.alpha}"
-        return f"{self.width}x{self.height} {self.mode}{alpha} {self.content} seed {self.seed}"
+        label = f"{self.width}x{self.height} {self.mode}{alpha} {self.content} seed {self.seed}"
+        if self.container:
+            extra = [self.container]
+            if self.orientation:
+                extra.append(f"orientation {self.orientation}")
+            if self.frames > 1:
+                extra.append(f"{self.frames} frames disposal {self.disposal}")
+            if self.icc:
+                extra.append(f"icc {self.icc}")
+            if self.dpi:
+                extra.append(f"dpi {self.dpi}")
+            label += " (" + ", ".join(extra) + ")"
+        return label
+
+
+_REQUEST_DEFAULTS = {"container": "", "orientation": 0, "icc": "", "frames": 1, "disposal": 0, "dpi": 0}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,7 +256,27 @@ def _palette(params: CaseParams) -> bytes:
 
 
 def make_image(params: CaseParams) -> Image.Image:
-    """The PIL image described by `params`; identical bytes, palette and info on every call."""
+    """The PIL image described by `params`; identical bytes, palette and info on every call.
+
+    With a container, the image Pillow opens from the encoded file (frame 0 loaded; the file
+    bytes travel with it, `core.images.encoded_bytes`)."""
+    if not params.container:
+        return _memory_image(params)
+    plain = dataclasses.replace(params, **_REQUEST_DEFAULTS)
+    frames = [_memory_image(plain)]
+    for k in range(1, params.frames):
+        # Frame k: other content; odd frames smaller than the canvas (placed at the top left).
+        w, h = params.width, params.height
+        if k % 2:
+            w, h = max(1, w - w // 3), max(1, h - h // 3)
+        frames.append(_memory_image(dataclasses.replace(plain, width=w, height=h,
+                                                        seed=(params.seed * 31 + k) % 2**32)))
+    data = encode(frames, params.container, orientation=params.orientation, icc=params.icc,
+                  disposal=params.disposal, dpi=params.dpi)
+    return open_encoded(data, max_pixels=0, name=params.describe())
+
+
+def _memory_image(params: CaseParams) -> Image.Image:
     mode = params.mode
     size = params.size
     rgb = content_array(params)

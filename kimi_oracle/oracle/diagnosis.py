@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import io
 import math
+import warnings
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -21,12 +23,12 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
+from PIL import Image, ImageOps
 
 from kimi_oracle.core.config import FILL_STAGES, PreprocessConfig, TransparentBgConfig
 from kimi_oracle.core.errors import CandidateError, KimiOracleError
 from kimi_oracle.core.geometry import ResizePlan, plan
-from kimi_oracle.core.images import ImageSource, has_alpha, load_images
+from kimi_oracle.core.images import ImageSource, call_copy, encoded_bytes, has_alpha, load_images
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.oracle.candidates import as_result
 from kimi_oracle.oracle.checks import levels_of
@@ -69,6 +71,11 @@ def _float_lut(kind: str, mean: tuple[float, ...], std: tuple[float, ...]) -> np
         # addcmul / a fused multiply-add: one rounding of the exact x·scale + bias (a product of
         # two float32 is exact in float64). torch's CPU addcmul gives these values (measured).
         out = (x.double() * scale.double() + bias.double()).float()
+    elif kind == "fused-float64-constants":
+        # addcmul with scale and bias computed in float64 and stored as float32 (SGLang 0.5.23).
+        scale = torch.tensor([1.0 / (255.0 * v) for v in std], dtype=torch.float32).view(3, 1)
+        bias = torch.tensor([-a / v for a, v in zip(mean, std)], dtype=torch.float32).view(3, 1)
+        out = (x.double() * scale.double() + bias.double()).float()
     elif kind == "divide":
         out = (x / 255.0 - m) / s
     else:  # "reciprocal"
@@ -88,6 +95,7 @@ def _normalize_in_float(kind: str) -> Callable[[PreprocessConfig], np.ndarray]:
 
 NORMALIZE_SCALE_BIAS = _normalize_in_float("scale-bias")
 NORMALIZE_FUSED = _normalize_in_float("fused")
+NORMALIZE_FUSED_FLOAT64_CONSTANTS = _normalize_in_float("fused-float64-constants")
 NORMALIZE_DIVIDE = _normalize_in_float("divide")
 NORMALIZE_RECIPROCAL = _normalize_in_float("reciprocal")
 
@@ -296,6 +304,103 @@ def patches_bgr(values: np.ndarray, patch: int) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
+# the request: what an engine does to the decoded file before the checkpoint's steps
+# (`Steps.prepare`); each function leaves an image it does not apply to unchanged
+
+ORIENTATION_TAG = 0x0112  # EXIF Orientation (inputs.requests.ORIENTATION_TAG; oracle cannot import inputs)
+
+
+def exif_orientation(img: Image.Image) -> int:
+    """The EXIF Orientation of `img` as Pillow reads it (1 when there is none or it is bad)."""
+    try:
+        value = img.getexif().get(ORIENTATION_TAG, 1)
+    except Exception:  # a damaged EXIF block: as Pillow's exif_transpose, no orientation
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def exif_transposed(img: Image.Image) -> Image.Image:
+    """`ImageOps.exif_transpose` (what vLLM's normalize_image applies)."""
+    if exif_orientation(img) == 1:
+        return img
+    return ImageOps.exif_transpose(img)
+
+
+@functools.lru_cache(maxsize=16)
+def frame_taker(k: int) -> Callable[[Image.Image], Image.Image]:
+    """A function taking frame k of an animation (k < 0 counts from the end) as Pillow seeks to it."""
+
+    def take(img: Image.Image) -> Image.Image:
+        n = getattr(img, "n_frames", 1)
+        index = k if k >= 0 else n + k
+        if n <= 1 or not 0 < index < n:
+            return img
+        out = call_copy(img)  # seeking a copy: the image the others use stays on frame 0
+        out.seek(index)
+        return out.copy()
+
+    take.__name__ = f"frame_{k}"
+    return take
+
+
+def _rgba(img: Image.Image) -> Image.Image:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return img.convert("RGBA")
+
+
+def flattened_on_white(img: Image.Image) -> Image.Image:
+    """Transparency pasted onto white (`Image.paste` with the alpha as mask; vLLM's rgba_to_rgb)."""
+    if not has_alpha(img):
+        return img
+    rgba = _rgba(img)
+    out = Image.new("RGB", img.size, (255, 255, 255))
+    out.paste(rgba, mask=rgba.getchannel("A"))
+    return out
+
+
+def alpha_composited_on_white(img: Image.Image) -> Image.Image:
+    """Transparency composited onto white with `Image.alpha_composite`."""
+    if not has_alpha(img):
+        return img
+    return Image.alpha_composite(Image.new("RGBA", img.size, (255, 255, 255, 255)), _rgba(img)).convert("RGB")
+
+
+def _is_jpeg(img: Image.Image) -> bool:
+    data = encoded_bytes(img)
+    return data is not None and data[:3] == b"\xff\xd8\xff"
+
+
+def jpeg_pillow_ycbcr(img: Image.Image) -> Image.Image:
+    """The JPEG decoded to YCbCr by libjpeg and converted to RGB by Pillow's own arithmetic
+    (another colour conversion than libjpeg's: up to 1 level on about half the pixels, measured)."""
+    if not _is_jpeg(img):
+        return img
+    data = encoded_bytes(img)
+    assert data is not None
+    raw = Image.open(io.BytesIO(data))
+    raw.draft("YCbCr", raw.size)
+    if raw.mode != "YCbCr":
+        return img
+    out = raw.convert("RGB")
+    out.info = dict(img.info)
+    return out
+
+
+BY_ELIMINATION = "by-elimination"
+# Pillow format names whose files are lossy (a decoder of its own may give other pixels).
+LOSSY_FORMATS = frozenset({"JPEG", "WEBP", "MPO"})
+
+
+def _lossy_file(img: Image.Image) -> bool:
+    return encoded_bytes(img) is not None and (img.format or "") in LOSSY_FORMATS
+
+
+def _prepared(*functions: Callable[[Image.Image], Image.Image]) -> Callable[[Steps], Steps]:
+    return lambda s: s.replace(prepare=s.prepare + functions)
+
+
+# ---------------------------------------------------------------------------------------------
 # the catalogue
 
 
@@ -362,12 +467,41 @@ def _fill_stage_variants(config: PreprocessConfig) -> tuple[Variant, ...]:
 
 CATALOGUE: tuple[RootCause, ...] = (
     RootCause(
+        "exif-orientation",
+        "the EXIF orientation applied (ImageOps.exif_transpose) where the checkpoint ignores it; a "
+        "transposing orientation of a non-square image is a grid_mismatch instead",
+        _fixed(Variant("exif_transpose", _prepared(exif_transposed))),
+        lambda img, p, config, steps: exif_orientation(img) != 1,
+        enabling=True,
+    ),
+    RootCause(
+        "animation-frame",
+        "another frame of an animation than the one Pillow opens on (frame 0), which the checkpoint uses",
+        _fixed(
+            Variant("last-frame", _prepared(frame_taker(-1))),
+            Variant("frame-1", _prepared(frame_taker(1))),
+            Variant("frame-2", _prepared(frame_taker(2))),
+        ),
+        lambda img, p, config, steps: getattr(img, "n_frames", 1) > 1,
+        enabling=True,
+    ),
+    RootCause(
+        "decoder",
+        "pixels that differ only by decoding the file: another JPEG colour conversion, IDCT or chroma "
+        "upsampling (by elimination when no decoder variant matches a lossy file)",
+        _fixed(Variant("jpeg-pillow-ycbcr-to-rgb", _prepared(jpeg_pillow_ycbcr))),
+        lambda img, p, config, steps: _is_jpeg(img),
+        enabling=True,
+    ),
+    RootCause(
         "normalize-float",
         "normalization done in float32 arithmetic in another order or fused (x·scale+bias, addcmul, "
         "(x/255−mean)/std) instead of the checkpoint's table; differs by less than one level",
         _fixed(
             Variant("x*scale+bias", lambda s: s.replace(normalize=NORMALIZE_SCALE_BIAS)),
             Variant("addcmul(bias,x,scale)", lambda s: s.replace(normalize=NORMALIZE_FUSED)),
+            Variant("addcmul(bias,x,scale), float64 constants",
+                    lambda s: s.replace(normalize=NORMALIZE_FUSED_FLOAT64_CONSTANTS)),
             Variant("(x/255-mean)/std", lambda s: s.replace(normalize=NORMALIZE_DIVIDE)),
             Variant("(x/255-mean)*(1/std)", lambda s: s.replace(normalize=NORMALIZE_RECIPROCAL)),
         ),
@@ -437,6 +571,16 @@ CATALOGUE: tuple[RootCause, ...] = (
             Variant("float64", lambda s: s.replace(composite=blend_float64)),
         ),
         lambda img, p, config, steps: _composited(img, config),
+    ),
+    RootCause(
+        "flatten-white",
+        "transparency pasted onto white before the resize (as vLLM's rgba_to_rgb), instead of the "
+        "config's background at its fill stage, or no composite at all without a background",
+        _fixed(
+            Variant("paste-on-white", _prepared(flattened_on_white)),
+            Variant("alpha-composite-on-white", _prepared(alpha_composited_on_white)),
+        ),
+        lambda img, p, config, steps: has_alpha(img),
     ),
     RootCause(
         "background",
@@ -693,7 +837,7 @@ class _Search:
         key = (i, steps.replace(pad=CHECKPOINT.pad, normalize=CHECKPOINT.normalize, patchify=CHECKPOINT.patchify))
         rgb = self.resized.get(key)
         if rgb is None:
-            rgb = self.resized[key] = steps.resized_rgb(self.decoded[i], self.config, self.plans[i])
+            rgb = self.resized[key] = steps.resized_rgb(steps.prepared(self.decoded[i]), self.config, self.plans[i])
         return steps.patches(rgb, self.config, self.plans[i])
 
     def total(self, dist: dict[int, LevelSummary]) -> LevelSummary:
@@ -867,6 +1011,13 @@ def attribute(
                     image_taken, current = search.best_so_far
         after_parts.append(current.dist[i])
         taken += image_taken
+        if (complete and not image_taken and dist[i].differing and _lossy_file(decoded[i])
+                and (causes is None or "decoder" in causes)):
+            # Nothing in the catalogue moves the reference towards the candidate and the image is
+            # a lossy file: the candidate decoded it its own way (docs/inputs.md).
+            left = current.dist[i]
+            image_taken = [Explained("decoder", BY_ELIMINATION, left.max_levels, left.mean_levels,
+                                     left.total_levels, (), i)]
         ids = {e.root_cause for e in image_taken}
         per_image.append(tuple(c for c in ROOT_CAUSE_IDS if c in ids) if ids
                          else (UNEXPLAINED,) if dist[i].differing else ())

@@ -11,6 +11,7 @@ must name and the tolerance they are fuzzed under. Usable from the CLI too:
 from __future__ import annotations
 
 import dataclasses
+import io
 import math
 import os
 import warnings
@@ -20,11 +21,11 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
+from PIL import Image, ImageOps
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.geometry import ResizePlan, plan
-from kimi_oracle.core.images import has_alpha
+from kimi_oracle.core.images import encoded_bytes, has_alpha
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.pipelines.reference import background, composite, normalization_lut
 
@@ -331,6 +332,82 @@ class ChessboardGrayDefault(Pipeline):
         return dataclasses.replace(bg, chessboard_gray_value=200)
 
 
+# Requests (inputs.requests): what an engine does to the decoded file before preprocessing.
+# Written here from Pillow's documentation, independently of oracle.diagnosis' variants.
+
+
+class ExifTranspose(Pipeline):
+    """The EXIF orientation applied first (ImageOps.exif_transpose), as vLLM's normalize_image."""
+
+    def one(self, img):
+        return super().one(ImageOps.exif_transpose(img))
+
+
+class LastFrame(Pipeline):
+    """The last frame of an animation taken instead of the first."""
+
+    def one(self, img):
+        frames = getattr(img, "n_frames", 1)
+        if frames > 1:
+            img.seek(frames - 1)
+            last = img.copy()
+            img.seek(0)  # as found: the caller's image stays on its first frame
+            img = last
+        return super().one(img)
+
+
+class FlattenWhite(Pipeline):
+    """Anything transparent pasted onto white before the resize (vLLM's rgba_to_rgb), whatever the
+    config's background and fill stage say."""
+
+    def one(self, img):
+        if has_alpha(img):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                rgba = img.convert("RGBA")
+            flat = Image.new("RGB", img.size, (255, 255, 255))
+            flat.paste(rgba, mask=rgba.split()[3])
+            img = flat
+        return super().one(img)
+
+
+class JpegOwnColourConversion(Pipeline):
+    """JPEG files decoded to YCbCr and converted to RGB by Pillow's formula instead of libjpeg's
+    (another decoder: up to one level off)."""
+
+    def one(self, img):
+        data = encoded_bytes(img)
+        if data is not None and img.format == "JPEG":
+            raw = Image.open(io.BytesIO(data))
+            raw.draft("YCbCr", raw.size)
+            if raw.mode == "YCbCr":
+                img = raw.convert("RGB")
+        return super().one(img)
+
+
+def bytes_correct(files: list, config: PreprocessConfig) -> PreprocessResult:
+    """The un-mutated pipeline taking encoded files (decoded with Pillow): must fuzz clean."""
+    return Pipeline(config).run([Image.open(io.BytesIO(data)) for data in files])
+
+
+bytes_correct.kimi_oracle_input = "bytes"  # type: ignore[attr-defined]
+
+
+def bytes_jpeg_own_colour_conversion(files: list, config: PreprocessConfig) -> PreprocessResult:
+    """A bytes-taking candidate with its own JPEG decode (Pillow's YCbCr->RGB formula)."""
+    images = []
+    for data in files:
+        img = Image.open(io.BytesIO(data))
+        if img.format == "JPEG":
+            img.draft("YCbCr", img.size)
+            img = img.convert("RGB") if img.mode == "YCbCr" else img
+        images.append(img)
+    return Pipeline(config).run(images)
+
+
+bytes_jpeg_own_colour_conversion.kimi_oracle_input = "bytes"  # type: ignore[attr-defined]
+
+
 class StraightAlphaFloatNormalization(StraightAlpha, FloatNormalization):
     """Two planted deviations: straight-alpha resize and float normalization."""
 
@@ -389,7 +466,20 @@ MUTANTS = [
            root_causes=("background",)),
     Mutant("straight_alpha_float_normalization", StraightAlphaFloatNormalization, "pixel_mismatch",
            note="two deviations", root_causes=("alpha-straight", "normalize-float")),
+    # A transposing orientation of a non-square image changes the grid (grid_mismatch, no root
+    # cause: the grids differ); orientations 2-4 and square images are pixel findings named
+    # exif-orientation.
+    Mutant("exif_transpose", ExifTranspose, "grid_mismatch", note="EXIF orientation applied",
+           root_causes=("exif-orientation",)),
+    Mutant("last_frame", LastFrame, "pixel_mismatch", note="last frame of an animation",
+           root_causes=("animation-frame",)),
+    Mutant("flatten_white", FlattenWhite, "pixel_mismatch", note="transparency pasted onto white first",
+           root_causes=("flatten-white",)),
+    Mutant("jpeg_own_colour_conversion", JpegOwnColourConversion, "pixel_mismatch",
+           note="JPEG decoded with another YCbCr->RGB", root_causes=("decoder",)),
 ]
+# Mutants that can only be told apart on request-shaped inputs (files, EXIF, animations).
+REQUEST_MUTANTS = ("exif_transpose", "last_frame", "jpeg_own_colour_conversion")
 BY_NAME = {m.name: m for m in MUTANTS}
 
 # Module-level functions, so each mutant is a `tests/mutants/planted.py:<name>` candidate spec.
