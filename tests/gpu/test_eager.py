@@ -3,6 +3,7 @@ time, known divergences from the reference. Bit-identity to the engine's facts: 
 
 from __future__ import annotations
 
+import pytest
 import torch
 from gpu_testlib import gen, k3, rgba_hidden
 
@@ -57,3 +58,30 @@ def test_known_divergences_are_visible():
 def test_bf16_output():
     got = eager.preprocess([gen(30, 30, "RGB")], k3(), device="cpu", out_dtype=torch.bfloat16)
     assert got.pixel_values.dtype == torch.bfloat16
+
+
+@pytest.mark.slow  # a child process importing triton: about 8 s on the shared 2-core machine
+def test_cuda_kernel_layout_under_the_interpreter():
+    # The engine's Triton normalize-and-patchify kernel (the model's CUDA path), run by the Triton
+    # interpreter on CPU tensors in a child process (TRITON_INTERPRET must precede the import).
+    # Scales 0.5/0.25/2 and integer biases make x·scale + bias exact, fused or not: the check is
+    # the layout and the padding, against a NumPy patchify of the zero-padded batch.
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import numpy as np, torch\n"
+        "from kimi_oracle.pipelines.engines import sglang_0_5_23_cuda as k\n"
+        "x = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (2, 3, 19, 23)).astype(np.float32))\n"
+        "scale = torch.tensor([0.5, 0.25, 2.0]).view(1, 3, 1, 1)\n"
+        "bias = torch.tensor([-1.0, 3.0, -7.0]).view(1, 3, 1, 1)\n"
+        "got = k.normalize_and_patchify(x, scale, bias, 7, 21, 28).numpy()\n"
+        "pad = np.zeros((2, 3, 21, 28), np.float32); pad[:, :, :19, :23] = x.numpy()\n"
+        "want = pad * scale.numpy() + bias.numpy()\n"
+        "want = want.reshape(2, 3, 3, 7, 4, 7).transpose(0, 2, 4, 1, 3, 5).reshape(2, 12, 3, 7, 7)\n"
+        "print('SAME', got.shape == want.shape and bool((got == want).all()))\n"
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=240)
+    assert "SAME True" in proc.stdout, proc.stdout + proc.stderr[-2000:]

@@ -15,7 +15,8 @@ composite after the resize, 4-channel images only: `a = (A / 255).clamp(0, 1)`,
           `(a·rgb + (1 − a)·background).clamp(0, 255).floor_()`; no background config: alpha dropped;
           `transparent_bg_fill_stage` is never read
 normalize `scale = 1 / (255·std)`, `bias = −mean / std` computed in float64, stored as float32;
-          pad 0.0 at the bottom and right, then `torch.addcmul(bias, x, scale)` (one rounding on CPU)
+          pad 0.0 at the bottom and right, then `torch.addcmul(bias, x, scale)` (one rounding on
+          CPU); on CUDA, contiguous batches go through the engine's Triton kernel x·scale + bias
 patchify  (gh·gw, C, p, p), patch gy·gw + gx
 
 The engine's constants (its background levels, its chessboard) are written here as the engine
@@ -115,9 +116,15 @@ def normalization_tensors(config: PreprocessConfig, device: torch.device) -> tup
 
 def normalize_and_patchify(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, patch: int,
                            padded_h: int, padded_w: int) -> torch.Tensor:
-    """The engine's torch path: 0.0 padding at the bottom/right, `addcmul(bias, x, scale)`,
-    patches (B, gh·gw, C, p, p). (On CUDA the engine runs a Triton kernel computing x·scale + bias
-    for contiguous inputs; this model uses addcmul on every device.)"""
+    """0.0 padding at the bottom/right, normalization, patches (B, gh·gw, C, p, p): on CPU (and
+    for non-contiguous CUDA inputs) the engine's torch path, `addcmul(bias, x, scale)`; on CUDA its
+    Triton kernel computing x·scale + bias (`sglang_0_5_23_cuda`, imported only there)."""
+    if x.is_cuda:
+        from kimi_oracle.pipelines.engines import sglang_0_5_23_cuda as cuda
+
+        b, c = x.shape[:2]
+        if cuda.applies(x, scale, bias, b * c * (padded_h // patch) * (padded_w // patch) * patch * patch):
+            return cuda.normalize_and_patchify(x, scale, bias, patch, padded_h, padded_w)
     pad_h, pad_w = padded_h - x.shape[-2], padded_w - x.shape[-1]
     if pad_h > 0 or pad_w > 0:
         x = F.pad(x, (0, pad_w, 0, pad_h), value=0.0)
