@@ -45,7 +45,7 @@ MERGE_SIZES = (2, 1, 3, 4)
 FIXED_TOKENS = (None, 1, 64, 729)
 DEFAULT_SIZES = 200_000
 # Sizes judged per drawn configuration.
-BLOCK = 2048
+BLOCK = 512
 DEFAULT_MAX_SIDE = 20_000
 
 

@@ -32,8 +32,9 @@ def test_reference_fuzzes_clean(tmp_path, capsys):
     assert summary["findings"] == [] and summary["examples"] >= 30 and summary["seed"] == 1
     assert summary["candidate"] == "reference" and summary["profile"] == "k3"
     suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
-    # One test case per check class: the four differential checks, invariance, crash, timeout.
-    assert suite.get("tests") == "7" and suite.get("failures") == "0"
+    # One test case per check class: the four differential checks, invariance, crash, timeout,
+    # accepts_invalid.
+    assert suite.get("tests") == "8" and suite.get("failures") == "0"
     assert "pixel_mismatch" in out and "FAIL" not in out
 
 
