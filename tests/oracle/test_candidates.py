@@ -108,3 +108,56 @@ def test_candidate_that_mutates_its_inputs_does_not_corrupt_the_reference():
 
     keyed = make_image(CaseParams(40, 30, "P", "key", "noise", seed=1))
     assert evaluate(vandal, [IMG, keyed], CFG).ok
+
+
+# ---------------------------------------------------------------------------------------------
+# --tolerance bf16 for float32 candidates
+
+
+def test_bf16_tolerance_casts_both_sides():
+    from kimi_oracle.oracle.checks import compare
+
+    expected = reference.preprocess([IMG], CFG)
+    bf16 = expected.pixel_values.to(torch.bfloat16)
+    # A float32 value one float32 ulp above a bfloat16 value rounds back to it (far from a tie):
+    # the same bfloat16 value as the reference, though neither float32 value is equal.
+    near = torch.nextafter(bf16.float(), torch.tensor(float("inf")))
+    assert compare(expected, (near, expected.grid_thws), CFG, "bf16").ok
+    assert compare(expected, (near, expected.grid_thws), CFG, "exact").check == "pixel_mismatch"
+    # One bfloat16 step away is a difference under bf16 too.
+    step = (bf16.view(torch.int16) + 1).view(torch.bfloat16).float()
+    assert compare(expected, (step, expected.grid_thws), CFG, "bf16").check == "pixel_mismatch"
+
+
+# ---------------------------------------------------------------------------------------------
+# --interpret: TRITON_INTERPRET for the candidates a command starts
+
+
+def test_interpret_fallback_without_cuda_is_announced_once(monkeypatch, capsys):
+    from kimi_oracle.cli import common
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(common, "_INTERPRET_ANNOUNCED", False)
+    monkeypatch.setattr(common, "cuda_visible", lambda: False)
+    assert common.setup_interpret(None) is True and common.setup_interpret(None) is True
+    assert capsys.readouterr().err.count("TRITON_INTERPRET=1") == 1
+    import os
+
+    assert os.environ["TRITON_INTERPRET"] == "1"
+    assert common.setup_interpret(False) is False and "TRITON_INTERPRET" not in os.environ
+    monkeypatch.setattr(common, "cuda_visible", lambda: True)
+    assert common.setup_interpret(None) is False and "TRITON_INTERPRET" not in os.environ
+    assert common.setup_interpret(True) is True and os.environ["TRITON_INTERPRET"] == "1"
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # an explicit setting is kept
+    assert common.setup_interpret(None) is False and os.environ["TRITON_INTERPRET"] == "0"
+
+
+def test_interpret_option_only_where_candidates_run():
+    from click.testing import CliRunner
+
+    from kimi_oracle.cli import cli
+
+    runner = CliRunner()
+    for command in (["fuzz"], ["check"], ["repro"], ["golden", "check"], ["nightly"]):
+        assert "--interpret" in runner.invoke(cli, command + ["--help"]).output, command
+    assert "--interpret" not in runner.invoke(cli, ["gpu", "build", "--help"]).output
