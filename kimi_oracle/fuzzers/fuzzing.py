@@ -1,8 +1,28 @@
-"""The differential fuzzing engine: hypothesis draws cases, the oracle judges, findings result.
+"""The differential fuzzing engine: seeded draws find, the oracle judges, hypothesis shrinks.
 
 `fuzz(candidate, config, options)` runs N examples or a time budget and returns a `FuzzRun`
-with the shrunk findings (one per failed check); `evaluate` judges one batch of images and is
-shared by `repro`, `check`, the pytest plugin, the nightly runner and the gate.
+with the shrunk findings (one per failure group); `evaluate` (re-exported from `oracle.judge`)
+judges one batch of images and is shared by `repro`, `check`, the pytest plugin, the nightly
+runner and the gate.
+
+How a run goes:
+
+1. Saved failures (`FuzzOptions.db_dir`) are replayed first; each counts as an example.
+2. The search: example i (0-based) is drawn by `inputs.draw.draw_fuzz_case` from
+   `RandomSource(derive(seed, i))`. It depends only on (seed, i, the drawing options, the base
+   config), never on the candidate or on what earlier examples found: two candidates fuzzed with
+   the same seed and example count see the same cases (the gate relies on it). Invariances run on
+   every `invariance_every`-th example (i % invariance_every == 0), differential checks on all.
+3. Shrinking: the first failing case of each new failure group (`oracle.grouping.finding_key`)
+   is handed to hypothesis as a recorded choice sequence (`inputs.strategies`), which replays it
+   and shrinks it; other groups' failures are ignored while one group is shrunk.
+4. Publishing: one finding per group, diagnosed, written under `out_dir`.
+
+Counts and budgets: `examples` = N exactly (saved failures replayed + generated examples;
+rejected and hanging-skipped ones included); shrinking is counted apart in `shrink_calls` (and in
+`calls`, every evaluation). A budget covers the whole run: the search stops at `SEARCH_SHARE` of
+it once something waits to be shrunk (else it goes on to the end), and the rest is shared among
+the groups, each shrink stopping at its own deadline with its smallest case so far.
 """
 
 from __future__ import annotations
@@ -22,8 +42,9 @@ from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.core.files import versions
+from kimi_oracle.inputs.draw import ChoiceSource, DrawOptions, RandomSource, ReplayError, derive, draw_fuzz_case, is_tile_example
 from kimi_oracle.inputs.generators import MODES, FuzzCase
-from kimi_oracle.inputs.strategies import DEFAULT_MAX_SIDE, fuzz_cases
+from kimi_oracle.inputs.strategies import DEFAULT_MAX_SIDE, recorded_fuzz_cases
 from kimi_oracle.oracle.candidates import Candidate, load_candidate
 from kimi_oracle.oracle.checks import FINDING_KINDS, INVARIANCE, PIXEL_MISMATCH, TIMEOUT, Tolerance, Verdict
 from kimi_oracle.oracle.diagnosis import finding_diagnosis
@@ -31,11 +52,16 @@ from kimi_oracle.oracle.grouping import failure_type, finding_key, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
 from kimi_oracle.results.report import Finding, finding_summary, root_cause_rows, summary_markdown, write_finding
 
-# Checks a fuzz run reports on, in report order.
-# fuzz() may run this factor over its budget while it shrinks what it found; a caller with a hard
-# deadline gives it `search_budget(seconds_left)`.
-SHRINK_GRACE = 1.25
+# A budget covers shrinking and publishing: fuzz() ends within it (up to one example or one
+# shrink step over). Kept for callers that converted a deadline into a search budget.
+SHRINK_GRACE = 1.0
 
+# Share of a budget the search gets once a failure waits to be shrunk (the rest shrinks).
+SEARCH_SHARE = 0.8
+
+# Invariances (a second run, the batch image by image, sub-batches, a permutation: up to six
+# more candidate calls) run on one generated example in this many by default.
+INVARIANCE_EVERY = 4
 
 # Failures whose every reproduction costs a killed or restarted candidate process (the sandbox's
 # exception names), and how many shrink steps such a finding gets before its smallest case so far
@@ -43,9 +69,14 @@ SHRINK_GRACE = 1.25
 COSTLY_FAILURES = ("CallTimedOut", "ProcessDied")
 MAX_COSTLY_SHRINK_STEPS = 4
 
+# Hypothesis' example limit while shrinking one group (its shrinker also stops after 500
+# improvements); a budget's deadline usually ends a shrink first.
+SHRINK_MAX_EXAMPLES = 1000
+
 
 def search_budget(seconds_left: float) -> float:
-    """The `FuzzOptions.budget_s` that, shrinking included, ends within `seconds_left`."""
+    """The `FuzzOptions.budget_s` that, shrinking included, ends within `seconds_left` (the budget
+    now includes shrinking: the identity)."""
     return seconds_left / SHRINK_GRACE
 
 # Example counts per `--hypothesis-profile` when neither --examples nor --budget is given.
@@ -61,7 +92,7 @@ class FuzzOptions:
     """What a fuzz run draws and how long it runs."""
 
     examples: int | None = None
-    budget_s: float | None = None
+    budget_s: float | None = None  # the whole run, shrinking and publishing included
     seed: int | None = None
     tolerance: str = "exact"
     vary_config: bool = True
@@ -70,20 +101,28 @@ class FuzzOptions:
     modes: tuple[str, ...] = MODES
     alpha_patterns: tuple[str, ...] | None = None
     invariance: bool = True
+    invariance_every: int = INVARIANCE_EVERY  # invariances on generated examples i % this == 0
+    tile_share: float = 0.0  # share of generated examples that are one tile-crossing image (draw.TILE_SIDES)
     shrink: bool = True
     hypothesis_profile: str = "ci"
-    db_dir: Path | None = None  # hypothesis example database; None: no database
+    db_dir: Path | None = None  # saved failures (hypothesis example database); None: none
     split_by_mode: bool = True  # one pixel_mismatch / crash finding per mode class
-    keep_searching: bool = True  # after a failure, search on (new seeds) until the examples are spent
+    keep_searching: bool = True  # False: stop searching soon after the first failure (`_Engine.round_over`)
     clock: Callable[[], float] = time.monotonic  # the budget's clock (tests inject a fake one)
 
     def max_examples(self) -> int:
-        """The example count hypothesis is given (huge under a time budget)."""
+        """The number of examples the run draws (huge under a time budget alone)."""
         if self.examples is not None:
             return max(1, int(self.examples))
         if self.budget_s is not None:
             return 10**9
         return HYPOTHESIS_PROFILES.get(self.hypothesis_profile, HYPOTHESIS_PROFILES["ci"])["max_examples"]
+
+    def draw_options(self) -> DrawOptions:
+        """What each example is drawn from."""
+        return DrawOptions(self.vary_config, self.max_images, self.max_side, tuple(self.modes),
+                           tuple(self.alpha_patterns) if self.alpha_patterns is not None else None,
+                           tiles=self.tile_share > 0)
 
 
 @dataclass
@@ -95,11 +134,14 @@ class FuzzRun:
     options: FuzzOptions
     seed: int
     findings: list[Finding] = field(default_factory=list)
-    examples: int = 0  # generated examples run (shrinking not counted)
+    examples: int = 0  # examples run: saved failures replayed + generated (shrinking not counted)
     calls: int = 0  # every evaluation, shrinking included
+    shrink_calls: int = 0  # evaluations while shrinking
+    replayed: int = 0  # saved failures replayed (counted in examples)
     rejected: int = 0
     skipped_hanging: int = 0  # examples not judged: a mode class the candidate already hung on
     elapsed_s: float = 0.0
+    search_s: float = 0.0  # of elapsed_s: replaying and generating examples
     first_found: dict[str, int] = field(default_factory=dict)  # check -> example number
     stopped: str = "examples"
     started: str = ""
@@ -128,11 +170,16 @@ class FuzzRun:
             "tolerance": str(Tolerance.parse(self.options.tolerance)),
             "seed": self.seed,
             "vary_config": self.options.vary_config,
+            "invariance_every": self.options.invariance_every if self.options.invariance else None,
+            "tile_share": self.options.tile_share,
             "examples": self.examples,
             "calls": self.calls,
+            "shrink_calls": self.shrink_calls,
+            "replayed": self.replayed,
             "rejected": self.rejected,
             "skipped_hanging": self.skipped_hanging,
             "elapsed_s": round(self.elapsed_s, 3),
+            "search_s": round(self.search_s, 3),
             "stopped": self.stopped,
             "started": self.started,
             "counts": self.counts(),
@@ -183,63 +230,52 @@ def finding_from(verdict: Verdict, candidate: str, config: PreprocessConfig, ima
 
 
 # ---------------------------------------------------------------------------------------------
-# the hypothesis run
+# the engine
 
 
-def _database(directory: Path, namespace: bytes) -> Any:
-    """A directory database whose keys are prefixed with `namespace` (one per candidate, profile
-    and drawing options, so a replay is relevant); public hypothesis API only."""
-    from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+def _database(directory: Path) -> Any:
+    """The saved failures: hypothesis' directory database (entries are written to a temporary file
+    and renamed into place), values are choice sequences (`hypothesis.database.choices_to_bytes`)."""
+    from hypothesis.database import DirectoryBasedExampleDatabase
 
-    inner = DirectoryBasedExampleDatabase(str(directory))
+    return DirectoryBasedExampleDatabase(str(directory))
 
-    class Namespaced(ExampleDatabase):
+
+def _namespace(candidate: Candidate, config: PreprocessConfig, options: FuzzOptions, tol: Tolerance) -> bytes:
+    """The database key of a run's saved failures: one per candidate, profile, drawing options and
+    tolerance, so that a replay is relevant."""
+    return ("fuzz-cases:" + hashlib.sha256(json.dumps(
+        [candidate.spec, config.to_hf_json(), dataclasses.asdict(options.draw_options()), str(tol)],
+        sort_keys=True).encode()).hexdigest()[:32]).encode()
+
+
+def _seed_database(choices: Sequence[int]) -> Any:
+    """A database holding one recorded choice sequence under hypothesis' secondary key: the reuse
+    phase replays it as a failure not shrunk yet (entries under the primary key count as shrunk
+    already and are not shrunk again), and the shrink phase shrinks it. Saves nothing."""
+    from hypothesis.database import ExampleDatabase, choices_to_bytes
+
+    blob = choices_to_bytes(list(choices))
+
+    class SeedOnly(ExampleDatabase):
         def save(self, key: bytes, value: bytes) -> None:
-            inner.save(namespace + key, value)
+            pass
 
         def fetch(self, key: bytes):  # type: ignore[override]
-            return inner.fetch(namespace + key)
-
-        def delete(self, key: bytes, value: bytes) -> None:
-            inner.delete(namespace + key, value)
-
-        def move(self, src: bytes, dest: bytes, value: bytes) -> None:
-            inner.move(namespace + src, namespace + dest, value)
-
-    return Namespaced()
-
-
-def _save_only(inner: Any) -> Any:
-    """Later rounds save new failures but neither replay nor delete the first round's."""
-    from hypothesis.database import ExampleDatabase
-
-    class SaveOnly(ExampleDatabase):
-        def save(self, key: bytes, value: bytes) -> None:
-            inner.save(key, value)
-
-        def fetch(self, key: bytes):  # type: ignore[override]
-            return iter(())
+            if key.endswith(b".secondary"):
+                yield blob
 
         def delete(self, key: bytes, value: bytes) -> None:
             pass
 
         def move(self, src: bytes, dest: bytes, value: bytes) -> None:
-            inner.save(dest, value)
+            pass
 
-    return SaveOnly()
-
-
-def _statistics_collector(callback: Callable[[dict], None]) -> Any:
-    # The one hypothesis hook outside its documented API: per-phase counts of generated examples
-    # (what --hypothesis-show-statistics prints). pyproject pins the hypothesis range it is known
-    # to work in, and tests/oracle/test_hypothesis_hook.py fails on an upgrade that breaks it.
-    from hypothesis.statistics import collector
-
-    return collector.with_value(callback)
+    return SeedOnly()
 
 
 class _Stop(BaseException):
-    """Ends the hypothesis run at once (BaseException: hypothesis does not shrink it)."""
+    """Ends a hypothesis shrink at once (BaseException: hypothesis neither catches nor shrinks it)."""
 
 
 class _HarnessAbort(BaseException):
@@ -249,17 +285,315 @@ class _HarnessAbort(BaseException):
 
 
 class _Failed(Exception):
-    """Raised inside the hypothesis test; one subclass per check, so each is shrunk separately."""
+    """Raised inside the hypothesis shrink for the group being shrunk."""
 
 
-_FAILURE_TYPES: dict[str, type] = {}
+@dataclass
+class _Record:
+    """A group's case: the smallest failing case so far (the first one until shrunk)."""
+
+    case: FuzzCase
+    choices: tuple[int, ...]
+    verdict: Verdict
+    example: int  # the example number the group was first met at (1-based)
+    invariance: bool  # whether the invariances ran on it
+    saved: bool = False  # replayed from the database: shrunk in an earlier run
 
 
-def _failure_type(group: str) -> type:
-    # One exception type per failure group: hypothesis shrinks each group separately.
-    if group not in _FAILURE_TYPES:
-        _FAILURE_TYPES[group] = type(f"{group}_failure", (_Failed,), {})
-    return _FAILURE_TYPES[group]
+class _Engine:
+    """One fuzz run's state and stages (fuzz() below is the public entry)."""
+
+    def __init__(self, candidate: Candidate, config: PreprocessConfig, options: FuzzOptions,
+                 out_dir: str | Path | None, on_example: Callable[[FuzzRun], None] | None):
+        from kimi_oracle.core.files import utc_now
+
+        self.candidate, self.config, self.options = candidate, config, options
+        self.out_dir, self.on_example = out_dir, on_example
+        self.tol = Tolerance.parse(options.tolerance)
+        seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
+        self.run = FuzzRun(candidate.spec, config, options, seed)
+        self.run.started = utc_now()
+        self.draw_options = options.draw_options()
+        self.clock = options.clock
+        self.start = self.clock()
+        self.budget = options.budget_s
+        self.records: dict[str, _Record] = {}
+        self.first_cases: dict[str, _Record] = {}  # each pixel group's first, unshrunk case
+        self.seen: dict[str, dict[str, Any]] = {}  # per group: generated examples hit, largest levels
+        self.hanging: set[str] = set()  # mode classes of the images the candidate timed out on
+        self.last_new = 0  # the example number the latest new group was met at
+        self.database = _database(options.db_dir) if options.db_dir else None
+        self.db_key = _namespace(candidate, config, options, self.tol)
+
+    # -- one evaluation
+
+    def judge(self, case: FuzzCase, invariance: bool, *, shrinking: bool = False
+              ) -> tuple[list[Image.Image], Verdict] | None:
+        """The verdict on one case; None when the reference rejects it or it is not judged."""
+        run = self.run
+        interrupts.raise_if_requested()  # an interrupt swallowed elsewhere is not lost
+        images = case.make_images()
+        if self.hanging and any(mode_class(img) in self.hanging for img in images):
+            # A mode class the candidate already hung on would cost a whole case timeout again
+            # and could only re-find that timeout: not judged, counted apart.
+            if not shrinking:
+                run.skipped_hanging += 1
+            return None
+        run.calls += 1
+        if shrinking:
+            run.shrink_calls += 1
+        try:
+            verdict = evaluate(self.candidate, images, case.config, self.tol, invariance=invariance)
+        except Rejected:
+            if not shrinking:
+                run.rejected += 1
+            return None
+        except KimiOracleError as exc:
+            raise _HarnessAbort(exc) from None
+        if self.on_example is not None:
+            self.on_example(run)
+        return images, verdict
+
+    def group_of(self, verdict: Verdict, images: Sequence[Image.Image]) -> str:
+        check = str(verdict.check)
+        return finding_key(check, verdict.stats, images) if self.options.split_by_mode else check
+
+    def note(self, case: FuzzCase, choices: Sequence[int], images: list[Image.Image], verdict: Verdict,
+             invariance: bool, *, saved: bool = False) -> None:
+        """Record a failing example (replayed or generated): hits, levels, a group's first case."""
+        check = str(verdict.check)
+        group = self.group_of(verdict, images)
+        seen = self.seen.setdefault(group, {"hits": 0, "max": 0.0})
+        seen["hits"] += 1
+        level = verdict.stats.get("max_level_diff")
+        if isinstance(level, (int, float)):
+            seen["max"] = max(seen["max"], float(level))
+        example = self.run.examples
+        known = self.records.get(group)
+        if known is not None:
+            # Hypothesis keeps the simplest failing case of each kind it generated; so do we: the
+            # shrink starts from it (shorter choice sequences first, then smaller choices).
+            if (not known.saved and len(choices) < len(known.choices)
+                    or len(choices) == len(known.choices) and tuple(choices) < known.choices):
+                self.records[group] = _Record(case, tuple(choices), verdict, known.example, invariance, False)
+            return
+        self.last_new = example
+        self.run.first_found.setdefault(check, example)
+        record = _Record(case, tuple(choices), verdict, example, invariance, saved)
+        self.records[group] = record
+        if check == PIXEL_MISMATCH and self.options.shrink and not saved:
+            self.first_cases[group] = record
+        if check == TIMEOUT and len(images) == 1:
+            self.hanging.add(mode_class(images[0]))
+
+    # -- stages
+
+    def over(self, fraction: float) -> bool:
+        return self.budget is not None and self.clock() - self.start >= self.budget * fraction
+
+    def replay_saved(self, target: int) -> None:
+        """Replay the saved failures first (each an example); entries that no longer fail, or no
+        longer describe a case of these options, are deleted."""
+        from hypothesis.database import choices_from_bytes
+
+        if self.database is None:
+            return
+        run = self.run
+        entries = sorted(self.database.fetch(self.db_key), key=lambda b: (len(b), b))
+        for blob in entries:
+            if run.examples >= target or self.over(1.0):
+                return
+            choices = choices_from_bytes(blob)
+            source = ChoiceSource(choices or ())
+            try:
+                if not choices or not all(isinstance(c, int) for c in choices):
+                    raise ReplayError("not a list of integers")
+                case = draw_fuzz_case(source, self.config, self.draw_options)
+                if not source.exhausted:
+                    raise ReplayError("choices left over")
+            except (ReplayError, ValueError):
+                self.database.delete(self.db_key, blob)
+                continue
+            run.examples += 1
+            run.replayed += 1
+            judged = self.judge(case, True)
+            if judged is None:
+                continue
+            images, verdict = judged
+            if verdict.ok:
+                self.database.delete(self.db_key, blob)
+                continue
+            self.note(case, choices, images, verdict, True, saved=True)
+
+    def round_over(self) -> bool:
+        """keep_searching=False: the search stops like one hypothesis round after its first
+        failure: once at least 10 examples ran and twice as many as when the latest new group was
+        met (at most 1000 more than the first group's)."""
+        first = min(r.example for r in self.records.values())
+        examples = self.run.examples
+        return examples >= 10 and examples >= min(first + 1000, 2 * self.last_new)
+
+    def search(self, target: int) -> None:
+        """Generated examples until `target` examples ran, the budget's search share is spent or
+        (keep_searching=False) something failed."""
+        run, options = self.run, self.options
+        every = max(1, int(options.invariance_every))
+        tiles = self.draw_options.tiles
+        first = run.replayed  # generated example i is run example first + i
+        while run.examples < target:
+            if interrupts.requested():
+                run.stopped = "interrupted"
+                return
+            if self.records and not options.keep_searching and self.round_over():
+                return
+            if self.over(SEARCH_SHARE if self.records else 1.0):
+                run.stopped = "budget"
+                return
+            i = run.examples - first
+            forced = (int(is_tile_example(i, options.tile_share)),) if tiles else ()
+            source = RandomSource(derive(run.seed, i), forced)
+            case = draw_fuzz_case(source, self.config, self.draw_options)
+            invariance = options.invariance and i % every == 0
+            run.examples += 1
+            judged = self.judge(case, invariance)
+            if judged is None:
+                continue
+            images, verdict = judged
+            if not verdict.ok:
+                self.note(case, source.choices, images, verdict, invariance)
+
+    def shrink(self, group: str, deadline: float | None) -> None:
+        """Shrink a group's case with hypothesis (reuse + shrink phases over its recorded choices);
+        its smallest failing case so far is kept when the deadline or the costly-step cap ends it."""
+        from hypothesis import HealthCheck, Phase, Verbosity, given, reject, settings
+        from hypothesis import seed as hypothesis_seed
+
+        record = self.records[group]
+        costly = {"steps": 0}
+        clock = self.clock
+
+        def body(drawn: tuple[FuzzCase, tuple[int, ...]]) -> None:
+            case, choices = drawn
+            if deadline is not None and clock() >= deadline:
+                raise _Stop()
+            judged = self.judge(case, record.invariance, shrinking=True)
+            if judged is None:
+                reject()
+            images, verdict = judged
+            if verdict.ok or self.group_of(verdict, images) != group:
+                return  # another group's failure is not this group's shrink step
+            if (len(choices), choices) <= (len(self.records[group].choices), self.records[group].choices):
+                self.records[group] = _Record(case, tuple(choices), verdict, record.example, record.invariance)
+            if verdict.check == TIMEOUT and len(images) == 1:
+                self.hanging.add(mode_class(images[0]))
+            if failure_type(verdict.stats).split("[")[0] in COSTLY_FAILURES:
+                # Each step of shrinking a hang waits the whole case timeout, each death restarts
+                # the candidate's process: keep the smallest case so far after a few steps.
+                costly["steps"] += 1
+                if costly["steps"] >= MAX_COSTLY_SHRINK_STEPS:
+                    raise _Stop()
+            raise _Failed(verdict.message)
+
+        test = settings(
+            max_examples=SHRINK_MAX_EXAMPLES,
+            deadline=None,
+            database=_seed_database(record.choices),
+            phases=[Phase.reuse, Phase.shrink],
+            suppress_health_check=list(HealthCheck),
+            verbosity=Verbosity.quiet,
+            print_blob=False,
+            report_multiple_bugs=False,
+        )(hypothesis_seed(self.run.seed)(given(recorded_fuzz_cases(self.config, self.draw_options))(body)))
+        # (@seed switches the database off; the settings applied over it put ours back.)
+        try:
+            test()
+        except (_Stop, _Failed):
+            pass
+        except BaseException as exc:
+            if isinstance(exc, (_HarnessAbort, KeyboardInterrupt)):
+                raise
+            harness = _find_harness(exc)
+            if harness is not None:
+                raise _HarnessAbort(harness) from None
+            if not _only_our_failures(exc):
+                raise
+
+    def save(self, group: str) -> None:
+        record = self.records[group]
+        if self.database is None or record.saved or not record.choices:
+            return
+        from hypothesis.database import choices_to_bytes
+
+        self.database.save(self.db_key, choices_to_bytes(list(record.choices)))
+
+    def finding(self, record: _Record) -> Finding:
+        case = record.case
+        return finding_from(record.verdict, self.candidate.spec, case.config, case.make_images(),
+                            params=[p.to_dict() for p in case.images], tolerance=str(self.tol),
+                            seed=self.run.seed, example=record.example)
+
+    def publish(self, group: str) -> None:
+        """The group's finding (and, when shrinking lost root causes, its first case's), written."""
+        run, out_dir = self.run, self.out_dir
+        finding = self.finding(self.records[group])
+        finding.extra["group"] = group
+        seen = self.seen.get(group, {})
+        finding.hits = max(1, int(seen.get("hits", 1)))
+        if seen.get("max") is not None and finding.max_levels is not None:
+            finding.max_levels_seen = max(float(seen["max"]), float(finding.max_levels))
+        if out_dir is not None:
+            write_finding(out_dir, finding)
+        run.findings.append(finding)
+        # The first case of a key was attributed when it was met: root causes that shrinking
+        # lost (a small opaque image cannot show straight alpha) are a finding of their own,
+        # with that unshrunk case as its repro.
+        first = self.first_cases.pop(group, None)
+        if first is not None and finding.check == PIXEL_MISMATCH and first is not self.records[group]:
+            extra_finding = self.finding(first)
+            lost = _lost_causes(finding, extra_finding)
+            if lost:
+                extra_finding.key = f"{group}{{{'+'.join(lost)}}}"
+                extra_finding.extra["group"] = extra_finding.key
+                extra_finding.extra["unshrunk"] = "root causes the shrunk case of " + group + " does not show"
+                extra_finding.hits = finding.hits
+                extra_finding.max_levels_seen = finding.max_levels_seen
+                if out_dir is not None:
+                    write_finding(out_dir, extra_finding)
+                run.findings.append(extra_finding)
+
+    def settle(self, shrink: bool = True) -> None:
+        """Shrink (unless off, interrupted or replayed from the database), save and publish every
+        group in report order; the budget left is shared among the groups still to go, each
+        given its share minus the time publishing one has taken on average."""
+        run = self.run
+        order = {c: i for i, c in enumerate(FINDING_KINDS)}
+        groups = sorted(self.records, key=lambda g: (order.get(g.split("[")[0], 99), self.records[g].example, g))
+        publish_times: list[float] = []
+        abort: _HarnessAbort | None = None
+        for k, group in enumerate(groups):
+            shrinkable = (shrink and self.options.shrink and abort is None and run.stopped != "interrupted"
+                          and not self.records[group].saved)
+            if shrinkable:
+                deadline = None
+                if self.budget is not None:
+                    now = self.clock()
+                    share = (self.start + self.budget - now) / (len(groups) - k)
+                    reserve = sum(publish_times) / len(publish_times) if publish_times else 0.0
+                    deadline = now + share - reserve
+                try:
+                    if deadline is None or deadline > self.clock():
+                        self.shrink(group, deadline)
+                except _HarnessAbort as exc:
+                    abort = exc
+                except KeyboardInterrupt:
+                    run.stopped = "interrupted"
+            self.save(group)
+            began = self.clock()
+            self.publish(group)
+            publish_times.append(self.clock() - began)
+        self.records.clear()
+        if abort is not None:
+            raise abort
 
 
 def fuzz(
@@ -270,216 +604,36 @@ def fuzz(
     out_dir: str | Path | None = None,
     on_example: Callable[["FuzzRun"], None] | None = None,
 ) -> FuzzRun:
-    """Fuzz `candidate` against the reference around `config`; findings written under `out_dir`."""
-    from hypothesis import HealthCheck, Phase, Verbosity, given
-    from hypothesis import seed as hypothesis_seed
-    from hypothesis import settings
+    """Fuzz `candidate` against the reference around `config`; findings written under `out_dir`.
 
+    A harness error (KimiOracleError) ends the run after the findings so far are published."""
     options = options or FuzzOptions()
     if isinstance(candidate, str):
         candidate = load_candidate(candidate)
-    tol = Tolerance.parse(options.tolerance)
-    seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
-    run = FuzzRun(candidate.spec, config, options, seed)
-    from kimi_oracle.core.files import utc_now
-
-    run.started = utc_now()
-    records: dict[str, tuple[FuzzCase, Verdict, int]] = {}
-    first_by_group: dict[str, int] = {}
-    clock = options.clock
-    start = clock()
-    budget = options.budget_s
-
-    def over_budget() -> bool:
-        if budget is None:
-            return False
-        elapsed = clock() - start
-        # A little grace for shrinking what was found (SHRINK_GRACE).
-        return elapsed > (budget * SHRINK_GRACE if records else budget)
-
-    progress = {"examples_before": 0, "round_calls": 0}
-
-    known: set[str] = set()  # groups found in earlier rounds: not shrunk again
-    costly_steps: dict[str, int] = {}  # shrink steps spent on failures that cost a process each
-    hanging: set[str] = set()  # mode classes of the images the candidate timed out on
-    seen_levels: dict[str, dict[str, Any]] = {}  # per key: generated examples hit, largest levels
-    shrinking_now: set[str] = set()  # groups this round is shrinking
-    first_cases: dict[str, tuple[FuzzCase, Verdict, int]] = {}  # each pixel key's first, unshrunk case
-
-    def body(case: FuzzCase) -> None:
-        interrupts.raise_if_requested()  # an interrupt swallowed elsewhere is not lost
-        if over_budget():
-            run.stopped = "budget"
-            raise _Stop()
-        images = case.make_images()
-        if hanging and any(mode_class(img) in hanging for img in images):
-            # A mode class the candidate already hung on would cost a whole case timeout again
-            # and could only re-find that timeout: not judged, counted apart.
-            run.skipped_hanging += 1
-            return
-        run.calls += 1
-        progress["round_calls"] += 1
-        try:
-            verdict = evaluate(candidate, images, case.config, tol, invariance=options.invariance)
-        except Rejected:
-            run.rejected += 1
-            from hypothesis import reject
-
-            reject()
-        except KimiOracleError as exc:
-            raise _HarnessAbort(exc) from None
-        if on_example is not None:
-            on_example(run)
-        if verdict.ok:
-            return
-        check = str(verdict.check)
-        group = finding_key(check, verdict.stats, images) if options.split_by_mode else check
-        if group not in shrinking_now:
-            seen = seen_levels.setdefault(group, {"hits": 0, "max": 0.0})
-            seen["hits"] += 1
-            level = verdict.stats.get("max_level_diff")
-            if isinstance(level, (int, float)):
-                seen["max"] = max(seen["max"], float(level))
-        if group in known:
-            return
-        # Before a round's first failure every call is a generated example, so this count is the
-        # number of examples it took to find the group (after that, shrink calls inflate it).
-        found_at = progress["examples_before"] + progress["round_calls"]
-        run.first_found.setdefault(check, found_at)
-        first = first_by_group.setdefault(group, found_at)
-        shrinking = group in records
-        shrinking_now.add(group)  # this round's later failures of this group are shrink steps
-        if not shrinking and check == PIXEL_MISMATCH and options.shrink:
-            first_cases[group] = (case, verdict, found_at)
-        records[group] = (case, verdict, first)
-        if check == TIMEOUT and len(images) == 1:
-            # Once (shrunk to) one image, the mode class that hangs is known.
-            hanging.add(mode_class(images[0]))
-        if shrinking and failure_type(verdict.stats).split("[")[0] in COSTLY_FAILURES:
-            # Each step of shrinking a hang waits the whole case timeout, each death restarts the
-            # candidate's process: keep the smallest case so far after a few steps and go on.
-            costly_steps[group] = costly_steps.get(group, 0) + 1
-            if costly_steps[group] >= MAX_COSTLY_SHRINK_STEPS:
-                raise _Stop()
-        raise _failure_type(group)(verdict.message)
-
-    strategy = fuzz_cases(
-        config,
-        vary_config=options.vary_config,
-        max_images=options.max_images,
-        max_side=options.max_side,
-        modes=options.modes,
-        alpha_patterns=options.alpha_patterns,
-    )
-    phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
-    if options.shrink:
-        phases.append(Phase.shrink)
-    namespace = hashlib.sha256(json.dumps(
-        [candidate.spec, config.to_hf_json(), options.vary_config, options.max_images, options.max_side,
-         list(options.modes), options.alpha_patterns, str(tol)], sort_keys=True).encode()).hexdigest()[:32]
-    database = _database(options.db_dir, namespace.encode() + b":") if options.db_dir else None
+    engine = _Engine(candidate, config, options, out_dir, on_example)
+    run = engine.run
     target = options.max_examples()
-    # Hypothesis stops generating soon after its first failure; further rounds (new seeds, the
-    # groups found so far masked) keep searching until the example count or budget is spent.
-    def publish() -> None:
-        """Write what was found so far (also when a harness error ends the run early)."""
-        run.elapsed_s = clock() - start
-        order = {c: i for i, c in enumerate(FINDING_KINDS)}
-        for group in sorted(records, key=lambda g: (order.get(g.split("[")[0], 99), first_by_group[g], g)):
-            case, verdict, example = records[group]
-            finding = finding_from(verdict, candidate.spec, case.config, case.make_images(),
-                                   params=[p.to_dict() for p in case.images], tolerance=str(tol),
-                                   seed=seed, example=example)
-            finding.extra["group"] = group
-            seen = seen_levels.get(group, {})
-            finding.hits = max(1, int(seen.get("hits", 1)))
-            if seen.get("max") is not None and finding.max_levels is not None:
-                finding.max_levels_seen = max(float(seen["max"]), float(finding.max_levels))
-            if out_dir is not None:
-                write_finding(out_dir, finding)
-            run.findings.append(finding)
-            # The first case of a key was attributed when it was met: root causes that shrinking
-            # lost (a small opaque image cannot show straight alpha) are a finding of their own,
-            # with that unshrunk case as its repro.
-            first = first_cases.pop(group, None)
-            if first is not None and finding.check == "pixel_mismatch":
-                first_case, first_verdict, first_example = first
-                extra_finding = finding_from(first_verdict, candidate.spec, first_case.config,
-                                             first_case.make_images(),
-                                             params=[p.to_dict() for p in first_case.images], tolerance=str(tol),
-                                             seed=seed, example=first_example)
-                lost = _lost_causes(finding, extra_finding)
-                if lost:
-                    extra_finding.key = f"{group}{{{'+'.join(lost)}}}"
-                    extra_finding.extra["group"] = extra_finding.key
-                    extra_finding.extra["unshrunk"] = "root causes the shrunk case of " + group + " does not show"
-                    extra_finding.hits = finding.hits
-                    extra_finding.max_levels_seen = finding.max_levels_seen
-                    if out_dir is not None:
-                        write_finding(out_dir, extra_finding)
-                    run.findings.append(extra_finding)
-        records.clear()
-
-    for round_index in range(64):
-        remaining = target - run.examples
-        if interrupts.requested():
-            run.stopped = "interrupted"
-        if remaining <= 0 or run.stopped in ("budget", "interrupted"):
-            break
-        before = run.calls
-        known.update(records)
-        round_seed = seed if round_index == 0 else (seed * 1000003 + round_index) % 2**32
-        # @seed switches the database off, but the settings applied over it (with our database)
-        # replace the settings @seed left: a seeded run still saves and replays failures.
-        test = settings(
-            max_examples=remaining,
-            deadline=None,
-            database=database if round_index == 0 or database is None else _save_only(database),
-            phases=phases,
-            suppress_health_check=list(HealthCheck),
-            verbosity=Verbosity.quiet,
-            print_blob=False,
-            report_multiple_bugs=True,
-            derandomize=False,
-        )(hypothesis_seed(round_seed)(given(strategy)(body)))
-        progress["round_calls"] = 0
-        shrinking_now.clear()
-        generated: list[int] = []
-
-        def collect(stats: dict) -> None:
-            for phase in ("reuse-phase", "generate-phase"):
-                # Examples that ran to a verdict; cases hypothesis discarded (rejected by the
-                # reference, or drawn past its buffer) are not examples.
-                generated.append(sum(1 for t in (stats.get(phase) or {}).get("test-cases", [])
-                                     if t.get("status") in ("valid", "interesting")))
-
-        try:
-            with _statistics_collector(collect):
-                test()
-        except _Stop:
-            pass
-        except _HarnessAbort as abort:
-            publish()
-            raise abort.error from None
-        except KeyboardInterrupt:
-            run.stopped = "interrupted"
-        except BaseException as exc:  # hypothesis raises our failures (or a group of them)
-            if not _only_our_failures(exc):
-                harness = _find_harness(exc)
-                publish()
-                if harness is not None:
-                    raise harness from None
-                raise
-        # Hypothesis' own count of generated examples when it reports one; else every call.
-        run.examples += sum(generated) if generated else run.calls - before
-        progress["examples_before"] = run.examples
-        if run.calls == before:
-            break  # nothing ran: the search space is exhausted
-        if records and not options.keep_searching:
-            break
+    abort: _HarnessAbort | None = None
+    try:
+        engine.replay_saved(target)
+        engine.search(target)
+    except KeyboardInterrupt:
+        run.stopped = "interrupted"
+    except _HarnessAbort as exc:
+        abort = exc
+    run.search_s = engine.clock() - engine.start
     if interrupts.requested():
         run.stopped = "interrupted"
-    publish()
+    try:
+        # After a harness error the findings so far are published unshrunk, then it is raised.
+        engine.settle(shrink=abort is None)
+    except _HarnessAbort as exc:
+        abort = exc
+    if interrupts.requested():
+        run.stopped = "interrupted"
+    run.elapsed_s = engine.clock() - engine.start
+    if abort is not None:
+        raise abort.error from None
     return run
 
 
