@@ -9,6 +9,7 @@ import click
 from kimi_oracle.cli.common import isolation_options, parse_duration, parse_percent
 from kimi_oracle.core.config import PROFILES
 from kimi_oracle.workflows.gate import Gate, GateOptions
+from kimi_oracle.workflows.known import DEFAULT_MARGIN_PCT
 
 
 def register(group: click.Group) -> None:
@@ -17,7 +18,8 @@ def register(group: click.Group) -> None:
     @group.command("gate")
     @click.option("--candidate", "new", required=True, metavar="NEW", help="The kernel under review (candidate spec).")
     @click.option("--baseline", "old", default=None, metavar="OLD",
-                  help="The kernel it replaces; enables the interleaved A/B timing.")
+                  help="The kernel it replaces: the correctness verdict becomes relative to it, and the "
+                       "interleaved A/B timing runs.")
     @click.option("--profile", type=click.Choice(PROFILES), default="k3", show_default=True,
                   help="Profile fuzzed around and timed (the goldens of every profile always run).")
     @click.option("--budget", default="10m", show_default=True, metavar="DURATION",
@@ -35,14 +37,35 @@ def register(group: click.Group) -> None:
                   help="Golden files to use (default: the installed ones).")
     @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("gate-out"),
                   show_default=True, help="Where gate-report.json/.md, findings and diff images go.")
+    @click.option("--margin", default=f"{DEFAULT_MARGIN_PCT:g}%", show_default=True, metavar="PCT",
+                  help="How far a shared root cause's max/mean levels or share of values may grow (beyond OLD, "
+                       "or beyond --known limits) before it is `worse` (plus a small absolute slack).")
+    @click.option("--known", "known_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                  metavar="FILE", help="TOML file of accepted divergences (root cause, mode class, limits); "
+                                       "without --baseline, anything outside it fails (docs/gate.md).")
+    @click.option("--write-known", "write_known_path", type=click.Path(dir_okay=False, path_type=Path),
+                  default=None, metavar="FILE",
+                  help="Write NEW's root causes and levels of this run as a --known file, for review.")
+    @click.option("--strict", is_flag=True,
+                  help="accepts_invalid rows (NEW returns a result for an input the checkpoint rejects) fail too.")
+    @click.option("--corpus", "corpus_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                  metavar="DIR", help="Real image files (searched recursively) judged on NEW and OLD too, "
+                                      "e.g. tests/data/corpus/decodable.")
     @isolation_options
     def gate_cmd(new, old, profile, budget, perf_threshold, tolerance, seed, fuzz_examples, golden_dir,
-                 out_dir, case_timeout, memory_limit_mb) -> int:
+                 out_dir, margin, known_path, write_known_path, strict, corpus_dir, case_timeout,
+                 memory_limit_mb) -> int:
         """Run goldens, differential fuzzing, invariances and (with --baseline) A/B timing.
 
+        With --baseline OLD, NEW and OLD are judged on the same inputs and compared root cause by
+        root cause and mode class by mode class: a root cause NEW adds (`new`) or makes worse
+        beyond --margin (`worse`) fails; the same (`known`) or less (`improved`) passes. Without
+        it the verdict is absolute (any divergence fails) unless --known FILE accepts it.
+
         NEW and OLD run in their own processes: a crash, exit or hang of NEW (--case-timeout) is a
-        fail with findings, of OLD an error. Exit 0 pass, 1 fail, 2 error (bad candidate spec, bad
-        options, a failing baseline), 130/143 interrupted (the report says so; verdict ERROR).
+        fail with findings; of OLD during the timing an error. Exit 0 pass, 1 fail, 2 error (bad
+        candidate spec, bad options or --known file, a failing baseline), 130/143 interrupted (the
+        report says so; verdict ERROR).
         """
         from kimi_oracle.core import interrupts
         from kimi_oracle.oracle.checks import Tolerance
@@ -51,7 +74,9 @@ def register(group: click.Group) -> None:
         options = GateOptions(profile=profile, budget_s=parse_duration(budget),
                               perf_threshold_pct=parse_percent(perf_threshold), tolerance=tolerance, seed=seed,
                               golden_dir=golden_dir, fuzz_examples=fuzz_examples, case_timeout_s=case_timeout,
-                              memory_limit_mb=memory_limit_mb)
+                              memory_limit_mb=memory_limit_mb, margin_pct=parse_percent(margin),
+                              known_path=known_path, write_known_path=write_known_path, strict=strict,
+                              corpus_dir=corpus_dir)
         gate = Gate(new, old, options, out_dir, progress=lambda m: click.echo(m, err=True))
         report = gate.run()
         click.echo((out_dir / "gate-report.md").read_text())

@@ -12,6 +12,13 @@ exhaustion of NEW is a `fail` with findings; of OLD (the baseline, used by the t
 (`IsolatedCandidate.time_call`: the function's own time, without sending images or results), so
 NEW and OLD are timed under the same conditions and a crash there is a finding, never a dead gate.
 
+With a baseline the correctness verdict is relative (docs/gate.md): NEW and OLD are judged
+against the reference on the same inputs (the pixel goldens of every profile, the fuzz stage's
+cases, the invariance batches and, with `--corpus`, real files), and compared root cause by root
+cause and mode class by mode class (`workflows.known`): a root cause NEW has and OLD has not, or
+one that grew beyond `--margin`, fails; the same or less passes. Without a baseline the verdict
+is absolute (any divergence fails) unless `--known FILE` lists the accepted divergences.
+
 Ctrl-C and SIGTERM end the stage that runs with `error` and skip the rest; the report is still
 written, says `stopped: interrupted`, and its verdict is `error`, never `pass`.
 """
@@ -19,31 +26,40 @@ written, says `stopped: interrupted`, and its verdict is `error`, never `pass`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
+import io
+import json
 import os
 import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PROFILES, PreprocessConfig
-from kimi_oracle.core.errors import KimiOracleError
+from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
-from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz, search_budget
+from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.fuzzers.fuzzing import FuzzOptions, FuzzRun, finding_from, fuzz, search_budget
 from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.oracle.candidates import CandidateCrash
-from kimi_oracle.oracle.checks import Verdict, check_invariance, compare
+from kimi_oracle.oracle.checks import ACCEPTS_INVALID, INVARIANCE, PIXEL_MISMATCH, Verdict, check_invariance, compare
 from kimi_oracle.oracle.diagnosis import finding_diagnosis
 from kimi_oracle.oracle.grouping import finding_key, mode_class
+from kimi_oracle.oracle.judge import Rejected, evaluate
 from kimi_oracle.pipelines import reference
-from kimi_oracle.results.report import diff_image, root_cause_markdown, root_cause_rows
+from kimi_oracle.results.report import (Finding, diff_image, finding_summary, root_cause_markdown, root_cause_rows,
+                                        write_finding)
 from kimi_oracle.workflows import golden
 from kimi_oracle.workflows.bench import BENCH_INPUTS, interleaved_ratio
+from kimi_oracle.workflows.known import (DEFAULT_MARGIN_PCT, KnownFile, Margin, aggregate, compare_rows,
+                                         read_known, row_reason, rows_markdown, write_known)
 
 SCHEMA = "kimi-oracle.gate-report"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: `rows` (root cause x mode class x {OLD, NEW}, with verdicts), `margin_pct`, `known`
 # Shares of the budget: fuzzing gets what the goldens and invariances leave, minus the timing.
 PERF_SHARE = 0.3
 # Kept for the invariance stage, which runs after fuzzing (a few batches, each run ~10 times).
@@ -52,7 +68,14 @@ INVARIANCE_SHARE = 0.05
 PERF_INPUTS = ("rgb-640x480", "rgba-1920x1080-chessboard", "batch16-mixed", "rgb-4032x3024-k25",
                "rgb-1920x1080", "rgb-7680x4320")
 MAX_DIFF_IMAGES = 8
-STAGES = ("goldens", "fuzz", "invariance", "performance")
+STAGES = ("goldens", "fuzz", "corpus", "invariance", "performance")
+# With a baseline, golden cases where NEW and OLD give different results are diagnosed (root
+# causes, about a quarter of a second each) up to this many per finding key of NEW, those where
+# NEW moved furthest from OLD first; the others are counted (the sample names the causes).
+GOLDEN_DIAGNOSED_PER_KEY = 3
+# Share of the fuzz stage's examples drawn at tile-crossing sizes (sides 256, 512, 1024, 2048
+# +-1), when the fuzzing engine supports it (FuzzOptions.tile_share).
+TILE_SHARE = 0.1
 
 
 @dataclass
@@ -76,6 +99,14 @@ class GateOptions:
     # and the address space their processes may add (MiB; None: no limit).
     case_timeout_s: float = 30.0
     memory_limit_mb: int | None = None
+    # How far a shared root cause's max/mean levels or share may grow before it is `worse`
+    # (percent, plus workflows.known.SLACK), against OLD or against the known limits.
+    margin_pct: float = DEFAULT_MARGIN_PCT
+    known_path: Path | None = None  # --known FILE: accepted divergences (TOML)
+    write_known_path: Path | None = None  # --write-known FILE: NEW's rows as a starting known file
+    strict: bool = False  # accepts_invalid rows fail too
+    corpus_dir: Path | None = None  # real image files judged on NEW (and OLD)
+    tile_share: float = TILE_SHARE
 
 
 @dataclass
@@ -169,6 +200,14 @@ def _describe_golden(change: Any, verdict: Verdict | None) -> str:
     return f"{label}: {verdict.check}: {verdict.message}"
 
 
+@dataclass
+class _NoChange:
+    new: None = None
+
+
+_NO_CHANGE = _NoChange()
+
+
 class _BaselineCrash(Exception):
     """OLD crashed, died or hung during the timing: an error of the gate, not a finding on NEW."""
 
@@ -201,6 +240,77 @@ def _error_check(error: str) -> str:
     return "crash"
 
 
+def _same_entry(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """Two golden records of one case say the same result (None: the recorded golden's)."""
+    if a is None or b is None:
+        return a is b
+    return all(a.get(k) == b.get(k) for k in ("sha256", "grid_thw", "error"))
+
+
+def _same_output(a: Any, b: Any) -> bool:
+    """Bit-identical results (pixel values and grids)."""
+    import torch
+
+    if not isinstance(a, PreprocessResult) or not isinstance(b, PreprocessResult):
+        return False
+    pa, pb = a.pixel_values, b.pixel_values
+    if not (isinstance(pa, torch.Tensor) and isinstance(pb, torch.Tensor)) or pa.dtype != pb.dtype:
+        return False
+    return bool(torch.equal(pa.cpu(), pb.cpu()) and torch.equal(torch.as_tensor(a.grid_thws).cpu(),
+                                                                 torch.as_tensor(b.grid_thws).cpu()))
+
+
+def _input_id(prefix: str, config: PreprocessConfig, params: Sequence[Any], images: Sequence[Any]) -> str:
+    """An id for one input, the same whichever candidate ran it."""
+    h = hashlib.sha256(json.dumps(config.to_hf_json(), sort_keys=True, default=str).encode())
+    for i, img in enumerate(images):
+        p = params[i] if i < len(params) else None
+        if p:
+            h.update(json.dumps(p, sort_keys=True, default=str).encode())
+        else:
+            h.update(f"{img.mode}{img.size}".encode())
+            h.update(hashlib.sha256(img.tobytes()).digest())
+    return f"{prefix}:{h.hexdigest()[:16]}"
+
+
+def _crash_stats(exc: CandidateCrash) -> dict[str, Any]:
+    return {"exception": f"{getattr(exc, 'exc_type', type(exc).__name__)}: {getattr(exc, 'exc_message', exc)}"[:2000]}
+
+
+def _observation(input_id: str, stage: str, verdict: Verdict, images: Sequence[Any],
+                 diagnosis: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One failed input of one side, for `workflows.known.aggregate`."""
+    d = diagnosis or {}
+    return {"input": input_id, "stage": stage, "check": str(verdict.check),
+            "key": finding_key(str(verdict.check), verdict.stats, list(images)) if images else str(verdict.check),
+            "message": verdict.message, "root_causes": list(d.get("root_causes") or []),
+            "attribution": d.get("attribution"), "max_levels": d.get("max_levels", verdict.stats.get("max_level_diff")),
+            "mean_levels": d.get("mean_levels", verdict.stats.get("mean_level_diff")),
+            "share": verdict.stats.get("share_differing")}
+
+
+def _finding_observation(input_id: str, stage: str, f: Finding) -> dict[str, Any]:
+    """The observation of a finding (its own diagnosis; the levels of its own case, unscaled)."""
+    return {"input": input_id, "stage": stage, "check": f.check, "key": f.key or f.check, "message": f.message,
+            "root_causes": list(f.root_causes), "attribution": f.attribution, "max_levels": f.max_levels,
+            "mean_levels": f.mean_levels, "share": f.stats.get("share_differing")}
+
+
+def _outputs_npz(**results: Any) -> bytes:
+    """The results of one input (expected, new, old) as one .npz (float32 values, int grids)."""
+    import numpy as np
+    import torch
+
+    arrays = {}
+    for name, r in results.items():
+        if isinstance(r, PreprocessResult):
+            arrays[f"{name}_pixel_values"] = torch.as_tensor(r.pixel_values).detach().float().cpu().numpy()
+            arrays[f"{name}_grid_thws"] = torch.as_tensor(r.grid_thws).detach().cpu().numpy()
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    return buf.getvalue()
+
+
 class Gate:
     """Runs the stages and builds the report."""
 
@@ -218,8 +328,16 @@ class Gate:
             self.old = IsolatedCandidate(baseline, timeout_s=options.case_timeout_s,
                                          memory_limit_mb=options.memory_limit_mb)
         self.config = PreprocessConfig.profile(options.profile)
+        # Read before anything starts: a bad file is a usage error (exit 2), never a verdict.
+        self.known: KnownFile | None = read_known(options.known_path) if options.known_path else None
+        self.margin = Margin(options.margin_pct / 100.0)
+        # Relative verdict: rows against OLD and/or the known file instead of "any finding fails".
+        self.relative = baseline is not None or self.known is not None
+        self.observations: dict[str, list[dict[str, Any]]] = {"new": [], "old": []}
+        self.rows: list[dict[str, Any]] = []
         self.stages: list[Stage] = []
         self.findings: list[dict[str, Any]] = []
+        self.baseline_findings: list[dict[str, Any]] = []  # OLD's, with a baseline
         self.seed = options.seed if options.seed is not None else int(time.time()) % (2**31)
         self.interrupted = False  # Ctrl-C or SIGTERM arrived: the running stage is an error
         self.hung: dict[str, str] = {}  # mode class -> golden case NEW timed out on
@@ -243,8 +361,11 @@ class Gate:
     # -- stages ----------------------------------------------------------------------------
 
     def goldens(self) -> Stage:
+        if self.old is not None:
+            return self.goldens_vs_baseline()
         stage = Stage("goldens")
-        report = golden.check_pixels(self.new, self.options.golden_dir, profiles=PROFILES)
+        # (the gate re-judges and diagnoses the differing cases itself, under its tolerance)
+        report = golden.check_pixels(self.new, self.options.golden_dir, profiles=PROFILES, diagnose=False)
         self.hung.update(report.timed_out)
         stage.details["timed_out_on"] = dict(report.timed_out)
         judged = []  # (file report, change, verdict or None when it could not be re-run)
@@ -283,23 +404,31 @@ class Gate:
             stage.reasons += [f"golden {f.profile}: {problem}" for problem in f.problems]
         cases = []
         for file_report, change, verdict, config in judged:
+            input_id = f"golden:{file_report.profile}/{change.key}"
             if verdict is not None and verdict.check in ("crash", "timeout"):
                 self.findings.append({"stage": "goldens", "check": verdict.check, "profile": file_report.profile,
                                       "case": change.key, "message": verdict.message})
+                self.observations["new"].append(self._golden_observation(file_report.profile, change, verdict))
             elif verdict is not None and verdict.check == "pixel_mismatch" and config is not None:
                 # Every differing golden case is diagnosed too: the root-cause table covers all of
                 # them, however many the reasons list names.
                 entry = self._golden_diagnosis(file_report.profile, change, verdict, config)
+                attribution = entry.pop("attribution", None)
                 self.findings.append(entry)
+                self.observations["new"].append({**entry, "input": input_id, "attribution": attribution,
+                                                 "share": verdict.stats.get("share_differing")})
                 cases.append({k: entry[k] for k in ("profile", "case", "key", "root_causes", "max_levels",
                                                     "mean_levels", "residual_max_levels")})
+            elif verdict is not None:
+                self.observations["new"].append(self._golden_observation(file_report.profile, change, verdict))
         stage.details["cases"] = cases  # every differing case's levels and root causes
-        for file_report, change, verdict, _ in judged[:20]:
-            stage.reasons.append(f"golden {file_report.profile}: {_describe_golden(change, verdict)}")
-        if len(judged) > 20:
-            stage.reasons.append(f"... and {len(judged) - 20} more golden differences")
+        if not self.relative:  # with --known the rows decide (and name the failing ones)
+            for file_report, change, verdict, _ in judged[:20]:
+                stage.reasons.append(f"golden {file_report.profile}: {_describe_golden(change, verdict)}")
+            if len(judged) > 20:
+                stage.reasons.append(f"... and {len(judged) - 20} more golden differences")
         stage.status = "fail" if stage.reasons else "pass"
-        self._golden_diff_images(judged)
+        self._golden_diff_images([(f.profile, c.key, v, cfg) for f, c, v, cfg in judged])
         return stage
 
     def _golden_diagnosis(self, profile: str, change: Any, verdict: Verdict, config: PreprocessConfig) -> dict:
@@ -307,10 +436,136 @@ class Gate:
         img = golden.PixelCase.from_entry(profile, change.new or change.old).make_image()
         fields = finding_diagnosis(str(verdict.check), verdict.stats, [img], config,
                                    expected=verdict.expected, actual=verdict.actual)
-        fields.pop("attribution", None)
         return {"stage": "goldens", "check": str(verdict.check), "profile": profile, "case": change.key,
                 "key": finding_key(str(verdict.check), verdict.stats, [img]), "message": verdict.message,
                 "hits": 1, "max_levels_seen": fields["max_levels"], **fields}
+
+    def _golden_observation(self, profile: str, change: Any, verdict: Verdict) -> dict[str, Any]:
+        """A non-pixel golden failure (crash, timeout, grid, ...) as an observation of NEW."""
+        try:
+            images = [golden.PixelCase.from_entry(profile, change.new or change.old).make_image()]
+        except (KimiOracleError, ValueError, KeyError, TypeError):
+            images = []
+        stats = dict(verdict.stats)
+        stats.setdefault("exception", verdict.message)
+        return _observation(f"golden:{profile}/{change.key}", "goldens", Verdict(verdict.check, verdict.message, stats),
+                            images)
+
+    def goldens_vs_baseline(self) -> Stage:
+        """The pixel goldens of every profile run with NEW and with OLD; the cases where they give
+        different results are judged against the reference on both sides (and diagnosed)."""
+        stage = Stage("goldens")
+        gdir = self.options.golden_dir
+        new_report = golden.check_pixels(self.new, gdir, profiles=PROFILES, diagnose=False)
+        self.hung.update(new_report.timed_out)
+        old_report = golden.check_pixels(self.old, gdir, profiles=PROFILES, diagnose=False)
+        stage.details["timed_out_on"] = dict(new_report.timed_out)
+        stage.details["baseline_timed_out_on"] = dict(old_report.timed_out)
+
+        def changed(report: Any) -> dict[tuple[str, str], Any]:
+            return {(f.profile, c.key): c for f in report.files for c in f.changes}
+
+        new_changes, old_changes = changed(new_report), changed(old_report)
+        old_problems = {p for f in old_report.files for p in f.problems}
+        for f in new_report.files:
+            # a golden file NEW could not be compared with (and OLD could)
+            stage.reasons += [f"golden {f.profile}: {p}" for p in f.problems if p not in old_problems]
+        cases = sorted(set(new_changes) | set(old_changes))
+        disagree = [k for k in cases if not _same_entry((new_changes.get(k) or _NO_CHANGE).new,
+                                                        (old_changes.get(k) or _NO_CHANGE).new)]
+        judged = []  # (profile, key, images, config, expected, new verdict, old verdict)
+        for profile, key in disagree:
+            interrupts.raise_if_requested()
+            change = new_changes.get((profile, key)) or old_changes[(profile, key)]
+            try:
+                case = golden.PixelCase.from_entry(profile, change.old or change.new)
+                img, config = case.make_image(), case.config()
+            except (KimiOracleError, ValueError, KeyError, TypeError):
+                continue
+            try:
+                expected: PreprocessResult | None = reference.preprocess([img], config)
+            except InputError:
+                expected = None  # the checkpoint rejects this case
+            nv = self._case_verdict(self.new, (new_changes.get((profile, key)) or _NO_CHANGE).new, img, config,
+                                    expected)
+            ov = self._case_verdict(self.old, (old_changes.get((profile, key)) or _NO_CHANGE).new, img, config,
+                                    expected)
+            judged.append((profile, key, [img], config, nv, ov))
+        # Diagnose: per finding key of NEW, the cases where NEW moved furthest from OLD first.
+        per_key: dict[str, int] = {}
+        undiagnosed: dict[str, int] = {}
+        fixed = 0
+        diffs = []
+
+        def level(v: Verdict) -> float:
+            return 0.0 if v.ok else min(_max_level(v), 1e9)
+
+        def gap(item: Any) -> tuple:
+            return (level(item[5]) - level(item[4]), item[0], item[1])
+
+        for profile, key, images, config, nv, ov in sorted(judged, key=gap):
+            input_id = f"golden:{profile}/{key}"
+            if nv.ok:
+                fixed += int(not ov.ok)
+                if not ov.ok and ov.check != PIXEL_MISMATCH:
+                    self.observations["old"].append(_observation(input_id, "goldens", ov, images))
+                continue
+            if nv.check != PIXEL_MISMATCH:
+                self.observations["new"].append(_observation(input_id, "goldens", nv, images))
+                if not ov.ok:
+                    self.observations["old"].append(self._diagnosed(input_id, "goldens", ov, images, config))
+                continue
+            fkey = finding_key(str(nv.check), nv.stats, images)
+            if per_key.get(fkey, 0) >= GOLDEN_DIAGNOSED_PER_KEY:
+                undiagnosed[fkey] = undiagnosed.get(fkey, 0) + 1
+                continue
+            per_key[fkey] = per_key.get(fkey, 0) + 1
+            self.observations["new"].append(self._diagnosed(input_id, "goldens", nv, images, config))
+            if not ov.ok:
+                self.observations["old"].append(self._diagnosed(input_id, "goldens", ov, images, config))
+            diffs.append((profile, key, nv, config))
+        self._golden_diff_images(diffs)
+        n_cases = sum(len(f.changes) for f in new_report.files)
+        stage.details.update({
+            "files": [{k: v for k, v in f.to_dict().items() if k != "changes"} for f in new_report.files],
+            "warnings": new_report.warnings, "tolerance": self.options.tolerance,
+            "cases_differing_from_goldens": {"new": n_cases,
+                                             "old": sum(len(f.changes) for f in old_report.files)},
+            "cases_new_and_old_disagree": len(disagree), "fixed_by_new": fixed,
+            "diagnosed_per_key": dict(per_key), "not_diagnosed_per_key": undiagnosed})
+        stage.summary = (f"NEW and OLD give different results on {len(disagree)} of the golden cases "
+                         f"(NEW differs from the goldens on {n_cases}, OLD on "
+                         f"{stage.details['cases_differing_from_goldens']['old']}); NEW is right on {fixed} "
+                         f"of them where OLD is not")
+        if undiagnosed:
+            stage.summary += f"; {sum(undiagnosed.values())} more differing cases not diagnosed (a sample per key is)"
+        stage.status = "fail" if stage.reasons else "pass"
+        return stage
+
+    def _case_verdict(self, candidate: IsolatedCandidate, entry: dict[str, Any] | None, img: Any,
+                      config: PreprocessConfig, expected: PreprocessResult | None) -> Verdict:
+        """One side's verdict on a golden case from its golden record (None: the golden's result)."""
+        if entry is None:
+            return Verdict()
+        error = entry.get("error")
+        if expected is None:  # the checkpoint rejects the case
+            if error:
+                return Verdict()
+            return Verdict(ACCEPTS_INVALID, "returned a result for an input the checkpoint rejects")
+        if error:  # crashed, died or hung in the golden run: not run again (a hang costs a timeout)
+            return Verdict(_error_check(str(error)), str(error), {"exception": str(error)})
+        try:
+            actual = candidate([img], config)
+        except CandidateCrash as exc:
+            return Verdict(_crash_check(exc), str(exc), _crash_stats(exc))
+        return compare(expected, actual, config, self.options.tolerance, sizes=[img.size])
+
+    def _diagnosed(self, input_id: str, stage: str, verdict: Verdict, images: Sequence[Any],
+                   config: PreprocessConfig) -> dict[str, Any]:
+        """An observation with its root causes (pixel differences are attributed)."""
+        fields = finding_diagnosis(str(verdict.check), verdict.stats, list(images), config,
+                                   expected=verdict.expected, actual=verdict.actual)
+        return _observation(input_id, stage, verdict, images, fields)
 
     def _rejudge(self, profile: str, change: Any) -> tuple[Verdict | None, PreprocessConfig | None]:
         """The oracle's verdict on a changed golden case under the gate's tolerance, and the case's
@@ -333,10 +588,11 @@ class Gate:
             return None, None
         return compare(expected, actual, config, self.options.tolerance, sizes=[img.size]), config
 
-    def _golden_diff_images(self, judged: list[Any]) -> None:
-        """Diff images of the worst cases, from the results the re-judging already computed."""
+    def _golden_diff_images(self, judged: list[tuple[str, str, Verdict | None, Any]]) -> None:
+        """Diff images of the worst cases (profile, case key, verdict, config), from the results the
+        re-judging already computed."""
         made = 0
-        for file_report, change, verdict, config in judged:
+        for profile, case_key, verdict, config in judged:
             if made >= MAX_DIFF_IMAGES:
                 break
             if verdict is None or verdict.expected is None or verdict.actual is None:
@@ -347,10 +603,20 @@ class Gate:
                 continue
             if picture is None:
                 continue
-            target = self.out_dir / "golden-diffs" / f"{file_report.profile}-{change.key}.png".replace("/", "_")
+            target = self.out_dir / "golden-diffs" / f"{profile}-{case_key}.png".replace("/", "_")
             target.parent.mkdir(parents=True, exist_ok=True)
             picture.save(target)
             made += 1
+
+    def _fuzz_options(self, examples: int | None, budget_s: float | None) -> FuzzOptions:
+        options = FuzzOptions(examples=examples, budget_s=None if examples is not None else search_budget(budget_s or 0.0),
+                              seed=self.seed, tolerance=self.options.tolerance, vary_config=True,
+                              # With a baseline no example database: NEW and OLD draw the same cases.
+                              db_dir=None if self.old is not None else self.out_dir / "hypothesis-db",
+                              max_side=self.options.fuzz_max_side)
+        if any(f.name == "tile_share" for f in dataclasses.fields(FuzzOptions)):  # the fast engine's option
+            options = dataclasses.replace(options, tile_share=self.options.tile_share)
+        return options
 
     def fuzzing(self, budget_s: float) -> Stage:
         stage = Stage("fuzz")
@@ -360,25 +626,171 @@ class Gate:
             stage.status = "skipped"
             stage.reasons.append("fuzzing skipped: the goldens used the whole budget")
             return stage
-        options = FuzzOptions(examples=examples, budget_s=None if examples is not None else search_budget(budget_s),
-                              seed=self.seed, tolerance=self.options.tolerance,
-                              vary_config=True, db_dir=self.out_dir / "hypothesis-db",
-                              max_side=self.options.fuzz_max_side)
-        run = fuzz(self.new, self.config, options, out_dir=self.out_dir)
+        if self.old is not None:
+            return self.fuzzing_vs_baseline(stage, examples, budget_s)
+        run = fuzz(self.new, self.config, self._fuzz_options(examples, budget_s), out_dir=self.out_dir)
         summary = run.summary()
         stage.details = {k: summary[k] for k in ("examples", "calls", "rejected", "seed", "stopped", "counts")}
         stage.details["skipped_hanging"] = summary.get("skipped_hanging", 0)
         stage.summary = f"{run.examples} examples in {run.elapsed_s:.1f}s, {len(run.findings)} findings"
         stage.status = "fail" if run.findings else "pass"
-        for f in summary["findings"]:
-            self.findings.append({"stage": "fuzz", **f})
-            stage.reasons.append(f"fuzz finding {f['id']} ({f['check']}): {f['message']}")
+        for f, entry in zip(run.findings, summary["findings"]):
+            self.findings.append({"stage": "fuzz", **entry})
+            self.observations["new"].append(
+                _finding_observation(_input_id("fuzz", f.config, f.params, f.images), "fuzz", f))
+            if not self.relative:
+                stage.reasons.append(f"fuzz finding {entry['id']} ({entry['check']}): {entry['message']}")
+        self._fuzz_interrupted(stage, run)
+        return stage
+
+    def _fuzz_interrupted(self, stage: Stage, run: FuzzRun) -> None:
         if run.stopped == "interrupted":
             # fuzz() ends early on an interrupt and returns what it found: never a pass.
             self.interrupted = True
             stage.status = "error"
             stage.summary = f"interrupted after {run.examples} examples; " + stage.summary
             stage.reasons.insert(0, f"fuzz: interrupted after {run.examples} examples")
+
+    def fuzzing_vs_baseline(self, stage: Stage, examples: int | None, budget_s: float) -> Stage:
+        """NEW fuzzed first (on half the budget, or --fuzz-examples), then OLD on exactly as many
+        examples with the same seed; every input either side failed on is judged on the other too,
+        so each finding compares NEW and OLD on the same input."""
+        run_new = fuzz(self.new, self.config, self._fuzz_options(examples, budget_s / 2.0), out_dir=None)
+        run_old = None
+        if run_new.stopped != "interrupted":
+            run_old = fuzz(self.old, self.config, self._fuzz_options(max(run_new.examples, 1), None), out_dir=None)
+        inputs: dict[str, dict[str, Finding]] = {}
+        for side, run in (("new", run_new), ("old", run_old)):
+            for f in (run.findings if run is not None else []):
+                inputs.setdefault(_input_id("fuzz", f.config, f.params, f.images), {}).setdefault(side, f)
+        disagree = 0
+        for input_id, found in inputs.items():
+            interrupts.raise_if_requested()
+            base = found.get("new") or found["old"]
+            new_f, new_out = (found["new"], found["new"].actual) if "new" in found else self._replay(self.new, base)
+            old_f, old_out = (found["old"], found["old"].actual) if "old" in found else self._replay(self.old, base)
+            same = (new_f is None) == (old_f is None) and (
+                (new_f is None) or (new_f.key == old_f.key and (_same_output(new_out, old_out)  # type: ignore[union-attr]
+                                                               or (new_out is None and old_out is None))))
+            disagree += int(not same)
+            for side, f, other, other_out in (("new", new_f, old_f, old_out), ("old", old_f, new_f, new_out)):
+                if f is None:
+                    continue
+                self.observations[side].append(_finding_observation(input_id, "fuzz", f))
+                f.extra["other_side"] = {
+                    "role": "baseline" if side == "new" else "candidate",
+                    "candidate": (self.old if side == "new" else self.new).spec,  # type: ignore[union-attr]
+                    "check": other.check if other is not None else None,
+                    "key": other.key if other is not None else None,
+                    "root_causes": list(other.root_causes) if other is not None else [],
+                    "same_output": same,
+                    "outputs": "outputs.npz (expected, new, old)"}
+                write_finding(self.out_dir if side == "new" else self.out_dir / "baseline", f,
+                              extra_files={"outputs.npz": _outputs_npz(
+                                  expected=f.expected,
+                                  new=f.actual if side == "new" else other_out,
+                                  old=other_out if side == "new" else f.actual)})
+                entry = {"stage": "fuzz", **finding_summary(f)}
+                (self.findings if side == "new" else self.baseline_findings).append(entry)
+        stage.details = {"examples": run_new.examples, "calls": run_new.calls, "rejected": run_new.rejected,
+                         "seed": self.seed, "stopped": run_new.stopped, "counts": run_new.counts(),
+                         "skipped_hanging": run_new.skipped_hanging,
+                         "baseline": ({"examples": run_old.examples, "calls": run_old.calls,
+                                       "stopped": run_old.stopped, "counts": run_old.counts()}
+                                      if run_old is not None else None),
+                         "inputs_judged_on_both": len(inputs), "inputs_new_and_old_disagree": disagree}
+        stage.summary = (f"{run_new.examples} examples each for NEW and OLD (seed {self.seed}); "
+                         f"{len(inputs)} failing inputs judged on both, {disagree} where they differ; "
+                         f"NEW {len(run_new.findings)} findings, OLD "
+                         f"{len(run_old.findings) if run_old is not None else '-'}")
+        stage.status = "pass"
+        self._fuzz_interrupted(stage, run_new)
+        if run_old is not None:
+            self._fuzz_interrupted(stage, run_old)
+        return stage
+
+    def _replay(self, candidate: IsolatedCandidate, base: Finding) -> tuple[Finding | None, Any]:
+        """`candidate` on another side's finding input: (its finding or None when it passes, its output)."""
+        try:
+            verdict = evaluate(candidate, base.images, base.config, self.options.tolerance,
+                               invariance=base.check == INVARIANCE, expected=base.expected)
+        except Rejected:
+            return None, None
+        if verdict.ok:
+            return None, verdict.actual
+        if verdict.check == base.check and _same_output(verdict.actual, base.actual):
+            # the same output as the other side: its diagnosis holds, no second attribution
+            f = dataclasses.replace(base, candidate=candidate.spec, message=verdict.message, stats=verdict.stats,
+                                    expected=verdict.expected, actual=verdict.actual, extra=dict(base.extra),
+                                    hits=1, max_levels_seen=None, path=None)
+        else:
+            f = finding_from(verdict, candidate.spec, base.config, base.images, params=base.params,
+                             tolerance=self.options.tolerance, engine=base.engine, seed=base.seed,
+                             example=base.example)
+        return f, verdict.actual
+
+    def corpus(self) -> Stage:
+        """Real image files (--corpus DIR, searched recursively) judged on NEW and, with a
+        baseline, on OLD; with a baseline only the files where they give different results count."""
+        stage = Stage("corpus")
+        root = self.options.corpus_dir
+        if root is None:
+            stage.summary = "no --corpus given"
+            return stage
+        from kimi_oracle.core.images import decode, read_file
+
+        root = Path(root)
+        if not root.is_dir():
+            raise InputError("not a directory", source=str(root))
+        files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
+        counts = {"files": len(files), "unreadable": 0, "rejected": 0, "failing_new": 0, "failing_old": 0,
+                  "new_and_old_disagree": 0}
+        for path in files:
+            interrupts.raise_if_requested()
+            rel = path.relative_to(root).as_posix()
+            try:
+                raw = read_file(path)
+                img = decode(raw, name=rel)
+                expected = reference.preprocess([img.copy()], self.config)
+            except InputError:  # undecodable files, and files the checkpoint rejects
+                counts["unreadable"] += 1
+                continue
+            verdicts = {"new": evaluate(self.new, [img], self.config, self.options.tolerance, invariance=False,
+                                        expected=expected)}
+            if self.old is not None:
+                verdicts["old"] = evaluate(self.old, [img], self.config, self.options.tolerance, invariance=False,
+                                           expected=expected)
+                nv, ov = verdicts["new"], verdicts["old"]
+                if nv.ok == ov.ok and (nv.ok or (nv.check == ov.check and (
+                        _same_output(nv.actual, ov.actual) or (nv.actual is None and ov.actual is None
+                                                               and nv.stats.get("exception") == ov.stats.get("exception"))))):
+                    counts["failing_new"] += int(not nv.ok)
+                    counts["failing_old"] += int(not ov.ok)
+                    continue  # the same result on both sides: no difference between them to judge
+                counts["new_and_old_disagree"] += 1
+            for side, verdict in verdicts.items():
+                if verdict.ok:
+                    continue
+                counts[f"failing_{side}"] += 1
+                candidate = self.new if side == "new" else self.old
+                f = finding_from(verdict, candidate.spec, self.config, [img], tolerance=self.options.tolerance,  # type: ignore[union-attr]
+                                 engine="check", sources=[rel], raw_inputs=[raw])
+                self.observations[side].append(_finding_observation(f"corpus:{rel}", "corpus", f))
+                other = verdicts.get("old" if side == "new" else "new")
+                write_finding(self.out_dir if side == "new" else self.out_dir / "baseline", f,
+                              extra_files={"outputs.npz": _outputs_npz(
+                                  expected=expected, new=verdicts["new"].actual,
+                                  old=other.actual if side == "new" and other is not None else verdict.actual
+                                  if side == "old" else None)})
+                (self.findings if side == "new" else self.baseline_findings).append(
+                    {"stage": "corpus", **finding_summary(f)})
+                if not self.relative:
+                    stage.reasons.append(f"corpus {rel}: {verdict.check}: {verdict.message}")
+        stage.details = {"dir": str(root), **counts}
+        stage.summary = (f"{counts['files']} files ({counts['unreadable']} unreadable or rejected): NEW fails on "
+                         f"{counts['failing_new']}" + (f", OLD on {counts['failing_old']}, they differ on "
+                                                       f"{counts['new_and_old_disagree']}" if self.old else ""))
+        stage.status = "fail" if stage.reasons else "pass"
         return stage
 
     def invariance(self) -> Stage:
@@ -386,8 +798,9 @@ class Gate:
         checked = 0
         for profile in (self.options.profile, "k3-small"):
             config = PreprocessConfig.profile(profile)
-            for batch in _invariance_batches(self.seed):
+            for index, batch in enumerate(_invariance_batches(self.seed)):
                 images = [make_image(p) for p in batch]
+                input_id = f"invariance:{profile}/{index}"
                 classes = sorted({mode_class(img) for img in images} & set(self.hung))
                 if classes:
                     # NEW hangs on these inputs (the goldens showed it): another whole timeout
@@ -395,25 +808,38 @@ class Gate:
                     stage.reasons.append(f"invariance ({profile}, {len(images)} images): not run: the candidate "
                                          f"timed out on {', '.join(classes)} images in the goldens")
                     continue
-                try:
-                    verdict = check_invariance(lambda imgs: self.new(imgs, config), images)
-                except CandidateCrash as exc:
-                    check = _crash_check(exc)
-                    how = "timed out" if check == "timeout" else "crashed"
-                    stage.reasons.append(f"invariance ({profile}): the candidate {how}: {exc}")
-                    self.findings.append({"stage": "invariance", "check": check, "profile": profile,
-                                          "message": str(exc), "images": [p.to_dict() for p in batch]})
+                if self.old is not None:
+                    old_verdict = self._invariance_verdict(self.old, config, images)
+                    if not old_verdict.ok:
+                        self.observations["old"].append(_observation(input_id, "invariance", old_verdict, images))
+                verdict = self._invariance_verdict(self.new, config, images)
+                if verdict.check not in (None, INVARIANCE):
+                    how = "timed out" if verdict.check == "timeout" else "crashed"
+                    if not self.relative:
+                        stage.reasons.append(f"invariance ({profile}): the candidate {how}: {verdict.message}")
+                    self.findings.append({"stage": "invariance", "check": verdict.check, "profile": profile,
+                                          "message": verdict.message, "images": [p.to_dict() for p in batch]})
+                    self.observations["new"].append(_observation(input_id, "invariance", verdict, images))
                     continue
                 checked += 1
                 if not verdict.ok:
-                    stage.reasons.append(f"invariance ({profile}, {len(images)} images): {verdict.message}")
+                    if not self.relative:
+                        stage.reasons.append(f"invariance ({profile}, {len(images)} images): {verdict.message}")
                     self.findings.append({"stage": "invariance", "check": "invariance", "profile": profile,
                                           "message": verdict.message,
                                           "images": [p.to_dict() for p in batch]})
+                    self.observations["new"].append(_observation(input_id, "invariance", verdict, images))
         stage.status = "fail" if stage.reasons else "pass"
         stage.summary = (f"{checked} batches checked" + (f", {len(stage.reasons)} failed" if stage.reasons else
                                                             ": batched = one by one, subsets, permutations, reruns"))
         return stage
+
+    @staticmethod
+    def _invariance_verdict(candidate: IsolatedCandidate, config: PreprocessConfig, images: list[Any]) -> Verdict:
+        try:
+            return check_invariance(lambda imgs: candidate(imgs, config), images)
+        except CandidateCrash as exc:
+            return Verdict(_crash_check(exc), str(exc), _crash_stats(exc))
 
     def performance(self, budget_s: float) -> Stage:
         stage = Stage("performance")
@@ -530,7 +956,9 @@ class Gate:
                 perf_budget = PERF_SHARE * budget if self.old is not None else 0.0
                 fuzz_budget = budget - (time.monotonic() - t0) - perf_budget - INVARIANCE_SHARE * budget
                 self._run_stage("fuzz", lambda: self.fuzzing(fuzz_budget))
+                self._run_stage("corpus", self.corpus)
                 self._run_stage("invariance", self.invariance)
+                self._compare()
                 self._run_stage("performance",
                                 lambda: self.performance(max(budget - (time.monotonic() - t0), 0.0)))
         except KeyboardInterrupt:  # between stages, or while the executors start
@@ -550,9 +978,27 @@ class Gate:
                 self.interrupted = True
             return self._report(started, t0, budget)
 
+    def _compare(self) -> None:
+        """The rows (root cause x mode class x {OLD, NEW}) and their verdicts; with a baseline or a
+        known file they decide the correctness stages (a stage fails when a failing row has an
+        input from it)."""
+        new = aggregate(self.observations["new"])
+        old = aggregate(self.observations["old"]) if self.old is not None else None
+        self.rows = compare_rows(new, old, self.margin, known=self.known, strict=self.options.strict)
+        if not self.relative:
+            return
+        for stage in self.stages:
+            if stage.name in ("goldens", "fuzz", "corpus", "invariance") and stage.status in ("pass", "fail"):
+                failing = [r for r in self.rows if r["fails"] and stage.name in r["stages"]]
+                stage.status = "fail" if failing or stage.reasons else "pass"
+                if failing:
+                    stage.summary += f"; {len(failing)} failing row(s)"
+
     def _report(self, started: str, t0: float, budget: float) -> dict[str, Any]:
         elapsed = time.monotonic() - t0
         reasons = [r for s in self.stages for r in s.reasons]
+        if self.relative:
+            reasons = [row_reason(r) for r in self.rows if r["fails"]] + reasons
         if self.interrupted:
             reasons.insert(0, "the gate was interrupted (SIGINT/SIGTERM): stages that did not run to their end "
                               "cannot pass")
@@ -598,13 +1044,23 @@ class Gate:
                 for role, c in (("new", self.new), ("baseline", self.old)) if c is not None
             },
             # Root causes of the goldens' and the fuzz stage's findings, per mode class, worst first.
+            "rows": self.rows,
+            "relative": self.relative,
+            "margin_pct": self.options.margin_pct,
+            "known": str(self.options.known_path) if self.options.known_path else None,
+            "strict": self.options.strict,
             "root_causes": root_cause_rows([f for f in self.findings if f.get("stage") in ("goldens", "fuzz")]),
             "stages": {s.name: s.to_dict() for s in self.stages},
             "findings": self.findings,
+            "baseline_findings": self.baseline_findings,
             "timing_ratios": self._timing_rows(),
             "versions": versions(),
             "machine": _machine(),
         }
+        if self.options.write_known_path is not None and not self.interrupted:
+            path = write_known(self.options.write_known_path, self.rows, self.new.spec,
+                               note=f"gate seed {self.seed}, profile {self.options.profile}")
+            report["wrote_known"] = str(path)
         write_json(self.out_dir / "gate-report.json", report)
         atomic_write_text(self.out_dir / "gate-report.md", render_markdown(report))
         return report
@@ -633,6 +1089,15 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"generation, comparisons, reports); {report['time']['over_budget_s']:.1f}s past the budget",
         "",
     ]
+    if report.get("relative"):
+        lines.append(f"- verdict by root cause and mode class against "
+                     + (f"the baseline `{report['baseline']}`" if report["baseline"] else "")
+                     + (" and " if report["baseline"] and report.get("known") else "")
+                     + (f"the known divergences in `{report['known']}`" if report.get("known") else "")
+                     + f", margin {report['margin_pct']:g}% (docs/gate.md)")
+        lines.append("")
+    lines += rows_markdown(report.get("rows") or [],
+                           "OLD" if report["baseline"] else "known limits" if report.get("known") else "OLD (none)")
     if report.get("root_causes"):
         lines += root_cause_markdown(report["root_causes"])
     lines += [

@@ -1,0 +1,424 @@
+"""Known divergences: what a candidate is allowed to get wrong, from a baseline or from a file.
+
+The gate judges a candidate root cause by root cause and mode class (`oracle.diagnosis` names
+the causes of each pixel difference; `oracle.grouping` the mode class of the image at fault).
+This module holds the rules, free of any candidate run, so that they can be tested on their own:
+
+- `aggregate(observations)`: one row per (root cause, mode class) over the judged inputs of one
+  side (NEW or OLD): the largest and the mean level difference the cause accounts for, the
+  largest share of output values that differ, and the inputs it appeared on.
+- `compare_rows(new, old, margin)`: each row's verdict, `new`, `worse`, `known` or `improved`
+  (docs/gate.md states the rules).
+- `KnownFile`: the `--known` TOML file (read with tomllib, validated key by key) and
+  `write_known` for `--write-known`.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from kimi_oracle.core.errors import InputError
+from kimi_oracle.core.files import atomic_write_text
+from kimi_oracle.oracle.checks import ACCEPTS_INVALID, PIXEL_MISMATCH
+from kimi_oracle.oracle.grouping import key_mode_class
+from kimi_oracle.results.report import cause_levels
+
+KNOWN_SCHEMA = "kimi-oracle.known"
+KNOWN_SCHEMA_VERSION = 1
+
+# Verdicts of a row, in report order (failing ones first).
+NEW, WORSE, KNOWN, IMPROVED = "new", "worse", "known", "improved"
+VERDICTS = (NEW, WORSE, KNOWN, IMPROVED)
+
+# `--margin`: a metric of NEW is worse when it exceeds OLD's (or the known limit) by more than
+# this share plus an absolute slack (below), so that float noise and one-level rounding changes
+# of a shared cause never fail a gate.
+DEFAULT_MARGIN_PCT = 25.0
+SLACK = {"max_levels": 1.0, "mean_levels": 0.25, "share": 0.01}
+METRICS = ("max_levels", "mean_levels", "share")
+
+
+@dataclass
+class Margin:
+    """How much larger a metric may grow before it is `worse` (relative, plus `SLACK`)."""
+
+    relative: float = DEFAULT_MARGIN_PCT / 100.0
+
+    def exceeds(self, metric: str, value: float | None, limit: float | None) -> bool:
+        """True when `value` is beyond `limit` by more than the margin (None: nothing to compare)."""
+        if value is None or limit is None:
+            return False
+        return value > limit * (1.0 + self.relative) + SLACK[metric]
+
+
+# ---------------------------------------------------------------------------------------------
+# rows
+
+
+@dataclass
+class Side:
+    """One side (NEW or OLD) of a row: its metrics over the inputs it appeared on."""
+
+    check: str
+    max_levels: float | None = None
+    mean_levels: float | None = None
+    share: float | None = None
+    inputs: set[str] = field(default_factory=set)
+    stages: set[str] = field(default_factory=set)
+    message: str = ""
+    _means: list[float] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the `old`/`new` object of a report row)."""
+        return {"max_levels": _round(self.max_levels), "mean_levels": _round(self.mean_levels),
+                "share": _round(self.share, 6), "inputs": len(self.inputs)}
+
+
+def _round(v: float | None, digits: int = 4) -> float | None:
+    return None if v is None else round(float(v), digits)
+
+
+ABSENT = {"max_levels": None, "mean_levels": None, "share": None, "inputs": 0}
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+def aggregate(observations: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Side]:
+    """Rows of one side: (root cause, mode class) -> Side.
+
+    An observation is one judged input that failed a check: `input` (an id shared by NEW and
+    OLD), `stage`, `check`, `key` (`oracle.grouping.finding_key`), `root_causes`, `attribution`,
+    `max_levels`, `mean_levels`, `share` (of the output values that differ) and `message`. A pixel
+    difference counts under each of its root causes with the levels that cause accounts for
+    (`results.report.cause_levels`); any other failure is its own row, named by its key."""
+    rows: dict[tuple[str, str], Side] = {}
+    for o in observations:
+        check = str(o.get("check"))
+        key = str(o.get("key") or check)
+        causes = list(o.get("root_causes") or []) if check == PIXEL_MISMATCH else []
+        if not causes:
+            causes = [key]
+        mode = key_mode_class(key)
+        levels = cause_levels(o) if check == PIXEL_MISMATCH else {}
+        whole = (_number(o.get("max_levels")), _number(o.get("mean_levels")))
+        for cause in causes:
+            top, mean = levels.get(cause, whole)
+            side = rows.setdefault((cause, mode), Side(check=check, message=str(o.get("message", ""))))
+            side.inputs.add(str(o.get("input")))
+            side.stages.add(str(o.get("stage", "")))
+            if check == PIXEL_MISMATCH:
+                if top is not None:
+                    side.max_levels = max(side.max_levels or 0.0, float(top))
+                if mean is not None:
+                    side._means.append(float(mean))
+                    side.mean_levels = sum(side._means) / len(side._means)
+                share = _number(o.get("share"))
+                if share is not None:
+                    side.share = max(side.share or 0.0, share)
+    return rows
+
+
+def _order(row: Mapping[str, Any]) -> tuple:
+    side = row["new"] if row["new"]["inputs"] else row["old"]
+    return (not row["fails"], VERDICTS.index(row["verdict"]), row["check"] != PIXEL_MISMATCH,
+            -(side["max_levels"] or 0.0), row["root_cause"], row["mode_class"])
+
+
+def compare_rows(new: Mapping[tuple[str, str], Side], old: Mapping[tuple[str, str], Side] | None,
+                 margin: Margin, *, known: "KnownFile | None" = None, strict: bool = False) -> list[dict[str, Any]]:
+    """Each row's verdict (docs/gate.md):
+
+    - with a baseline (`old` given): a pixel root cause NEW has and OLD has not is `new`; a shared
+      one whose max levels, mean levels or share grew beyond the margin is `worse`; one that fell
+      beyond the margin, or that NEW lost, is `improved`; else `known`. Any other failure (grid,
+      feature length, shape/dtype, crash, timeout, invariance, accepts_invalid) is `known` only
+      when OLD failed the same way on every input NEW did (`improved` when NEW's inputs are fewer);
+      else `new`.
+    - without one (`old` None): every row of NEW is `new` (the absolute verdict).
+    - with a known file: a row the file accepts, within its limits plus the margin, is `known`;
+      beyond them `worse`; file entries NEW no longer shows are `improved`. With a baseline too,
+      a row the baseline would fail but the file accepts is `known`.
+
+    `accepts_invalid` rows are reported but fail only under `strict`."""
+    out: list[dict[str, Any]] = []
+    keys = list(new) + [k for k in (old or {}) if k not in new]
+    for key in keys:
+        n, o = new.get(key), (old or {}).get(key)
+        check = (n or o).check  # type: ignore[union-attr]
+        verdict, why = _baseline_verdict(n, o, margin) if old is not None else (NEW, "no baseline: every divergence fails")
+        entry = known.match(*key) if known is not None else None
+        old_dict = o.to_dict() if o is not None else dict(ABSENT)
+        if known is not None and old is None:
+            if n is None:
+                verdict, why = IMPROVED, "gone"
+            elif entry is not None:
+                beyond = entry.beyond(n, margin)
+                if beyond:
+                    verdict, why = WORSE, f"beyond the known limits ({', '.join(beyond)})"
+                else:
+                    verdict, why = KNOWN, "within the known limits"
+            # (not in the known file and no baseline: stays `new`)
+            if entry is not None:
+                old_dict = entry.as_side()
+        elif entry is not None and n is not None and verdict in (NEW, WORSE) and not entry.beyond(n, margin):
+            verdict, why = KNOWN, f"{why}; accepted by the known file"
+        fails = verdict in (NEW, WORSE) and (check != ACCEPTS_INVALID or strict)
+        stages = sorted((n.stages if n is not None else set()) | (o.stages if o is not None else set()))
+        out.append({"root_cause": key[0], "mode_class": key[1], "check": check, "old": old_dict,
+                    "new": n.to_dict() if n is not None else dict(ABSENT), "verdict": verdict, "fails": fails,
+                    "why": why, "stages": stages,
+                    "message": (n or o).message})  # type: ignore[union-attr]
+    if known is not None:
+        for entry in known.entries:
+            if not any(entry.covers(*k) for k in new) and old is None:
+                out.append({"root_cause": entry.root_cause, "mode_class": entry.mode_class, "check": PIXEL_MISMATCH,
+                            "old": entry.as_side(), "new": dict(ABSENT), "verdict": IMPROVED, "fails": False,
+                            "why": "in the known file, not shown by NEW", "stages": [], "message": entry.note})
+    out.sort(key=_order)
+    return out
+
+
+def _baseline_verdict(n: Side | None, o: Side | None, margin: Margin) -> tuple[str, str]:
+    if n is None:
+        return IMPROVED, "gone"
+    if n.check != PIXEL_MISMATCH:
+        if o is None:
+            return NEW, "OLD never failed this way"
+        missing = n.inputs - o.inputs
+        if missing:
+            return NEW, f"OLD does not fail this way on {len(missing)} of NEW's {len(n.inputs)} input(s)"
+        if len(n.inputs) < len(o.inputs):
+            return IMPROVED, f"on {len(n.inputs)} input(s), OLD on {len(o.inputs)}"
+        return KNOWN, "OLD fails the same way on the same inputs"
+    if o is None:
+        return NEW, "OLD does not have this root cause in this mode class"
+    grew = [m for m in METRICS if margin.exceeds(m, getattr(n, m), getattr(o, m))]
+    if grew:
+        return WORSE, "grew beyond the margin: " + ", ".join(grew)
+    fell = [m for m in METRICS if margin.exceeds(m, getattr(o, m), getattr(n, m))]
+    if fell:
+        return IMPROVED, "fell beyond the margin: " + ", ".join(fell)
+    if all(getattr(n, m) == getattr(o, m) for m in METRICS):
+        return KNOWN, "the same as OLD"
+    return KNOWN, "within the margin of OLD"
+
+
+def _fmt(v: Any, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{100 * v:.1f}%" if pct else f"{v:.3g}"
+
+
+def describe_side(side: Mapping[str, Any]) -> str:
+    """`max 3 / mean 0.5 levels, 12.0% of values, 4 inputs` (or `-`)."""
+    if not side.get("inputs") and side.get("max_levels") is None:
+        return "-"
+    text = f"max {_fmt(side.get('max_levels'))} / mean {_fmt(side.get('mean_levels'))} levels"
+    if side.get("share") is not None:
+        text += f", {_fmt(side['share'], pct=True)} of values"
+    if side.get("inputs"):
+        text += f", {side['inputs']} input(s)"
+    return text
+
+
+def row_reason(row: Mapping[str, Any]) -> str:
+    """The line the gate's reasons give a failing row."""
+    label = f"`{row['root_cause']}`" + (f" [{row['mode_class']}]" if row["mode_class"] else "")
+    return (f"{row['verdict']}: {label}: {row['why']} (NEW {describe_side(row['new'])}; "
+            f"OLD {describe_side(row['old'])})")
+
+
+def rows_markdown(rows: Sequence[Mapping[str, Any]], old_label: str = "OLD") -> list[str]:
+    """The table every gate report opens with."""
+    if not rows:
+        return ["## Root causes × mode classes", "", "No divergence from the reference, on either side.", ""]
+    out = ["## Root causes × mode classes", "",
+           f"| verdict | root cause | mode class | {old_label} (max / mean levels, share) | "
+           "NEW (max / mean levels, share) | why |",
+           "|---|---|---|---|---|---|"]
+    for r in rows:
+        verdict = f"**{r['verdict'].upper()}**" if r["fails"] else r["verdict"]
+        why = str(r["why"]).replace("|", "\\|")
+        out.append(f"| {verdict} | `{r['root_cause']}` | {r['mode_class'] or '-'} | {describe_side(r['old'])} | "
+                   f"{describe_side(r['new'])} | {why} |")
+    out.append("")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the --known file
+
+
+class KnownFileError(InputError):
+    """A `--known` file that cannot be read or does not follow the schema (exit 2)."""
+
+
+_TOP_KEYS = {"schema", "schema_version", "candidate", "comment", "known"}
+_ENTRY_KEYS = {"root_cause", "mode_class", "max_levels", "mean_levels", "share", "note"}
+
+
+@dataclass
+class KnownEntry:
+    """One accepted divergence: a root cause (or a finding key) in a mode class (`*`: any),
+    with limits (None: no limit on that metric)."""
+
+    root_cause: str
+    mode_class: str
+    max_levels: float | None = None
+    mean_levels: float | None = None
+    share: float | None = None
+    note: str = ""
+
+    def covers(self, root_cause: str, mode_class: str) -> bool:
+        """True when this entry is about that row."""
+        return self.root_cause == root_cause and self.mode_class in ("*", mode_class)
+
+    def beyond(self, side: Side, margin: Margin) -> list[str]:
+        """The metrics of `side` beyond this entry's limits (plus the margin)."""
+        return [m for m in METRICS if margin.exceeds(m, getattr(side, m), getattr(self, m))]
+
+    def as_side(self) -> dict[str, Any]:
+        """The limits in a row's `old` slot."""
+        return {"max_levels": self.max_levels, "mean_levels": self.mean_levels, "share": self.share, "inputs": 0}
+
+
+@dataclass
+class KnownFile:
+    """The accepted divergences of a candidate (`gate --known FILE`)."""
+
+    entries: list[KnownEntry] = field(default_factory=list)
+    candidate: str | None = None
+    path: Path | None = None
+
+    def match(self, root_cause: str, mode_class: str) -> KnownEntry | None:
+        """The entry for this row: the exact mode class first, then `*`."""
+        exact = [e for e in self.entries if e.root_cause == root_cause and e.mode_class == mode_class]
+        if exact:
+            return exact[0]
+        return next((e for e in self.entries if e.covers(root_cause, mode_class)), None)
+
+
+def _bad(path: Path, key: str, problem: str) -> KnownFileError:
+    return KnownFileError(f"{key}: {problem} (schema: docs/gate.md, 'The --known file')", source=str(path))
+
+
+def _limit(path: Path, where: str, name: str, value: Any, upper: float | None = None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+        raise _bad(path, f"{where}.{name}", f"must be a finite number, got {value!r}")
+    if value < 0 or (upper is not None and value > upper):
+        bound = f"between 0 and {upper:g}" if upper is not None else ">= 0"
+        raise _bad(path, f"{where}.{name}", f"must be {bound}, got {value!r}")
+    return float(value)
+
+
+def read_known(path: str | Path) -> KnownFile:
+    """Read and validate a `--known` file; `KnownFileError` names the first bad key."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise KnownFileError("no such file", source=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KnownFileError(f"cannot read: {exc}", source=str(path)) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise KnownFileError(f"not valid TOML: {exc}", source=str(path)) from None
+    for key in data:
+        if key not in _TOP_KEYS:
+            raise _bad(path, key, f"unknown key (allowed: {', '.join(sorted(_TOP_KEYS))})")
+    if "schema" in data and data["schema"] != KNOWN_SCHEMA:
+        raise _bad(path, "schema", f"must be {KNOWN_SCHEMA!r}, got {data['schema']!r}")
+    if data.get("schema_version") != KNOWN_SCHEMA_VERSION:
+        raise _bad(path, "schema_version", f"must be {KNOWN_SCHEMA_VERSION}, got {data.get('schema_version')!r}")
+    for name in ("candidate", "comment"):
+        if name in data and not isinstance(data[name], str):
+            raise _bad(path, name, "must be a string")
+    items = data.get("known", [])
+    if not isinstance(items, list):
+        raise _bad(path, "known", "must be an array of tables ([[known]])")
+    out = KnownFile(candidate=data.get("candidate"), path=path)
+    seen: set[tuple[str, str]] = set()
+    for i, item in enumerate(items):
+        where = f"known[{i}]"
+        if not isinstance(item, dict):
+            raise _bad(path, where, "must be a table")
+        for key in item:
+            if key not in _ENTRY_KEYS:
+                raise _bad(path, f"{where}.{key}", f"unknown key (allowed: {', '.join(sorted(_ENTRY_KEYS))})")
+        for name in ("root_cause", "mode_class"):
+            if name not in item:
+                raise _bad(path, f"{where}.{name}", "missing (use mode_class = \"*\" for every mode class)"
+                           if name == "mode_class" else "missing")
+            if not isinstance(item[name], str) or (name == "root_cause" and not item[name].strip()):
+                raise _bad(path, f"{where}.{name}", f"must be a non-empty string, got {item[name]!r}"
+                           if name == "root_cause" else f"must be a string, got {item[name]!r}")
+        if "note" in item and not isinstance(item["note"], str):
+            raise _bad(path, f"{where}.note", "must be a string")
+        ident = (item["root_cause"], item["mode_class"])
+        if ident in seen:
+            raise _bad(path, where, f"root cause {ident[0]!r} in mode class {ident[1]!r} is listed twice")
+        seen.add(ident)
+        out.entries.append(KnownEntry(
+            root_cause=item["root_cause"], mode_class=item["mode_class"],
+            max_levels=_limit(path, where, "max_levels", item.get("max_levels")),
+            mean_levels=_limit(path, where, "mean_levels", item.get("mean_levels")),
+            share=_limit(path, where, "share", item.get("share"), upper=1.0),
+            note=item.get("note", "")))
+    return out
+
+
+def _toml_str(s: str) -> str:
+    import json
+
+    return json.dumps(s, ensure_ascii=True)  # a JSON string with ASCII escapes is a TOML basic string
+
+
+def _ceil(v: float) -> float:
+    """Rounded up to 4 significant digits: a limit written from a run still holds for that run."""
+    if v <= 0:
+        return 0.0
+    digits = 3 - int(math.floor(math.log10(v)))
+    scale = 10.0 ** digits
+    return math.ceil(v * scale) / scale
+
+
+def known_toml(rows: Sequence[Mapping[str, Any]], candidate: str, *, note: str = "") -> str:
+    """A `--known` file accepting NEW's rows as they are now (limits = what this run measured)."""
+    lines = [
+        "# kimi-oracle known divergences (docs/gate.md, 'The --known file').",
+        "# Written by `kimi-oracle gate --write-known`: review every entry before relying on it.",
+        f"schema = {_toml_str(KNOWN_SCHEMA)}",
+        f"schema_version = {KNOWN_SCHEMA_VERSION}",
+        f"candidate = {_toml_str(candidate)}",
+    ]
+    if note:
+        lines.append(f"comment = {_toml_str(note)}")
+    for r in rows:
+        side = r["new"]
+        if not side.get("inputs"):
+            continue
+        lines += ["", "[[known]]", f"root_cause = {_toml_str(r['root_cause'])}",
+                  f"mode_class = {_toml_str(r['mode_class'])}"]
+        for name in METRICS:
+            v = side.get(name)
+            if v is not None:
+                lines.append(f"{name} = {_ceil(float(v))!r}")
+        lines.append(f"note = {_toml_str(str(r.get('message', ''))[:200])}")
+    return "\n".join(lines) + "\n"
+
+
+def write_known(path: str | Path, rows: Sequence[Mapping[str, Any]], candidate: str, *, note: str = "") -> Path:
+    """Write `known_toml` atomically (nothing half-written)."""
+    return atomic_write_text(Path(path), known_toml(rows, candidate, note=note))
