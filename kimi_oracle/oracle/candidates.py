@@ -329,7 +329,7 @@ def resolve(spec: str, what: str = "candidate") -> Any:
         module = _load_module_file(path)
     elif not sep and (not all(part.isidentifier() for part in target.split("."))
                       or ("." not in target and importlib.util.find_spec(target) is None)):
-        raise CandidateError(f"unknown {what} {spec!r}: not a built-in ({', '.join(BUILTINS)}), not an "
+        raise CandidateError(f"bad {what} spec {spec!r}: not a built-in ({', '.join(BUILTINS)}), not an "
                              f"installed entry point of {ENTRY_POINT_GROUP}, not a module; expected {_SPEC_FORMS}")
     elif all(part.isidentifier() for part in target.split(".")):
         module = _import(target, spec)

@@ -55,7 +55,7 @@ def test_file_spec_with_sibling_import(tmp_path):
 
 @pytest.mark.parametrize("spec, message", [
     ("", "empty candidate spec"),
-    ("nope", "unknown candidate 'nope': not a built-in"),
+    ("nope", "bad candidate spec 'nope': not a built-in"),
     (":f", "bad candidate spec ':f'"),
     ("not a module:f", "bad candidate spec"),
     ("kimi_oracle.core.errors", "module kimi_oracle.core.errors has no preprocess function"),

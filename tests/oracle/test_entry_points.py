@@ -76,7 +76,7 @@ def test_installed_entry_points_name_candidates_and_planners(tmp_path, monkeypat
     assert finding.field == "num_tokens" and finding.size == (640, 480)
     with pytest.raises(CandidateError, match="entry point 'kimi_demo_engine_ep_missing'.*cannot be loaded"):
         load_candidate("demo-broken")
-    with pytest.raises(CandidateError, match="unknown candidate 'demo-nothing'"):
+    with pytest.raises(CandidateError, match="bad candidate spec 'demo-nothing': not a built-in"):
         load_candidate("demo-nothing")
 
 
