@@ -322,6 +322,7 @@ class _Engine:
         self.seen: dict[str, dict[str, Any]] = {}  # per group: generated examples hit, largest levels
         self.hanging: set[str] = set()  # mode classes of the images the candidate timed out on
         self.last_new = 0  # the example number the latest new group was met at
+        self.published: set[str] = set()  # groups whose finding is out (a budget's later search)
         self.database = _database(options.db_dir) if options.db_dir else None
         self.db_key = _namespace(candidate, config, options, self.tol)
 
@@ -363,6 +364,8 @@ class _Engine:
         """Record a failing example (replayed or generated): hits, levels, a group's first case."""
         check = str(verdict.check)
         group = self.group_of(verdict, images)
+        if group in self.published:
+            return
         seen = self.seen.setdefault(group, {"hits": 0, "max": 0.0})
         seen["hits"] += 1
         level = verdict.stats.get("max_level_diff")
@@ -440,6 +443,8 @@ class _Engine:
         every = max(1, int(options.invariance_every))
         tiles = self.draw_options.tiles
         first = run.replayed  # generated example i is run example first + i
+        if run.stopped == "budget":
+            run.stopped = "examples"  # a later pass (time left after shrinking) decides anew
         while run.examples < target:
             if interrupts.requested():
                 run.stopped = "interrupted"
@@ -591,6 +596,7 @@ class _Engine:
             began = self.clock()
             self.publish(group)
             publish_times.append(self.clock() - began)
+        self.published.update(self.records)
         self.records.clear()
         if abort is not None:
             raise abort
@@ -614,23 +620,35 @@ def fuzz(
     run = engine.run
     target = options.max_examples()
     abort: _HarnessAbort | None = None
-    try:
-        engine.replay_saved(target)
-        engine.search(target)
-    except KeyboardInterrupt:
-        run.stopped = "interrupted"
-    except _HarnessAbort as exc:
-        abort = exc
-    run.search_s = engine.clock() - engine.start
+    search_s = 0.0
+    first_pass = True
+    while True:
+        began = engine.clock()
+        try:
+            if first_pass:
+                engine.replay_saved(target)
+            engine.search(target)
+        except KeyboardInterrupt:
+            run.stopped = "interrupted"
+        except _HarnessAbort as exc:
+            abort = exc
+        search_s += engine.clock() - began
+        if interrupts.requested():
+            run.stopped = "interrupted"
+        try:
+            # After a harness error the findings so far are published unshrunk, then it is raised.
+            engine.settle(shrink=abort is None)
+        except _HarnessAbort as exc:
+            abort = exc
+        first_pass = False
+        # Under a budget, time that shrinking left over goes back to the search (a group found
+        # then is shrunk in what remains).
+        if (abort is not None or run.stopped == "interrupted" or engine.budget is None
+                or run.examples >= target or not options.keep_searching or engine.over(1.0)):
+            break
     if interrupts.requested():
         run.stopped = "interrupted"
-    try:
-        # After a harness error the findings so far are published unshrunk, then it is raised.
-        engine.settle(shrink=abort is None)
-    except _HarnessAbort as exc:
-        abort = exc
-    if interrupts.requested():
-        run.stopped = "interrupted"
+    run.search_s = search_s
     run.elapsed_s = engine.clock() - engine.start
     if abort is not None:
         raise abort.error from None

@@ -1,0 +1,230 @@
+"""The fast fuzzing engine: seeded draws decide every example, hypothesis replays and shrinks the
+recorded choices, counts are exact, budgets include shrinking (injected clocks, never timing)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.fuzzers import fuzzing
+from kimi_oracle.fuzzers.fuzzing import FuzzOptions, _seed_database, fuzz
+from kimi_oracle.inputs.draw import (
+    TILE_SIDES,
+    ChoiceSource,
+    DrawOptions,
+    RandomSource,
+    ReplayError,
+    derive,
+    draw_fuzz_case,
+    is_tile_example,
+)
+from kimi_oracle.inputs.strategies import recorded_fuzz_cases
+from kimi_oracle.oracle.candidates import Candidate
+from kimi_oracle.oracle.checks import Verdict
+from kimi_oracle.pipelines import reference
+
+K3 = PreprocessConfig.k3()
+
+
+def _replayed_by_hypothesis(choices, base, options):
+    """The first case hypothesis draws from `recorded_fuzz_cases` when its database holds `choices`."""
+    seen = []
+
+    @settings(database=_seed_database(choices), phases=[Phase.reuse], max_examples=1, deadline=None,
+              suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)
+    @given(recorded_fuzz_cases(base, options))
+    def body(drawn):
+        seen.append(drawn)
+        raise ValueError("failing, so that the reuse phase keeps it")
+
+    with pytest.raises(ValueError):
+        body()
+    return seen[0]
+
+
+@pytest.mark.parametrize("options", [DrawOptions(), DrawOptions(tiles=True, max_side=40)], ids=["default", "tiles"])
+def test_a_recorded_choice_list_is_the_hypothesis_choice_sequence(options):
+    base = PreprocessConfig.k3_small()
+    for i in range(6):
+        source = RandomSource(derive(7, i), (i % 2,) if options.tiles else ())
+        case = draw_fuzz_case(source, base, options)
+        replayed, choices = _replayed_by_hypothesis(source.choices, base, options)
+        assert replayed == case
+        assert list(choices) == source.choices
+        # ... and the plain replay source reads the same list back.
+        again = ChoiceSource(source.choices)
+        assert draw_fuzz_case(again, base, options) == case and again.exhausted
+
+
+def test_a_choice_list_of_other_options_is_refused():
+    source = RandomSource(derive(1, 0))
+    draw_fuzz_case(source, K3, DrawOptions(max_side=64))
+    with pytest.raises(ReplayError):
+        draw_fuzz_case(ChoiceSource(source.choices[:3]), K3, DrawOptions(max_side=64))
+
+
+def test_tile_examples_are_an_exact_share_with_tile_sides():
+    assert [is_tile_example(i, 0.25) for i in range(8)] == [False, False, False, True] * 2
+    assert not any(is_tile_example(i, 0.0) for i in range(100))
+    options = DrawOptions(tiles=True)
+    for i in range(12):
+        tile = is_tile_example(i, 0.25)
+        case = draw_fuzz_case(RandomSource(derive(3, i), (int(tile),)), K3, options)
+        sides = {s for p in case.images for s in p.size}
+        if tile:
+            assert len(case.images) == 1 and sides <= set(TILE_SIDES)
+        else:
+            assert max(sides) <= 4 * options.max_side  # the ratio class reaches ~4x max_side
+
+
+class _Recorder:
+    """Collects the cases the search draws (shrinking draws through hypothesis, not through here)."""
+
+    def __init__(self, monkeypatch):
+        self.cases = []
+        def spy(source, base, options):
+            case = draw_fuzz_case(source, base, options)
+            self.cases.append(case)
+            return case
+
+        monkeypatch.setattr(fuzzing, "draw_fuzz_case", spy)
+
+
+def _wide_fails(images, config):
+    """The reference, except that a batch holding an image 20 or more pixels wide gets wrong grids."""
+    out = reference.preprocess(images, config)
+    if any(img.width >= 20 for img in images):
+        out.grid_thws = out.grid_thws + 1
+    return out
+
+
+def test_examples_depend_only_on_seed_and_index(monkeypatch):
+    # The gate runs NEW and OLD with one seed and count and compares what they found on the same
+    # cases: what a candidate does (here: fail, and be shrunk) must not change the cases drawn.
+    options = dict(examples=24, seed=5, max_side=32, invariance=False)
+    clean = _Recorder(monkeypatch)
+    fuzz("reference", PreprocessConfig.k3_small(), FuzzOptions(**options))
+    failing = _Recorder(monkeypatch)
+    run = fuzz(Candidate("wide", _wide_fails), PreprocessConfig.k3_small(), FuzzOptions(**options))
+    assert run.findings and run.shrink_calls > 0
+    assert len(clean.cases) == len(failing.cases) == 24
+    assert clean.cases == failing.cases
+    # Another seed draws other cases.
+    other = _Recorder(monkeypatch)
+    fuzz("reference", PreprocessConfig.k3_small(), FuzzOptions(**{**options, "seed": 6}))
+    assert other.cases != clean.cases
+
+
+def test_examples_are_exact_and_shrinking_is_counted_apart():
+    run = fuzz(Candidate("wide", _wide_fails), PreprocessConfig.k3_small(),
+               FuzzOptions(examples=40, seed=2, max_side=40, invariance=False))
+    assert run.examples == 40 and run.replayed == 0
+    judged = run.examples - run.rejected - run.skipped_hanging
+    assert run.shrink_calls > 0 and run.calls == judged + run.shrink_calls
+    [finding] = run.findings
+    # The minimal failing case by hand: one RGB image exactly 20 pixels wide.
+    assert finding.check == "grid_mismatch"
+    assert len(finding.images) == 1 and finding.images[0].width == 20 and finding.images[0].mode == "RGB"
+
+
+def test_invariances_run_on_every_fourth_example(monkeypatch):
+    flags = []
+
+    def fake_evaluate(candidate, images, config, tolerance, *, invariance):
+        flags.append(invariance)
+        return Verdict(None, "ok", {})
+
+    monkeypatch.setattr(fuzzing, "evaluate", fake_evaluate)
+    fuzz("reference", K3, FuzzOptions(examples=10, seed=1))
+    assert flags == [i % 4 == 0 for i in range(10)]
+    flags.clear()
+    fuzz("reference", K3, FuzzOptions(examples=5, seed=1, invariance_every=1))
+    assert flags == [True] * 5
+    flags.clear()
+    fuzz("reference", K3, FuzzOptions(examples=5, seed=1, invariance=False))
+    assert flags == [False] * 5
+
+
+def test_tile_share_reaches_the_search(monkeypatch):
+    sizes = []
+
+    def fake_evaluate(candidate, images, config, tolerance, *, invariance):
+        sizes.append([img.size for img in images])
+        return Verdict(None, "ok", {})
+
+    monkeypatch.setattr(fuzzing, "evaluate", fake_evaluate)
+    monkeypatch.setattr(fuzzing.FuzzCase, "make_images", lambda case: [_Size(p.size) for p in case.images])
+    fuzz("reference", K3, FuzzOptions(examples=20, seed=3, tile_share=0.1))
+    tiles = [i for i, batch in enumerate(sizes) if len(batch) == 1 and set(batch[0]) <= set(TILE_SIDES)]
+    assert tiles == [9, 19]
+
+
+class _Size:
+    """Stands in for an image where only the size is read (mode_class is never asked: no hang)."""
+
+    def __init__(self, size):
+        self.size = size
+
+
+class _CallClock:
+    """Time that advances only when the candidate is called: 10 ms a call."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_budget_ends_within_five_percent_shrinking_included():
+    clock = _CallClock()
+
+    def slow_wide_fails(images, config):
+        clock.now += 0.01
+        return _wide_fails(images, config)
+
+    shrink_began = []
+
+    def on_example(run):
+        if run.shrink_calls == 1 and not shrink_began:
+            shrink_began.append(clock.now - 0.01)
+
+    budget = 3.0
+    run = fuzz(Candidate("wide", slow_wide_fails), PreprocessConfig.k3_small(),
+               FuzzOptions(budget_s=budget, seed=2, max_side=40, invariance=False, clock=clock),
+               on_example=on_example)
+    assert run.stopped == "budget" and run.findings and run.shrink_calls > 0
+    # The search stopped at its share of the budget once a failure waited to be shrunk (the
+    # example running then finishes) ...
+    assert budget * fuzzing.SEARCH_SHARE <= shrink_began[0] <= budget * fuzzing.SEARCH_SHARE + 0.01
+    # ... and what shrinking left went back to the search: the run ends at its budget.
+    assert budget * 0.95 <= run.elapsed_s <= budget * 1.05
+    assert run.calls == run.examples + run.shrink_calls
+    assert run.search_s == pytest.approx(run.elapsed_s - 0.01 * run.shrink_calls, abs=1e-6)
+
+
+def test_a_budget_without_findings_searches_to_its_end():
+    clock = _CallClock()
+
+    def slow_reference(images, config):
+        clock.now += 0.01
+        return reference.preprocess(images, config)
+
+    run = fuzz(Candidate("ref", slow_reference), PreprocessConfig.k3_small(),
+               FuzzOptions(budget_s=1.0, seed=2, max_side=24, invariance=False, clock=clock))
+    assert run.stopped == "budget" and not run.findings
+    assert 1.0 <= run.elapsed_s <= 1.0 + 0.011 and run.examples == run.calls == 100
+
+
+def test_search_budget_is_the_identity_now():
+    assert fuzzing.search_budget(90.0) == 90.0
+
+
+def test_stop_early_ends_like_one_hypothesis_round():
+    # keep_searching=False: after the first failure the search runs until twice the example
+    # number of the latest new group (at least 10 examples), then shrinks.
+    run = fuzz(Candidate("wide", _wide_fails), PreprocessConfig.k3_small(),
+               FuzzOptions(examples=300, seed=2, max_side=40, invariance=False, keep_searching=False))
+    first = run.first_found["grid_mismatch"]
+    assert run.examples == max(10, 2 * first)
