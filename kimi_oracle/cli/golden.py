@@ -9,6 +9,7 @@ import click
 
 from kimi_oracle.cli.common import interpret_option, isolation_options, setup_interpret
 from kimi_oracle.core.config import PROFILES
+from kimi_oracle.core.text import safe_text
 
 KIND_CHOICES = ("grids", "pixels")
 
@@ -84,7 +85,7 @@ def register(group: click.Group) -> None:
                 click.echo(json.dumps({"command": "golden check --planner", **planner_report.to_dict()}, indent=2))
             else:
                 for line in planner_report.lines():
-                    click.echo(line)
+                    click.echo(safe_text(line))  # messages carry the planner's own exception text
             return 0 if planner_report.ok else 1
 
         try:

@@ -231,6 +231,12 @@ def test_engine_self_check_mirrors_its_two_errors(tmp_path):
     assert verdict.check == "grid_mismatch" and verdict.stats["self_check"] is True
     assert "deferred GPU preprocessing produced wrong grids" in verdict.message
     assert verdict.stats["advertised_grids"] == [[1, 4, 6]] and verdict.stats["produced_grids"] == [[1, 4, 4]]
+    # The same through the candidate's own process, as every command runs it.
+    from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
+
+    with IsolatedCandidate(str(tmp_path / "wide_engine.py")) as isolated:
+        remote = evaluate(isolated, [img], cfg)
+    assert remote.check == "grid_mismatch" and remote.stats == verdict.stats and remote.message == verdict.message
 
     short = _write_engine(tmp_path, "short_engine", "return spec_plan(width, height, config)",
                           "r = _reference(images, config); return r.pixel_values[:-1], r.grid_thws")
