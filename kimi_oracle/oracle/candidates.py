@@ -38,7 +38,7 @@ from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import BackendError, CandidateError
 from kimi_oracle.core.geometry import ResizePlan
 from kimi_oracle.core.result import PreprocessResult
-from kimi_oracle.oracle.checks import as_result, self_check
+from kimi_oracle.oracle.checks import _describe, as_result, self_check
 from kimi_oracle.oracle.input_forms import accepted_forms, hand_over, resolve_form
 
 CandidateFn = Callable[[list, PreprocessConfig], Any]
@@ -142,22 +142,6 @@ class Candidate:
             raise SelfCheckFailed(self.spec, str(verdict.check), verdict.message, verdict.stats)
 
 
-def as_result(out: Any, spec: str = "candidate") -> PreprocessResult:
-    """Normalize a candidate's return value, or raise CandidateError saying what was wrong."""
-    if isinstance(out, PreprocessResult):
-        pixel_values, grid_thws = out.pixel_values, out.grid_thws
-    elif isinstance(out, (tuple, list)) and len(out) == 2:
-        pixel_values, grid_thws = out
-    elif hasattr(out, "pixel_values") and hasattr(out, "grid_thws"):
-        pixel_values, grid_thws = out.pixel_values, out.grid_thws
-    else:
-        raise CandidateError(
-            f"candidate {spec!r} returned {_describe(out)}; expected a PreprocessResult or a "
-            "(pixel_values, grid_thws) pair"
-        )
-    return PreprocessResult(_tensor(pixel_values, spec, "pixel_values"), _tensor(grid_thws, spec, "grid_thws"))
-
-
 # ---------------------------------------------------------------------------------------------
 # plans: what a planner returns
 
@@ -237,22 +221,6 @@ def as_plan(out: Any, config: PreprocessConfig, spec: str = "planner",
     plan = ResizePlan(values["new_w"], values["new_h"], values["pad_w"], values["pad_h"],
                       grid_thw, values["num_tokens"])  # type: ignore[arg-type]
     return PlanShape(plan, shape, names)
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, (tuple, list)):
-        return f"a {type(value).__name__} of {len(value)} items"
-    return f"a {type(value).__module__}.{type(value).__qualname__}" if value is not None else "None"
-
-
-def _tensor(value: Any, spec: str, name: str) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, np.ndarray):
-        if value.dtype == object:
-            raise CandidateError(f"candidate {spec!r}: {name} is an object array, expected numbers")
-        return torch.from_numpy(np.ascontiguousarray(value))
-    raise CandidateError(f"candidate {spec!r}: {name} is {_describe(value)}, expected a torch tensor or NumPy array")
 
 
 def _load_module_file(path: Path) -> Any:
