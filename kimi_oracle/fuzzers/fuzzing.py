@@ -42,15 +42,21 @@ from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.core.files import versions
-from kimi_oracle.inputs.draw import ChoiceSource, DrawOptions, RandomSource, ReplayError, derive, draw_fuzz_case, is_tile_example
+from kimi_oracle.inputs.draw import (ChoiceSource, DrawOptions, RandomSource,
+                                     ReplayError, derive, draw_fuzz_case,
+                                     is_tile_example)
 from kimi_oracle.inputs.generators import MODES, FuzzCase
 from kimi_oracle.inputs.strategies import DEFAULT_MAX_SIDE, recorded_fuzz_cases
 from kimi_oracle.oracle.candidates import Candidate, load_candidate
-from kimi_oracle.oracle.checks import FINDING_KINDS, INVARIANCE, PIXEL_MISMATCH, TIMEOUT, Tolerance, Verdict
+from kimi_oracle.oracle.checks import (FINDING_KINDS, INVARIANCE,
+                                       PIXEL_MISMATCH, TIMEOUT, Tolerance,
+                                       Verdict)
 from kimi_oracle.oracle.diagnosis import finding_diagnosis
 from kimi_oracle.oracle.grouping import failure_type, finding_key, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
-from kimi_oracle.results.report import Finding, finding_summary, root_cause_rows, summary_markdown, write_finding
+from kimi_oracle.results.report import (Finding, finding_summary,
+                                        root_cause_rows, summary_markdown,
+                                        write_finding)
 
 # A budget covers shrinking and publishing: fuzz() ends within it (up to one example or one
 # shrink step over). Kept for callers that converted a deadline into a search budget.
@@ -62,6 +68,12 @@ SEARCH_SHARE = 0.8
 # Invariances (a second run, the batch image by image, sub-batches, a permutation: up to six
 # more candidate calls) run on one generated example in this many by default.
 INVARIANCE_EVERY = 4
+
+# The tile-crossing share the long runs (gate, nightly) give `FuzzOptions.tile_share`: one
+# generated example in 250 is one image with both sides around 256, 512, 1024 or 2048 (±1). Such
+# an example costs about 50-100 small ones (up to ~2 s on eager at the base's full budget), so
+# this share spends roughly a fifth of the search time on them (docs/measurements.md).
+TILE_SHARE = 0.004
 
 # Failures whose every reproduction costs a killed or restarted candidate process (the sandbox's
 # exception names), and how many shrink steps such a finding gets before its smallest case so far
@@ -470,8 +482,9 @@ class _Engine:
     def shrink(self, group: str, deadline: float | None) -> None:
         """Shrink a group's case with hypothesis (reuse + shrink phases over its recorded choices);
         its smallest failing case so far is kept when the deadline or the costly-step cap ends it."""
-        from hypothesis import HealthCheck, Phase, Verbosity, given, reject, settings
+        from hypothesis import HealthCheck, Phase, Verbosity, given, reject
         from hypothesis import seed as hypothesis_seed
+        from hypothesis import settings
 
         record = self.records[group]
         costly = {"steps": 0}
@@ -702,7 +715,8 @@ def _find_harness(exc: BaseException) -> BaseException | None:
 def replay_case(case: dict[str, Any], directory: Path, candidate: Candidate, *,
                 tolerance: str | None = None) -> tuple[Verdict, list[Image.Image], PreprocessConfig, list[str]]:
     """Re-run a finding's case.json: (verdict, images, config, notes)."""
-    from kimi_oracle.inputs.generators import CaseParams, images_equal, make_image
+    from kimi_oracle.inputs.generators import (CaseParams, images_equal,
+                                               make_image)
     from kimi_oracle.results.report import load_case_image
 
     notes: list[str] = []
@@ -809,10 +823,13 @@ __all__ = [
     "FuzzOptions",
     "FuzzRun",
     "HYPOTHESIS_PROFILES",
+    "SHRINK_GRACE",
+    "TILE_SHARE",
     "Rejected",
     "check_images",
     "evaluate",
     "finding_from",
     "fuzz",
     "replay_case",
+    "search_budget",
 ]

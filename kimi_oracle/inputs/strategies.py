@@ -17,17 +17,12 @@ from typing import Any, Callable, Sequence
 from hypothesis import strategies as st
 
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.inputs.draw import (
-    MODE_WEIGHTS,
-    DrawOptions,
-    config_thresholds,
-    draw_case_params,
-    draw_config,
-    draw_fuzz_case,
-    draw_size,
-    image_choices,
-)
-from kimi_oracle.inputs.generators import CONTENTS, DEFAULT_MAX_SIDE, MODES, CaseParams, FuzzCase
+from kimi_oracle.inputs.draw import (MODE_WEIGHTS, DrawOptions,
+                                     config_thresholds, draw_case_params,
+                                     draw_config, draw_fuzz_case, draw_size,
+                                     image_choices)
+from kimi_oracle.inputs.generators import (CONTENTS, DEFAULT_MAX_SIDE, MODES,
+                                           CaseParams, FuzzCase)
 
 
 @functools.lru_cache(maxsize=4096)

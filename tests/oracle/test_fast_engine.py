@@ -9,16 +9,9 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.fuzzers import fuzzing
 from kimi_oracle.fuzzers.fuzzing import FuzzOptions, _seed_database, fuzz
-from kimi_oracle.inputs.draw import (
-    TILE_SIDES,
-    ChoiceSource,
-    DrawOptions,
-    RandomSource,
-    ReplayError,
-    derive,
-    draw_fuzz_case,
-    is_tile_example,
-)
+from kimi_oracle.inputs.draw import (TILE_SIDES, ChoiceSource, DrawOptions,
+                                     RandomSource, ReplayError, derive,
+                                     draw_fuzz_case, is_tile_example)
 from kimi_oracle.inputs.strategies import recorded_fuzz_cases
 from kimi_oracle.oracle.candidates import Candidate
 from kimi_oracle.oracle.checks import Verdict
