@@ -29,7 +29,7 @@ def test_correct_candidate_passes(tmp_path):
                             "--fuzz-examples", str(FUZZ_EXAMPLES))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert report["verdict"] == "pass" and report["reasons"] == []
-    assert report["schema"] == "kimi-oracle.gate-report" and report["schema_version"] == 1
+    assert report["schema"] == "kimi-oracle.gate-report" and report["schema_version"] == 2
     stages = report["stages"]
     assert [stages[s]["status"] for s in ("goldens", "invariance", "fuzz")] == ["pass", "pass", "pass"]
     assert stages["performance"]["status"] == "skipped"

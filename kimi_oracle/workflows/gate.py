@@ -48,7 +48,7 @@ from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.oracle.candidates import CandidateCrash
 from kimi_oracle.oracle.checks import ACCEPTS_INVALID, INVARIANCE, PIXEL_MISMATCH, Verdict, check_invariance, compare
 from kimi_oracle.oracle.diagnosis import finding_diagnosis
-from kimi_oracle.oracle.grouping import finding_key, mode_class
+from kimi_oracle.oracle.grouping import finding_key, image_at_fault, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
 from kimi_oracle.pipelines import reference
 from kimi_oracle.results.report import (Finding, diff_image, finding_summary, root_cause_markdown, root_cause_rows,
@@ -107,6 +107,10 @@ class GateOptions:
     strict: bool = False  # accepts_invalid rows fail too
     corpus_dir: Path | None = None  # real image files judged on NEW (and OLD)
     tile_share: float = TILE_SHARE
+    # Library callers and tests: only the golden cases this accepts run (golden.CaseFilter), and
+    # fuzz findings unshrunk (cheaper; the verdict rules are the same).
+    golden_select: Callable[[Any], bool] | None = None
+    fuzz_shrink: bool = True
 
 
 @dataclass
@@ -289,11 +293,49 @@ def _observation(input_id: str, stage: str, verdict: Verdict, images: Sequence[A
             "share": verdict.stats.get("share_differing")}
 
 
-def _finding_observation(input_id: str, stage: str, f: Finding) -> dict[str, Any]:
-    """The observation of a finding (its own diagnosis; the levels of its own case, unscaled)."""
-    return {"input": input_id, "stage": stage, "check": f.check, "key": f.key or f.check, "message": f.message,
-            "root_causes": list(f.root_causes), "attribution": f.attribution, "max_levels": f.max_levels,
-            "mean_levels": f.mean_levels, "share": f.stats.get("share_differing")}
+def _image_share(expected: Any, actual: Any, index: int) -> float | None:
+    """The share of image `index`'s output values that differ (None when the outputs do not line up)."""
+    import torch
+
+    try:
+        grids = torch.as_tensor(expected.grid_thws).reshape(-1, 3)
+        if not torch.equal(grids, torch.as_tensor(actual.grid_thws).reshape(-1, 3)):
+            return None
+        counts = [int(c) for c in grids.prod(dim=1).tolist()]
+        start = sum(counts[:index])
+        e = expected.pixel_values[start : start + counts[index]]
+        a = actual.pixel_values[start : start + counts[index]]
+        if e.shape != a.shape or e.numel() == 0:
+            return None
+        return float((e.float() != a.float()).float().mean())
+    except (AttributeError, IndexError, RuntimeError, TypeError, ValueError):
+        return None
+
+
+def _finding_observation(input_id: str, stage: str, f: Finding, index: int | None = None) -> dict[str, Any] | None:
+    """The observation of a finding on image `index` of its batch (default: its image at fault),
+    so that NEW and OLD are compared on the same image of the same input; its levels are those
+    of its own case (unscaled). None when that image's output does not differ."""
+    own = image_at_fault(f.stats)
+    index = own if index is None else min(index, max(len(f.images) - 1, 0))
+    stats = {**f.stats, "worst": {"image": index}}
+    obs = {"input": input_id, "stage": stage, "check": f.check, "key": f.key or f.check, "message": f.message,
+           "root_causes": list(f.root_causes), "attribution": f.attribution, "max_levels": f.max_levels,
+           "mean_levels": f.mean_levels, "share": None}
+    if f.check != PIXEL_MISMATCH:
+        if index != own and f.images:
+            obs["key"] = finding_key(f.check, stats, f.images)
+        return obs
+    obs["share"] = _image_share(f.expected, f.actual, index)
+    if obs["share"] == 0.0:
+        return None  # this side's difference is on another image of the batch
+    if index != own:
+        d = finding_diagnosis(f.check, stats, f.images, f.config, expected=f.expected, actual=f.actual)
+        obs.update(root_causes=list(d["root_causes"]), attribution=d["attribution"], max_levels=d["max_levels"],
+                   mean_levels=d["mean_levels"])
+        obs["key"] = finding_key(f.check, {"max_level_diff": d["max_levels"] or 0.0, "worst": {"image": index}},
+                                 f.images)
+    return obs
 
 
 def _outputs_npz(**results: Any) -> bytes:
@@ -365,7 +407,8 @@ class Gate:
             return self.goldens_vs_baseline()
         stage = Stage("goldens")
         # (the gate re-judges and diagnoses the differing cases itself, under its tolerance)
-        report = golden.check_pixels(self.new, self.options.golden_dir, profiles=PROFILES, diagnose=False)
+        report = golden.check_pixels(self.new, self.options.golden_dir, profiles=PROFILES, diagnose=False,
+                                     select=self.options.golden_select)
         self.hung.update(report.timed_out)
         stage.details["timed_out_on"] = dict(report.timed_out)
         judged = []  # (file report, change, verdict or None when it could not be re-run)
@@ -456,9 +499,11 @@ class Gate:
         different results are judged against the reference on both sides (and diagnosed)."""
         stage = Stage("goldens")
         gdir = self.options.golden_dir
-        new_report = golden.check_pixels(self.new, gdir, profiles=PROFILES, diagnose=False)
+        new_report = golden.check_pixels(self.new, gdir, profiles=PROFILES, diagnose=False,
+                                         select=self.options.golden_select)
         self.hung.update(new_report.timed_out)
-        old_report = golden.check_pixels(self.old, gdir, profiles=PROFILES, diagnose=False)
+        old_report = golden.check_pixels(self.old, gdir, profiles=PROFILES, diagnose=False,
+                                         select=self.options.golden_select)
         stage.details["timed_out_on"] = dict(new_report.timed_out)
         stage.details["baseline_timed_out_on"] = dict(old_report.timed_out)
 
@@ -613,7 +658,7 @@ class Gate:
                               seed=self.seed, tolerance=self.options.tolerance, vary_config=True,
                               # With a baseline no example database: NEW and OLD draw the same cases.
                               db_dir=None if self.old is not None else self.out_dir / "hypothesis-db",
-                              max_side=self.options.fuzz_max_side)
+                              max_side=self.options.fuzz_max_side, shrink=self.options.fuzz_shrink)
         if any(f.name == "tile_share" for f in dataclasses.fields(FuzzOptions)):  # the fast engine's option
             options = dataclasses.replace(options, tile_share=self.options.tile_share)
         return options
@@ -636,8 +681,9 @@ class Gate:
         stage.status = "fail" if run.findings else "pass"
         for f, entry in zip(run.findings, summary["findings"]):
             self.findings.append({"stage": "fuzz", **entry})
-            self.observations["new"].append(
-                _finding_observation(_input_id("fuzz", f.config, f.params, f.images), "fuzz", f))
+            obs = _finding_observation(_input_id("fuzz", f.config, f.params, f.images), "fuzz", f)
+            if obs is not None:
+                self.observations["new"].append(obs)
             if not self.relative:
                 stage.reasons.append(f"fuzz finding {entry['id']} ({entry['check']}): {entry['message']}")
         self._fuzz_interrupted(stage, run)
@@ -673,10 +719,13 @@ class Gate:
                 (new_f is None) or (new_f.key == old_f.key and (_same_output(new_out, old_out)  # type: ignore[union-attr]
                                                                or (new_out is None and old_out is None))))
             disagree += int(not same)
+            index = image_at_fault(base.stats)  # both sides observed on the same image of the batch
             for side, f, other, other_out in (("new", new_f, old_f, old_out), ("old", old_f, new_f, new_out)):
                 if f is None:
                     continue
-                self.observations[side].append(_finding_observation(input_id, "fuzz", f))
+                obs = _finding_observation(input_id, "fuzz", f, index)
+                if obs is not None:
+                    self.observations[side].append(obs)
                 f.extra["other_side"] = {
                     "role": "baseline" if side == "new" else "candidate",
                     "candidate": (self.old if side == "new" else self.new).spec,  # type: ignore[union-attr]
@@ -775,7 +824,9 @@ class Gate:
                 candidate = self.new if side == "new" else self.old
                 f = finding_from(verdict, candidate.spec, self.config, [img], tolerance=self.options.tolerance,  # type: ignore[union-attr]
                                  engine="check", sources=[rel], raw_inputs=[raw])
-                self.observations[side].append(_finding_observation(f"corpus:{rel}", "corpus", f))
+                obs = _finding_observation(f"corpus:{rel}", "corpus", f)
+                if obs is not None:
+                    self.observations[side].append(obs)
                 other = verdicts.get("old" if side == "new" else "new")
                 write_finding(self.out_dir if side == "new" else self.out_dir / "baseline", f,
                               extra_files={"outputs.npz": _outputs_npz(

@@ -110,6 +110,9 @@ def aggregate(observations: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str]
         mode = key_mode_class(key)
         levels = cause_levels(o) if check == PIXEL_MISMATCH else {}
         whole = (_number(o.get("max_levels")), _number(o.get("mean_levels")))
+        # The share of values that differ is measured for the whole image: it goes to the cause
+        # that accounts for the largest difference (the first on a tie), not to every cause.
+        dominant = max(causes, key=lambda c: (levels.get(c, whole)[0] or 0.0, -causes.index(c)))
         for cause in causes:
             top, mean = levels.get(cause, whole)
             side = rows.setdefault((cause, mode), Side(check=check, message=str(o.get("message", ""))))
@@ -121,7 +124,7 @@ def aggregate(observations: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str]
                 if mean is not None:
                     side._means.append(float(mean))
                     side.mean_levels = sum(side._means) / len(side._means)
-                share = _number(o.get("share"))
+                share = _number(o.get("share")) if cause == dominant else None
                 if share is not None:
                     side.share = max(side.share or 0.0, share)
     return rows
@@ -148,7 +151,9 @@ def compare_rows(new: Mapping[tuple[str, str], Side], old: Mapping[tuple[str, st
       beyond them `worse`; file entries NEW no longer shows are `improved`. With a baseline too,
       a row the baseline would fail but the file accepts is `known`.
 
-    `accepts_invalid` rows are reported but fail only under `strict`."""
+    `accepts_invalid` rows, and `new` pixel rows under one level (float rounding only), are
+    reported but fail only under `strict` (in the relative modes; without a baseline or a known
+    file every row fails, as every finding does)."""
     out: list[dict[str, Any]] = []
     keys = list(new) + [k for k in (old or {}) if k not in new]
     for key in keys:
@@ -172,6 +177,10 @@ def compare_rows(new: Mapping[tuple[str, str], Side], old: Mapping[tuple[str, st
         elif entry is not None and n is not None and verdict in (NEW, WORSE) and not entry.beyond(n, margin):
             verdict, why = KNOWN, f"{why}; accepted by the known file"
         fails = verdict in (NEW, WORSE) and (check != ACCEPTS_INVALID or strict)
+        if (fails and not strict and verdict == NEW and (old is not None or known is not None)
+                and check == PIXEL_MISMATCH and n is not None and n.max_levels is not None and n.max_levels < 1.0):
+            fails = False  # float rounding only (under one level): reported, fails under --strict
+            why += "; float rounding only (under one level): fails only with --strict"
         stages = sorted((n.stages if n is not None else set()) | (o.stages if o is not None else set()))
         out.append({"root_cause": key[0], "mode_class": key[1], "check": check, "old": old_dict,
                     "new": n.to_dict() if n is not None else dict(ABSENT), "verdict": verdict, "fails": fails,
