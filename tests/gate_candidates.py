@@ -26,3 +26,10 @@ def crashes_on_large(images, config):
     if any(max(img.size) > 300 for img in images):
         raise ValueError("planted: cannot handle large images")
     return reference.preprocess(images, config)
+
+
+def crashes_on_palette(images, config):
+    """Correct, but raises on any palette ("P") image (none of the timing stage's inputs is one)."""
+    if any(img.mode == "P" for img in images):
+        raise ValueError("planted: cannot handle palette images")
+    return reference.preprocess(images, config)

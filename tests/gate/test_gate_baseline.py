@@ -97,14 +97,25 @@ def test_the_reference_against_a_baseline_passes_listing_its_causes_improved(tmp
     assert report["stages"]["goldens"]["details"]["fixed_by_new"] > 0
 
 
-@pytest.mark.slow  # four gate runs (~40 s)
-@pytest.mark.parametrize("old, verdict", [("tests/gate_candidates.py:crashes_on_large", "pass"),
-                                          ("reference", "fail")])
-def test_a_crash_of_new_fails_unless_old_crashes_on_the_same_input(tmp_path_factory, monkeypatch, old, verdict):
-    monkeypatch.chdir(REPO)
-    report = _run(tmp_path_factory, f"{GATE_CANDIDATES}:crashes_on_large", old,
-                  golden_select=lambda case: case.id.startswith("side_cap/RGB"), fuzz_examples=2)
+@pytest.mark.slow  # two gate runs (~15 s)
+@pytest.mark.parametrize("old, verdict", [(f"{GATE_CANDIDATES}:crashes_on_palette", "pass"), ("reference", "fail")])
+def test_a_crash_of_new_fails_unless_old_crashes_on_the_same_input(tmp_path_factory, old, verdict):
+    report = _run(tmp_path_factory, f"{GATE_CANDIDATES}:crashes_on_palette", old,
+                  golden_select=lambda case: case.id in ("P/checker", "RGB/opaque"), fuzz_examples=2)
     assert report["verdict"] == verdict, report["reasons"][:5]
     crash = [r for r in report["rows"] if r["check"] == "crash"]
     assert crash and all(r["new"]["inputs"] > 0 for r in crash)
     assert {r["verdict"] for r in crash} == ({"known"} if verdict == "pass" else {"new"})
+
+
+@pytest.mark.slow  # two gate runs with every differing golden case diagnosed (~30 s)
+def test_write_known_then_known_passes_the_same_run(tmp_path_factory):
+    known = tmp_path_factory.mktemp("known") / "eager.toml"
+    first = _run(tmp_path_factory, "eager", None, write_known_path=known)
+    assert first["verdict"] == "fail" and first["wrote_known"] == str(known)  # absolute: eager differs
+    second = _run(tmp_path_factory, "eager", None, known_path=known)
+    assert second["verdict"] == "pass", second["reasons"][:5]
+    assert second["rows"] and {r["verdict"] for r in second["rows"]} == {"known"}
+    planted = _run(tmp_path_factory, PLANTED, None, known_path=known)
+    assert planted["verdict"] == "fail"
+    assert any(r["root_cause"] == "patch-order" and r["verdict"] == "new" for r in planted["rows"] if r["fails"])

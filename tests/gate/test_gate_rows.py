@@ -1,0 +1,200 @@
+"""The gate's verdict rules and the --known file, on hand-made observations (no candidate runs).
+
+Every expected verdict follows from the rules in docs/gate.md applied by hand to the numbers
+written here: margin 25 % plus a slack of 1 level (max), 0.25 level (mean), 1 % (share)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kimi_oracle.core.errors import InputError
+from kimi_oracle.workflows.known import (KnownFileError, Margin, aggregate, compare_rows, known_toml, read_known,
+                                         write_known)
+
+M = Margin(0.25)
+
+
+def obs(cause, mode="RGB", *, input="i1", max_levels=10.0, mean_levels=1.0, share=0.2, check="pixel_mismatch",
+        key=None, stage="fuzz"):
+    key = key or (f"{check}[{mode}]<levels>" if check == "pixel_mismatch" else f"{check}[{mode}](ValueError)")
+    return {"input": input, "stage": stage, "check": check, "key": key, "root_causes": [cause] if cause else [],
+            "attribution": None, "max_levels": max_levels, "mean_levels": mean_levels, "share": share,
+            "message": "m"}
+
+
+def verdicts(new_obs, old_obs, **kw):
+    rows = compare_rows(aggregate(new_obs), aggregate(old_obs) if old_obs is not None else None, M, **kw)
+    return {(r["root_cause"], r["mode_class"]): (r["verdict"], r["fails"]) for r in rows}, rows
+
+
+def test_the_same_observations_are_known():
+    o = [obs("resample-float"), obs("palette-bicubic", "P", input="i2", max_levels=180.0)]
+    v, rows = verdicts(o, o)
+    assert v == {("resample-float", "RGB"): ("known", False), ("palette-bicubic", "P"): ("known", False)}
+    assert all(r["why"] == "the same as OLD" for r in rows)
+
+
+def test_a_cause_only_new_has_is_new_and_fails():
+    v, _ = verdicts([obs("resample-float"), obs("patch-order")], [obs("resample-float")])
+    assert v[("patch-order", "RGB")] == ("new", True)
+    assert v[("resample-float", "RGB")] == ("known", False)
+
+
+def test_the_same_cause_in_another_mode_class_is_new():
+    v, _ = verdicts([obs("resample-float", "RGBA+alpha")], [obs("resample-float", "RGB")])
+    assert v[("resample-float", "RGBA+alpha")] == ("new", True)
+    assert v[("resample-float", "RGB")] == ("improved", False)
+
+
+@pytest.mark.parametrize("metric, old, new, verdict", [
+    ("max_levels", 10.0, 13.4, "known"),     # limit 10 * 1.25 + 1 = 13.5
+    ("max_levels", 10.0, 13.6, "worse"),
+    ("mean_levels", 1.0, 1.5, "known"),      # limit 1 * 1.25 + 0.25 = 1.5 (not beyond)
+    ("mean_levels", 1.0, 1.6, "worse"),
+    ("share", 0.2, 0.26, "known"),           # limit 0.2 * 1.25 + 0.01 = 0.26
+    ("share", 0.2, 0.27, "worse"),
+    ("max_levels", 13.6, 10.0, "improved"),  # OLD's beyond NEW's margin: fell
+    ("max_levels", 11.0, 10.0, "known"),
+])
+def test_margins(metric, old, new, verdict):
+    v, _ = verdicts([obs("resample-float", **{metric: new})], [obs("resample-float", **{metric: old})])
+    assert v[("resample-float", "RGB")][0] == verdict
+    assert v[("resample-float", "RGB")][1] == (verdict == "worse")
+
+
+def test_a_wider_margin_tolerates_more():
+    rows = compare_rows(aggregate([obs("c", max_levels=19.0)]), aggregate([obs("c", max_levels=10.0)]), Margin(1.0))
+    assert rows[0]["verdict"] == "known"  # 10 * 2 + 1 = 21
+
+
+def test_a_new_cause_under_one_level_is_reported_but_fails_only_when_strict():
+    new = [obs("resample-float"), obs("normalize-float", max_levels=0.4, mean_levels=0.01)]
+    v, _ = verdicts(new, [obs("resample-float")])
+    assert v[("normalize-float", "RGB")] == ("new", False)
+    v, _ = verdicts(new, [obs("resample-float")], strict=True)
+    assert v[("normalize-float", "RGB")] == ("new", True)
+
+
+@pytest.mark.parametrize("check", ["crash", "grid_mismatch", "timeout", "shape_dtype", "feature_length"])
+def test_a_non_pixel_finding_passes_only_when_old_has_it_on_the_same_input(check):
+    new = [obs(None, check=check, input="golden:k3/RGB/opaque")]
+    v, _ = verdicts(new, [obs(None, check=check, input="golden:k3/RGB/opaque")])
+    assert list(v.values()) == [("known", False)]
+    v, _ = verdicts(new, [obs(None, check=check, input="golden:k3/RGBA/checker")])
+    assert list(v.values()) == [("new", True)]
+    v, _ = verdicts(new, [])
+    assert list(v.values()) == [("new", True)]
+    # OLD fails that way on more inputs than NEW: improved
+    v, _ = verdicts(new, [obs(None, check=check, input="golden:k3/RGB/opaque"),
+                          obs(None, check=check, input="golden:k3/RGBA/checker")])
+    assert list(v.values()) == [("improved", False)]
+
+
+def test_accepts_invalid_is_reported_and_fails_only_when_strict():
+    new = [obs(None, check="accepts_invalid", key="accepts_invalid", input="x")]
+    v, rows = verdicts(new, [])
+    assert list(v.values()) == [("new", False)] and rows[0]["check"] == "accepts_invalid"
+    v, _ = verdicts(new, [], strict=True)
+    assert list(v.values()) == [("new", True)]
+
+
+def test_without_a_baseline_every_row_fails():
+    v, _ = verdicts([obs("resample-float"), obs("normalize-float", max_levels=0.2)], None)
+    assert set(v.values()) == {("new", True)}
+
+
+def test_share_goes_to_the_cause_with_the_largest_difference():
+    o = obs("patch-order", share=0.8)
+    o["root_causes"] = ["normalize-float", "patch-order"]
+    o["max_levels_seen"] = None
+    o["attribution"] = {"max_levels": 200.0, "mean_levels": 50.0, "explained": [
+        {"root_cause": "patch-order", "image": 0, "residual_max_levels": 0.5, "residual_mean_levels": 0.01},
+        {"root_cause": "normalize-float", "image": 0, "residual_max_levels": 0.0, "residual_mean_levels": 0.0}]}
+    rows = aggregate([o])
+    assert rows[("patch-order", "RGB")].share == 0.8 and rows[("patch-order", "RGB")].max_levels == 199.5
+    assert rows[("normalize-float", "RGB")].share is None and rows[("normalize-float", "RGB")].max_levels == 0.5
+
+
+# ---------------------------------------------------------------------------------------------
+# the --known file
+
+
+def test_known_round_trip_accepts_what_it_was_written_from(tmp_path):
+    new = aggregate([obs("resample-float", max_levels=12.0), obs("palette-bicubic", "P", input="i2", max_levels=183.0,
+                                                                  mean_levels=87.27561, share=0.153061)])
+    rows = compare_rows(new, None, M)
+    path = write_known(tmp_path / "known.toml", rows, "eager", note="seed 1")
+    known = read_known(path)
+    assert known.candidate == "eager" and len(known.entries) == 2
+    entry = known.match("palette-bicubic", "P")
+    assert entry.max_levels == 183.0 and entry.mean_levels >= 87.27561 and entry.share >= 0.153061
+    again = compare_rows(new, None, M, known=known)
+    assert {r["verdict"] for r in again} == {"known"} and not any(r["fails"] for r in again)
+    # a cause the file does not list fails; one grown beyond its limits is worse
+    more = aggregate([obs("resample-float", max_levels=40.0), obs("patch-order")])
+    v = {(r["root_cause"], r["mode_class"]): r["verdict"] for r in compare_rows(more, None, M, known=known)}
+    assert v == {("resample-float", "RGB"): "worse", ("patch-order", "RGB"): "new",
+                 ("palette-bicubic", "P"): "improved"}
+
+
+def test_a_wildcard_mode_class_and_missing_limits(tmp_path):
+    path = tmp_path / "k.toml"
+    path.write_text('schema_version = 1\n[[known]]\nroot_cause = "resample-float"\nmode_class = "*"\n'
+                    'max_levels = 20\n')
+    known = read_known(path)
+    rows = compare_rows(aggregate([obs("resample-float", "L", mean_levels=9.0), obs("resample-float", "RGBA")]),
+                        None, M, known=known)
+    assert {r["verdict"] for r in rows} == {"known"}  # no mean limit given: not checked
+
+
+def test_a_baseline_failure_the_known_file_accepts_is_known(tmp_path):
+    path = tmp_path / "k.toml"
+    path.write_text('schema_version = 1\n[[known]]\nroot_cause = "patch-order"\nmode_class = "RGB"\n'
+                    'max_levels = 20\nmean_levels = 2\n')
+    v, _ = verdicts([obs("patch-order")], [], known=read_known(path))
+    assert v[("patch-order", "RGB")] == ("known", False)
+
+
+@pytest.mark.parametrize("text, key", [
+    ('schema_version = 2\n', "schema_version"),
+    ('schema_version = 1\ncolour = "red"\n', "colour"),
+    ('schema_version = 1\n[[known]]\nmode_class = "RGB"\n', "known[0].root_cause"),
+    ('schema_version = 1\n[[known]]\nroot_cause = "x"\n', "known[0].mode_class"),
+    ('schema_version = 1\n[[known]]\nroot_cause = "x"\nmode_class = "RGB"\nmax_levels = -1\n', "known[0].max_levels"),
+    ('schema_version = 1\n[[known]]\nroot_cause = "x"\nmode_class = "RGB"\nmean_levels = "a lot"\n',
+     "known[0].mean_levels"),
+    ('schema_version = 1\n[[known]]\nroot_cause = "x"\nmode_class = "RGB"\nshare = 1.5\n', "known[0].share"),
+    ('schema_version = 1\n[[known]]\nroot_cause = "x"\nmode_class = "RGB"\nmax_level = 3\n', "known[0].max_level"),
+    ('schema_version = 1\n[[known]]\nroot_cause = "x"\nmode_class = "RGB"\n'
+     '[[known]]\nroot_cause = "x"\nmode_class = "RGB"\n', "known[1]"),
+    ('schema_version = 1\nknown = 3\n', "known"),
+    ('schema_version = [1\n', "not valid TOML"),
+])
+def test_a_bad_known_file_is_a_typed_error_naming_the_key(tmp_path, text, key):
+    path = tmp_path / "k.toml"
+    path.write_text(text)
+    with pytest.raises(KnownFileError) as exc:
+        read_known(path)
+    assert isinstance(exc.value, InputError) and exc.value.exit_code == 2
+    assert key in str(exc.value) and str(path) in str(exc.value)
+
+
+def test_the_cli_refuses_a_bad_known_file_before_running_anything(tmp_path, capsys):
+    from kimi_oracle.cli import main
+
+    bad = tmp_path / "k.toml"
+    bad.write_text('schema_version = 1\n[[known]]\nroot_cause = "x"\nmode_class = "RGB"\nmax_levels = -2\n')
+    with pytest.raises(SystemExit) as exc:
+        main(["gate", "--candidate", "reference", "--known", str(bad), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "known[0].max_levels" in err and "Traceback" not in err
+    assert not (tmp_path / "out" / "gate-report.json").exists()
+
+
+def test_known_toml_is_valid_toml_with_odd_messages():
+    import tomllib
+
+    rows = compare_rows(aggregate([{**obs("c"), "message": 'quote " backslash \\ newline\n é'}]), None, M)
+    data = tomllib.loads(known_toml(rows, 'cand"idate'))
+    assert data["known"][0]["note"].startswith('quote " backslash')
+    assert data["candidate"] == 'cand"idate'
