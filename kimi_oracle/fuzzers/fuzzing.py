@@ -310,6 +310,8 @@ class _Record:
     example: int  # the example number the group was first met at (1-based)
     invariance: bool  # whether the invariances ran on it
     saved: bool = False  # replayed from the database: shrunk in an earlier run
+    finding: Finding | None = None  # the case's finding (diagnosed), once made
+    cost: float = 0.0  # the clock's time making that finding took
 
 
 class _Engine:
@@ -388,20 +390,37 @@ class _Engine:
         if known is not None:
             # Hypothesis keeps the simplest failing case of each kind it generated; so do we: the
             # shrink starts from it (shorter choice sequences first, then smaller choices).
-            if (not known.saved and len(choices) < len(known.choices)
-                    or len(choices) == len(known.choices) and tuple(choices) < known.choices):
+            if not known.saved and (len(choices) < len(known.choices)
+                                    or len(choices) == len(known.choices) and tuple(choices) < known.choices):
                 self.records[group] = _Record(case, tuple(choices), verdict, known.example, invariance, False)
             return
         self.last_new = example
         self.run.first_found.setdefault(check, example)
         record = _Record(case, tuple(choices), verdict, example, invariance, saved)
         self.records[group] = record
-        if check == PIXEL_MISMATCH and self.options.shrink and not saved:
-            self.first_cases[group] = record
+        self.first_cases[group] = record
         if check == TIMEOUT and len(images) == 1:
             self.hanging.add(mode_class(images[0]))
+        # The first case is diagnosed when it is met: its finding is published as is when the
+        # case is not shrunk, its root causes are compared with the shrunk case's, and what it
+        # cost tells the budget how long publishing this group will take.
+        began = self.clock()
+        record.finding = self.finding(record)
+        record.cost = self.clock() - began
 
     # -- stages
+
+    def search_over(self) -> bool:
+        """Under a budget, the search ends at the budget when nothing waits to be shrunk, else
+        when what is left of it is (1 - SEARCH_SHARE) of it, or twice what diagnosing the
+        waiting groups' first cases took (shrinking, then publishing, needs at least that)."""
+        if self.budget is None:
+            return False
+        left = self.start + self.budget - self.clock()
+        if not self.records:
+            return left <= 0
+        waiting = sum(r.cost for r in self.first_cases.values())
+        return left <= max((1 - SEARCH_SHARE) * self.budget, 2 * waiting)
 
     def over(self, fraction: float) -> bool:
         return self.budget is not None and self.clock() - self.start >= self.budget * fraction
@@ -463,7 +482,7 @@ class _Engine:
                 return
             if self.records and not options.keep_searching and self.round_over():
                 return
-            if self.over(SEARCH_SHARE if self.records else 1.0):
+            if self.search_over():
                 run.stopped = "budget"
                 return
             i = run.examples - first
@@ -545,7 +564,7 @@ class _Engine:
         self.database.save(self.db_key, choices_to_bytes(list(record.choices)))
 
     def finding(self, record: _Record) -> Finding:
-        case = record.case
+        case = record.case  # fresh images: the candidate may have altered the ones it was given
         return finding_from(record.verdict, self.candidate.spec, case.config, case.make_images(),
                             params=[p.to_dict() for p in case.images], tolerance=str(self.tol),
                             seed=self.run.seed, example=record.example)
@@ -553,7 +572,9 @@ class _Engine:
     def publish(self, group: str) -> None:
         """The group's finding (and, when shrinking lost root causes, its first case's), written."""
         run, out_dir = self.run, self.out_dir
-        finding = self.finding(self.records[group])
+        record = self.records[group]
+        first = self.first_cases.pop(group, None)
+        finding = record.finding if record.finding is not None else self.finding(record)
         finding.extra["group"] = group
         seen = self.seen.get(group, {})
         finding.hits = max(1, int(seen.get("hits", 1)))
@@ -565,9 +586,9 @@ class _Engine:
         # The first case of a key was attributed when it was met: root causes that shrinking
         # lost (a small opaque image cannot show straight alpha) are a finding of their own,
         # with that unshrunk case as its repro.
-        first = self.first_cases.pop(group, None)
-        if first is not None and finding.check == PIXEL_MISMATCH and first is not self.records[group]:
-            extra_finding = self.finding(first)
+        if (first is not None and first is not record and first.finding is not None
+                and finding.check == PIXEL_MISMATCH and self.options.shrink):
+            extra_finding = first.finding
             lost = _lost_causes(finding, extra_finding)
             if lost:
                 extra_finding.key = f"{group}{{{'+'.join(lost)}}}"
@@ -586,7 +607,6 @@ class _Engine:
         run = self.run
         order = {c: i for i, c in enumerate(FINDING_KINDS)}
         groups = sorted(self.records, key=lambda g: (order.get(g.split("[")[0], 99), self.records[g].example, g))
-        publish_times: list[float] = []
         abort: _HarnessAbort | None = None
         for k, group in enumerate(groups):
             shrinkable = (shrink and self.options.shrink and abort is None and run.stopped != "interrupted"
@@ -594,10 +614,13 @@ class _Engine:
             if shrinkable:
                 deadline = None
                 if self.budget is not None:
+                    # Publishing (diagnosis, files) cannot stop half-way: every group still to go
+                    # keeps the average publishing time so far; the rest is shared for shrinking.
+                    # The first case's diagnosis time stands for each group's publishing time.
                     now = self.clock()
-                    share = (self.start + self.budget - now) / (len(groups) - k)
-                    reserve = sum(publish_times) / len(publish_times) if publish_times else 0.0
-                    deadline = now + share - reserve
+                    left = len(groups) - k
+                    reserve = sum(self.first_cases.get(g, self.records[g]).cost for g in groups[k:])
+                    deadline = now + (self.start + self.budget - now - reserve) / left
                 try:
                     if deadline is None or deadline > self.clock():
                         self.shrink(group, deadline)
@@ -606,9 +629,7 @@ class _Engine:
                 except KeyboardInterrupt:
                     run.stopped = "interrupted"
             self.save(group)
-            began = self.clock()
             self.publish(group)
-            publish_times.append(self.clock() - began)
         self.published.update(self.records)
         self.records.clear()
         if abort is not None:

@@ -83,3 +83,32 @@ def test_reference_overhead_vs_pillow_resize(benchmark):
     benchmark.extra_info.update({k: v for k, v in result.items() if k != "ratios"})
     benchmark.pedantic(full, rounds=3, iterations=1)
     assert result["ratio"] <= 1.30, f"reference overhead {result['ratio']:.3f}x of resize (target <= 1.30x)"
+
+
+@pytest.mark.parametrize("fuzz_candidate", ["eager", "reference"])
+def test_fuzz_examples_per_second(benchmark, fuzz_candidate, quick):
+    """Examples per second of `fuzz` with default options (today's size, mode and batch
+    distribution, invariances on every 4th example, shrinking and diagnosis on), a fixed example
+    count per round (issue 11 target on eager: >= 400 examples/s on 2 idle cores)."""
+    from kimi_oracle.core.config import PreprocessConfig
+    from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
+
+    examples = 200 if quick else 1000
+    config = PreprocessConfig.k3()
+    candidate = load_candidate(fuzz_candidate)
+    fuzz(candidate, config, FuzzOptions(examples=20, seed=0))  # imports and first calls
+    runs = []
+
+    def one_round():
+        runs.append(fuzz(candidate, config, FuzzOptions(examples=examples, seed=len(runs) + 1)))
+
+    benchmark.pedantic(one_round, rounds=2 if quick else 3, iterations=1, warmup_rounds=0)
+    median = benchmark.stats.stats.median
+    benchmark.extra_info.update({
+        "examples_per_round": examples,
+        "examples_per_s": examples / median,
+        "search_examples_per_s": [round(r.examples / r.search_s, 1) for r in runs if r.search_s > 0],
+        "shrink_calls": [r.shrink_calls for r in runs],
+        "findings": [len(r.findings) for r in runs],
+    })
+    assert all(r.examples == examples for r in runs)
