@@ -14,6 +14,7 @@ from kimi_oracle.cli.common import (
     resolve_config,
     setup_interpret,
 )
+from kimi_oracle.cli.fuzz import TOLERANCE_HELP
 from kimi_oracle.core.errors import KimiOracleError
 
 
@@ -56,7 +57,7 @@ def register(group: click.Group) -> None:
               help="I/N: this machine's part of a campaign split over N machines (1-based).")
 @click.option("--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Worker processes on this machine.")
-@click.option("--tolerance", default="exact", show_default=True, help="exact, levels:K or bf16.")
+@click.option("--tolerance", default="exact", show_default=True, help=TOLERANCE_HELP)
 @click.option("--seed", type=int, default=None, help="Base seed (default: random, recorded in the summary).")
 @click.option("--fixed-config", is_flag=True, help="Do not vary the configuration around the profile.")
 @click.option("--max-findings", type=click.IntRange(1, None), default=100, show_default=True,
