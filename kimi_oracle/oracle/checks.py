@@ -521,18 +521,21 @@ def self_check(result: PreprocessResult, own_plans: Sequence[ResizePlan],
     where = (lambda i: f"image {i} ({sizes[i][0]}x{sizes[i][1]})") if sizes else (lambda i: f"image {i}")
     if produced is None or len(produced) != len(advertised) or any(
             tuple(a) != tuple(b) for a, b in zip(produced, advertised)):
+        # `mismatched` as `compare` writes it (expected: what the planner advertised).
+        mismatched = [] if produced is None else [
+            {"image": i, "expected": list(e), "actual": list(a), "size": list(sizes[i]) if sizes else None}
+            for i, (a, e) in enumerate(zip(produced, advertised)) if tuple(a) != tuple(e)]
         if produced is None or len(produced) != len(advertised):
             detail = (f"{len(produced) if produced is not None else 'no'} grids produced for "
                       f"{len(advertised)} advertised")
-            first = 0
         else:
-            first = next(i for i, (a, b) in enumerate(zip(produced, advertised)) if tuple(a) != tuple(b))
+            first = mismatched[0]["image"]
             detail = f"{where(first)}: grid {tuple(produced[first])} produced, {advertised[first]} advertised"
         return Verdict(GRID_MISMATCH, "self-check: deferred GPU preprocessing produced wrong grids: " + detail, {
             "self_check": True,
             "advertised_grids": [list(g) for g in advertised],
             "produced_grids": [list(g) for g in produced] if produced is not None else None,
-            "mismatched": [{"image": first, "size": list(sizes[first]) if sizes else None}],
+            "mismatched": mismatched,
         })
     want = sum(_rows_of(g) for g in advertised)
     rows = int(result.pixel_values.shape[0]) if result.pixel_values.ndim >= 1 else None

@@ -237,6 +237,12 @@ def test_engine_self_check_mirrors_its_two_errors(tmp_path):
     with IsolatedCandidate(str(tmp_path / "wide_engine.py")) as isolated:
         remote = evaluate(isolated, [img], cfg)
     assert remote.check == "grid_mismatch" and remote.stats == verdict.stats and remote.message == verdict.message
+    # A finding's report names both grids.
+    from kimi_oracle.fuzzers.fuzzing import finding_from
+    from kimi_oracle.results.report import finding_lines
+
+    lines = finding_lines(finding_from(verdict, wide.spec, cfg, [img]))
+    assert "image 0 (40x30): grid (1, 4, 4), expected (1, 4, 6)" in "\n".join(lines)
 
     short = _write_engine(tmp_path, "short_engine", "return spec_plan(width, height, config)",
                           "r = _reference(images, config); return r.pixel_values[:-1], r.grid_thws")
