@@ -249,3 +249,14 @@ def test_engine_self_check_mirrors_its_two_errors(tmp_path):
     verdict = evaluate(short, [img], cfg)
     assert verdict.check == "feature_length" and "deferred feature length does not match image grids" in verdict.message
     assert verdict.stats["advertised_rows"] == 16 and verdict.stats["produced_rows"] == 15
+
+
+def test_a_planner_that_kills_its_process_is_an_error_line_not_the_end(tmp_path):
+    from kimi_oracle.fuzzers.planner_fuzz import fuzz_planner, run_isolated
+
+    dies = tmp_path / "dies.py"
+    dies.write_text("import os\ndef plan(w, h, config):\n    os._exit(3)\n")
+    report = run_isolated(fuzz_planner, f"{dies}:plan", K3, planner="dies", sizes=10)
+    assert not report.ok and report.errors == ["the planner's process died (exit status 3)"]
+    with pytest.raises(CandidateError, match="no such file"):
+        run_isolated(fuzz_planner, f"{tmp_path}/absent.py:plan", K3, planner="absent", sizes=10)
