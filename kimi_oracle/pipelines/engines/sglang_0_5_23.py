@@ -156,18 +156,25 @@ def from_tensors(tensors: Sequence[torch.Tensor], plans: Sequence[ResizePlan], a
     groups: dict[tuple[int, int, int, int], list[int]] = defaultdict(list)
     for i, p in enumerate(plans):
         groups[(p.new_h, p.new_w, p.new_h + p.pad_h, p.new_w + p.pad_w)].append(i)
+    bg = config.transparent_bg_config
     patches: list[torch.Tensor | None] = [None] * len(tensors)
     for (new_h, new_w, padded_h, padded_w), members in groups.items():
+        if len(members) == 1:  # the engine's one-image path: no concatenation (same strides)
+            i = members[0]
+            x = composite(resize(tensors[i].unsqueeze(0), new_h, new_w), bg)
+            patches[i] = normalize_and_patchify(x, scale, bias, ps, padded_h, padded_w)[0]
+            continue
         by_shape: dict[tuple, list[int]] = defaultdict(list)
         for i in members:
             by_shape[(tuple(tensors[i].shape), tensors[i].dtype)].append(i)
         resized: dict[int, torch.Tensor] = {}
         for idx in by_shape.values():
-            batch = torch.cat([tensors[i].unsqueeze(0) for i in idx], dim=0)
+            batch = (tensors[idx[0]].unsqueeze(0) if len(idx) == 1
+                     else torch.cat([tensors[i].unsqueeze(0) for i in idx], dim=0))
             out = resize(batch, new_h, new_w)
             for k, i in enumerate(idx):
                 resized[i] = out[k:k + 1]
-        filled = torch.cat([composite(resized[i], config.transparent_bg_config) for i in members], dim=0)
+        filled = torch.cat([composite(resized[i], bg) for i in members], dim=0)
         done = normalize_and_patchify(filled, scale, bias, ps, padded_h, padded_w)
         for k, i in enumerate(members):
             patches[i] = done[k]
