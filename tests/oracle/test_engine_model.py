@@ -55,7 +55,8 @@ def fact_plan(w: int, h: int, c: PreprocessConfig) -> dict:
     new_w = min(max(1, int(w * scale)), c.patch_limit_on_one_side * p)
     new_h = min(max(1, int(h * scale)), c.patch_limit_on_one_side * p)
     f = m * p
-    return {"new_width": new_w, "new_height": new_h, "pad_width": (f - new_w % f) % f, "pad_height": (f - new_h % f) % f}
+    return {"new_width": new_w, "new_height": new_h,
+            "pad_width": (f - new_w % f) % f, "pad_height": (f - new_h % f) % f}
 
 
 def fact_stage(img: Image.Image) -> np.ndarray:
@@ -251,7 +252,8 @@ def test_rgb_with_a_transparency_key_is_not_composited_but_other_modes_are():
 def test_fill_stage_is_never_read():
     img = make_image(CaseParams(61, 45, "RGBA", "random", "noise", seed=5))
     resizing = dataclasses.replace(K3, in_patch_limit=6)
-    before = model.preprocess([img], dataclasses.replace(resizing, transparent_bg_fill_stage="before_resize"), device="cpu")
+    before_config = dataclasses.replace(resizing, transparent_bg_fill_stage="before_resize")
+    before = model.preprocess([img], before_config, device="cpu")
     after = model.preprocess([img], resizing, device="cpu")
     assert torch.equal(before.pixel_values, after.pixel_values)
 
