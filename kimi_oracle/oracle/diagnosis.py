@@ -548,6 +548,17 @@ CATALOGUE: tuple[RootCause, ...] = (
         enabling=True,
     ),
     RootCause(
+        "flatten-white",
+        "transparency pasted onto white before the resize (as vLLM's rgba_to_rgb), instead of the "
+        "config's background at its fill stage, or no composite at all without a background",
+        _fixed(
+            Variant("paste-on-white", _prepared(flattened_on_white)),
+            Variant("alpha-composite-on-white", _prepared(alpha_composited_on_white)),
+        ),
+        lambda img, p, config, steps: has_alpha(img),
+        enabling=True,
+    ),
+    RootCause(
         "transparency-key",
         "a transparency key honoured where the checkpoint ignores it, or ignored where it honours it",
         _fixed(
@@ -571,16 +582,6 @@ CATALOGUE: tuple[RootCause, ...] = (
             Variant("float64", lambda s: s.replace(composite=blend_float64)),
         ),
         lambda img, p, config, steps: _composited(img, config),
-    ),
-    RootCause(
-        "flatten-white",
-        "transparency pasted onto white before the resize (as vLLM's rgba_to_rgb), instead of the "
-        "config's background at its fill stage, or no composite at all without a background",
-        _fixed(
-            Variant("paste-on-white", _prepared(flattened_on_white)),
-            Variant("alpha-composite-on-white", _prepared(alpha_composited_on_white)),
-        ),
-        lambda img, p, config, steps: has_alpha(img),
     ),
     RootCause(
         "background",
@@ -827,7 +828,7 @@ class _Search:
         self.catalogue = catalogue
         self.budget = budget
         self.best_so_far: tuple[list[Explained], _Option] | None = None
-        self.resized: dict[tuple[int, Steps], np.ndarray] = {}
+        self.resized: dict[tuple[int, Steps], tuple[np.ndarray, ResizePlan]] = {}
         self.memo: dict[tuple[Steps, frozenset], list[_Option]] = {}
 
     def run(self, i: int, steps: Steps) -> torch.Tensor:
@@ -835,10 +836,18 @@ class _Search:
         shared by every variant of the later steps)."""
         self.budget.spend()
         key = (i, steps.replace(pad=CHECKPOINT.pad, normalize=CHECKPOINT.normalize, patchify=CHECKPOINT.patchify))
-        rgb = self.resized.get(key)
-        if rgb is None:
-            rgb = self.resized[key] = steps.resized_rgb(steps.prepared(self.decoded[i]), self.config, self.plans[i])
-        return steps.patches(rgb, self.config, self.plans[i])
+        found = self.resized.get(key)
+        if found is None:
+            img = steps.prepared(self.decoded[i])
+            p = self.plans[i]
+            if img.size != self.decoded[i].size:
+                # A prepare step that transposes (EXIF 5-8): the candidate planned the transposed
+                # size; its plan is used when its grid is the reference's (else no pixel finding).
+                other = plan(img.width, img.height, self.config)
+                p = other if other.grid_thw == p.grid_thw else p
+            found = self.resized[key] = (steps.resized_rgb(img, self.config, p), p)
+        rgb, p = found
+        return steps.patches(rgb, self.config, p)
 
     def total(self, dist: dict[int, LevelSummary]) -> LevelSummary:
         """The distances of the images in scope, merged."""

@@ -466,10 +466,10 @@ MUTANTS = [
            root_causes=("background",)),
     Mutant("straight_alpha_float_normalization", StraightAlphaFloatNormalization, "pixel_mismatch",
            note="two deviations", root_causes=("alpha-straight", "normalize-float")),
-    # A transposing orientation of a non-square image changes the grid (grid_mismatch, no root
-    # cause: the grids differ); orientations 2-4 and square images are pixel findings named
-    # exif-orientation.
-    Mutant("exif_transpose", ExifTranspose, "grid_mismatch", note="EXIF orientation applied",
+    # Orientations 2-4 (and any orientation of a square image) are pixel findings named
+    # exif-orientation; a transposing orientation (5-8) of a non-square image changes the grid: a
+    # grid_mismatch, which has no root cause (only pixel findings are attributed).
+    Mutant("exif_transpose", ExifTranspose, "pixel_mismatch", note="EXIF orientation applied",
            root_causes=("exif-orientation",)),
     Mutant("last_frame", LastFrame, "pixel_mismatch", note="last frame of an animation",
            root_causes=("animation-frame",)),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from mutants.planted import MUTANTS, correct
+from mutants.planted import MUTANTS, REQUEST_MUTANTS, correct
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
@@ -38,6 +38,10 @@ def test_mutant_is_caught(mutant):
     found = {f.check for f in run.findings}
     assert mutant.check in found, f"{mutant.name}: expected {mutant.check}, found {sorted(found)}"
     assert run.first_found[mutant.check] <= 300
+    if mutant.name in REQUEST_MUTANTS or mutant.name == "flatten_white":
+        # Issue 16: a request mutant's pixel finding is named by its own root cause.
+        named = {c for f in run.findings if f.check == mutant.check for c in f.root_causes}
+        assert set(mutant.root_causes) <= named, (mutant.name, named)
 
 
 @pytest.mark.slow
