@@ -41,8 +41,9 @@ def _check_size(name: str, value: object) -> int:
     return int(value)
 
 
-def plan(width: int, height: int, config: PreprocessConfig) -> ResizePlan:
-    """Plan the resize of a W × H image exactly as the checkpoint does."""
+def plan(width: int, height: int, config: PreprocessConfig, *, side_assert: bool = True) -> ResizePlan:
+    """Plan the resize of a W × H image exactly as the checkpoint does; with `side_assert=False`,
+    the same arithmetic without the checkpoint's side assert (as engines plan: never raises it)."""
     w = _check_size("width", width)
     h = _check_size("height", height)
     p = config.patch_size
@@ -67,7 +68,7 @@ def plan(width: int, height: int, config: PreprocessConfig) -> ResizePlan:
         merged_h = (new_h + pad_h) // f
         merged_w = (new_w + pad_w) // f
         # The checkpoint asserts both sides fit the side cap; it raises instead of planning.
-        if merged_h * m > side or merged_w * m > side:
+        if side_assert and (merged_h * m > side or merged_w * m > side):
             raise PlanError(
                 f"{w}x{h}: padded grid {merged_w * m}x{merged_h * m} patches exceeds "
                 f"patch_limit_on_one_side={side} (the checkpoint's side assert fails)"
