@@ -26,8 +26,9 @@ def test_plugin_reports_one_item_per_check(tmp_path):
                    "--kimi-seed", "1", "--kimi-out", str(tmp_path / "out"))
     out = proc.stdout
     assert proc.returncode == 1, out + proc.stderr
-    # the project's own test + 6 passing checks (timeout too: the candidate runs in its own process)
-    assert "1 failed, 7 passed" in out
+    # the project's own test + 7 passing checks (timeout too: the candidate runs in its own process;
+    # accepts_invalid)
+    assert "1 failed, 8 passed" in out
     assert "kimi-oracle::shape_dtype" in out and "grid_thws dtype int32 != int64" in out
     assert "kimi-oracle repro" in out
     assert any((tmp_path / "out" / "findings").iterdir())
