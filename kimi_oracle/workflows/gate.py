@@ -69,10 +69,10 @@ PERF_INPUTS = ("rgb-640x480", "rgba-1920x1080-chessboard", "batch16-mixed", "rgb
                "rgb-1920x1080", "rgb-7680x4320")
 MAX_DIFF_IMAGES = 8
 STAGES = ("goldens", "fuzz", "corpus", "invariance", "performance")
-# With a baseline, golden cases where NEW and OLD give different results are diagnosed (root
-# causes, about a quarter of a second each) up to this many per finding key of NEW, those where
-# NEW moved furthest from OLD first; the others are counted (the sample names the causes).
-GOLDEN_DIAGNOSED_PER_KEY = 3
+# With a baseline, golden cases where NEW and OLD give different results are re-run against the
+# reference and diagnosed (root causes, about a quarter of a second each) up to this many per
+# mode class of the case's image; the others are counted (the sample names the causes).
+GOLDEN_RERUN_PER_CLASS = 3
 # Share of the fuzz stage's examples drawn at tile-crossing sizes (sides 256, 512, 1024, 2048
 # +-1), when the fuzzing engine supports it (FuzzOptions.tile_share).
 TILE_SHARE = 0.1
@@ -242,6 +242,22 @@ def _error_check(error: str) -> str:
     if name == "ShapeDtypeError":
         return "shape_dtype"
     return "crash"
+
+
+def _entry_verdict(entry: dict[str, Any] | None, golden_entry: dict[str, Any] | None) -> Verdict | None:
+    """A side's verdict on a golden case from its record alone (None: a pixel result that only a
+    re-run could judge). `golden_entry` is the recorded golden (the reference's)."""
+    if entry is None:
+        return Verdict()  # the golden's own result
+    rejected = bool(golden_entry and "error" in golden_entry)
+    error = entry.get("error")
+    if error:
+        if rejected:
+            return Verdict()  # rejected as the checkpoint does (another message)
+        return Verdict(_error_check(str(error)), str(error), {"exception": str(error)})
+    if rejected:
+        return Verdict(ACCEPTS_INVALID, "returned a result for an input the checkpoint rejects")
+    return None
 
 
 def _same_entry(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
@@ -518,57 +534,67 @@ class Gate:
         cases = sorted(set(new_changes) | set(old_changes))
         disagree = [k for k in cases if not _same_entry((new_changes.get(k) or _NO_CHANGE).new,
                                                         (old_changes.get(k) or _NO_CHANGE).new)]
-        judged = []  # (profile, key, images, config, expected, new verdict, old verdict)
+        # Cases whose records carry an error (a crash, hang or rejection, NEW's, OLD's or the
+        # golden's) are judged from the records; of the others, a sample per mode class of the
+        # case's image (the profiles taken in turn) is re-run against the reference on both sides
+        # and diagnosed: every re-run costs a reference call, two candidate calls and up to two
+        # attributions (about a quarter of a second each).
+        judged = []  # (profile, key, images, config, new verdict, old verdict, re-run)
+        per_class: dict[str, list[tuple[int, int, str, str, Any, PreprocessConfig]]] = {}
+        rank: dict[tuple[str, str], int] = {}
         for profile, key in disagree:
             interrupts.raise_if_requested()
             change = new_changes.get((profile, key)) or old_changes[(profile, key)]
+            en = (new_changes.get((profile, key)) or _NO_CHANGE).new
+            eo = (old_changes.get((profile, key)) or _NO_CHANGE).new
             try:
                 case = golden.PixelCase.from_entry(profile, change.old or change.new)
                 img, config = case.make_image(), case.config()
             except (KimiOracleError, ValueError, KeyError, TypeError):
                 continue
-            try:
-                expected: PreprocessResult | None = reference.preprocess([img], config)
-            except InputError:
-                expected = None  # the checkpoint rejects this case
-            nv = self._case_verdict(self.new, (new_changes.get((profile, key)) or _NO_CHANGE).new, img, config,
-                                    expected)
-            ov = self._case_verdict(self.old, (old_changes.get((profile, key)) or _NO_CHANGE).new, img, config,
-                                    expected)
-            judged.append((profile, key, [img], config, nv, ov))
-        # Diagnose: per finding key of NEW, the cases where NEW moved furthest from OLD first.
-        per_key: dict[str, int] = {}
-        undiagnosed: dict[str, int] = {}
+            if any(e and "error" in e for e in (en, eo, change.old)):
+                judged.append((profile, key, [img], config, _entry_verdict(en, change.old),
+                               _entry_verdict(eo, change.old), False))
+                continue
+            cls = mode_class(img)
+            n = rank[(cls, profile)] = rank.get((cls, profile), -1) + 1
+            per_class.setdefault(cls, []).append((n, PROFILES.index(profile) if profile in PROFILES else 99,
+                                                  profile, key, img, config))
+        not_rerun: dict[str, int] = {}
+        for cls, items in sorted(per_class.items()):
+            items.sort(key=lambda it: it[:2])
+            for _, _, profile, key, img, config in items[GOLDEN_RERUN_PER_CLASS:]:
+                not_rerun[cls] = not_rerun.get(cls, 0) + 1
+            for _, _, profile, key, img, config in items[:GOLDEN_RERUN_PER_CLASS]:
+                interrupts.raise_if_requested()
+                try:
+                    expected = reference.preprocess([img], config)
+                except InputError:
+                    continue  # the reference rejects it now (the goldens were recorded elsewhere)
+                nv = self._case_verdict(self.new, (new_changes.get((profile, key)) or _NO_CHANGE).new, img,
+                                        config, expected)
+                ov = self._case_verdict(self.old, (old_changes.get((profile, key)) or _NO_CHANGE).new, img,
+                                        config, expected)
+                judged.append((profile, key, [img], config, nv, ov, True))
         fixed = 0
         diffs = []
-
-        def level(v: Verdict) -> float:
-            return 0.0 if v.ok else min(_max_level(v), 1e9)
-
-        def gap(item: Any) -> tuple:
-            return (level(item[5]) - level(item[4]), item[0], item[1])
-
-        for profile, key, images, config, nv, ov in sorted(judged, key=gap):
+        rerun_counts = {"rerun": 0, "judged_from_records": 0}
+        for profile, key, images, config, nv, ov, rerun in judged:
             input_id = f"golden:{profile}/{key}"
-            if nv.ok:
-                fixed += int(not ov.ok)
-                if not ov.ok and ov.check != PIXEL_MISMATCH:
-                    self.observations["old"].append(_observation(input_id, "goldens", ov, images))
-                continue
-            if nv.check != PIXEL_MISMATCH:
-                self.observations["new"].append(_observation(input_id, "goldens", nv, images))
-                if not ov.ok:
-                    self.observations["old"].append(self._diagnosed(input_id, "goldens", ov, images, config))
-                continue
-            fkey = finding_key(str(nv.check), nv.stats, images)
-            if per_key.get(fkey, 0) >= GOLDEN_DIAGNOSED_PER_KEY:
-                undiagnosed[fkey] = undiagnosed.get(fkey, 0) + 1
-                continue
-            per_key[fkey] = per_key.get(fkey, 0) + 1
-            self.observations["new"].append(self._diagnosed(input_id, "goldens", nv, images, config))
-            if not ov.ok:
-                self.observations["old"].append(self._diagnosed(input_id, "goldens", ov, images, config))
-            diffs.append((profile, key, nv, config))
+            rerun_counts["rerun" if rerun else "judged_from_records"] += 1
+            if nv is not None and nv.ok and ov is not None and not ov.ok:
+                fixed += 1
+            for side, v in (("new", nv), ("old", ov)):
+                if v is None or v.ok:
+                    continue
+                if v.check != PIXEL_MISMATCH:
+                    self.observations[side].append(_observation(input_id, "goldens", v, images))
+                elif side == "old" and nv is not None and nv.ok:
+                    continue  # fixed by NEW: OLD's causes are not diagnosed here
+                else:
+                    self.observations[side].append(self._diagnosed(input_id, "goldens", v, images, config))
+                    if side == "new":
+                        diffs.append((profile, key, v, config))
         self._golden_diff_images(diffs)
         n_cases = sum(len(f.changes) for f in new_report.files)
         stage.details.update({
@@ -576,14 +602,16 @@ class Gate:
             "warnings": new_report.warnings, "tolerance": self.options.tolerance,
             "cases_differing_from_goldens": {"new": n_cases,
                                              "old": sum(len(f.changes) for f in old_report.files)},
-            "cases_new_and_old_disagree": len(disagree), "fixed_by_new": fixed,
-            "diagnosed_per_key": dict(per_key), "not_diagnosed_per_key": undiagnosed})
+            "cases_new_and_old_disagree": len(disagree), "fixed_by_new_of_judged": fixed, **rerun_counts,
+            "not_rerun_per_mode_class": not_rerun})
         stage.summary = (f"NEW and OLD give different results on {len(disagree)} of the golden cases "
                          f"(NEW differs from the goldens on {n_cases}, OLD on "
-                         f"{stage.details['cases_differing_from_goldens']['old']}); NEW is right on {fixed} "
-                         f"of them where OLD is not")
-        if undiagnosed:
-            stage.summary += f"; {sum(undiagnosed.values())} more differing cases not diagnosed (a sample per key is)"
+                         f"{stage.details['cases_differing_from_goldens']['old']}); judged on both sides: "
+                         f"{len(judged)} ({rerun_counts['rerun']} re-run and diagnosed), NEW right where OLD "
+                         f"is not on {fixed}")
+        if not_rerun:
+            stage.summary += (f"; {sum(not_rerun.values())} more not re-run (at most {GOLDEN_RERUN_PER_CLASS} "
+                              "per mode class are)")
         stage.status = "fail" if stage.reasons else "pass"
         return stage
 

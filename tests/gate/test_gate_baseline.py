@@ -94,7 +94,7 @@ def test_the_reference_against_a_baseline_passes_listing_its_causes_improved(tmp
     rows = report["rows"]
     assert rows and {r["verdict"] for r in rows} == {"improved"}
     assert all(r["new"]["inputs"] == 0 and r["old"]["inputs"] > 0 for r in rows)
-    assert report["stages"]["goldens"]["details"]["fixed_by_new"] > 0
+    assert report["stages"]["goldens"]["details"]["fixed_by_new_of_judged"] > 0
 
 
 @pytest.mark.slow  # two gate runs (~15 s)
