@@ -462,7 +462,9 @@ class _Engine:
     def round_over(self) -> bool:
         """keep_searching=False: the search stops like one hypothesis round after its first
         failure: once at least 10 examples ran and twice as many as when the latest new group was
-        met (at most 1000 more than the first group's)."""
+        met (at most 1000 more than the first group's); at once when shrinking is off."""
+        if not self.options.shrink:
+            return True
         first = min(r.example for r in self.records.values())
         examples = self.run.examples
         return examples >= 10 and examples >= min(first + 1000, 2 * self.last_new)
