@@ -42,7 +42,7 @@ from kimi_oracle.core.config import PROFILES, PreprocessConfig
 from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
 from kimi_oracle.core.result import PreprocessResult
-from kimi_oracle.fuzzers.fuzzing import FuzzOptions, FuzzRun, finding_from, fuzz, search_budget
+from kimi_oracle.fuzzers.fuzzing import TILE_SHARE, FuzzOptions, FuzzRun, finding_from, fuzz, search_budget
 from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.oracle.candidates import CandidateCrash
@@ -73,9 +73,6 @@ STAGES = ("goldens", "fuzz", "corpus", "invariance", "performance")
 # reference and diagnosed (root causes, about a quarter of a second each) up to this many per
 # mode class of the case's image; the others are counted (the sample names the causes).
 GOLDEN_RERUN_PER_CLASS = 3
-# Share of the fuzz stage's examples drawn at tile-crossing sizes (sides 256, 512, 1024, 2048
-# +-1), when the fuzzing engine supports it (FuzzOptions.tile_share).
-TILE_SHARE = 0.1
 
 
 @dataclass
@@ -106,7 +103,7 @@ class GateOptions:
     write_known_path: Path | None = None  # --write-known FILE: NEW's rows as a starting known file
     strict: bool = False  # accepts_invalid rows fail too
     corpus_dir: Path | None = None  # real image files judged on NEW (and OLD)
-    tile_share: float = TILE_SHARE
+    tile_share: float = TILE_SHARE  # fuzzers.fuzzing.TILE_SHARE: one example in 250 crosses kernel tiles
     # Library callers and tests: only the golden cases this accepts run (golden.CaseFilter), and
     # fuzz findings unshrunk (cheaper; the verdict rules are the same).
     golden_select: Callable[[Any], bool] | None = None
@@ -682,14 +679,12 @@ class Gate:
             made += 1
 
     def _fuzz_options(self, examples: int | None, budget_s: float | None) -> FuzzOptions:
-        options = FuzzOptions(examples=examples, budget_s=None if examples is not None else search_budget(budget_s or 0.0),
-                              seed=self.seed, tolerance=self.options.tolerance, vary_config=True,
-                              # With a baseline no example database: NEW and OLD draw the same cases.
-                              db_dir=None if self.old is not None else self.out_dir / "hypothesis-db",
-                              max_side=self.options.fuzz_max_side, shrink=self.options.fuzz_shrink)
-        if any(f.name == "tile_share" for f in dataclasses.fields(FuzzOptions)):  # the fast engine's option
-            options = dataclasses.replace(options, tile_share=self.options.tile_share)
-        return options
+        return FuzzOptions(examples=examples, budget_s=None if budget_s is None else search_budget(budget_s),
+                           seed=self.seed, tolerance=self.options.tolerance, vary_config=True,
+                           # With a baseline no example database: NEW and OLD draw the same cases.
+                           db_dir=None if self.old is not None else self.out_dir / "hypothesis-db",
+                           max_side=self.options.fuzz_max_side, shrink=self.options.fuzz_shrink,
+                           tile_share=self.options.tile_share)
 
     def fuzzing(self, budget_s: float) -> Stage:
         stage = Stage("fuzz")
@@ -701,7 +696,8 @@ class Gate:
             return stage
         if self.old is not None:
             return self.fuzzing_vs_baseline(stage, examples, budget_s)
-        run = fuzz(self.new, self.config, self._fuzz_options(examples, budget_s), out_dir=self.out_dir)
+        run = fuzz(self.new, self.config, self._fuzz_options(examples, None if examples is not None else budget_s),
+                   out_dir=self.out_dir)
         summary = run.summary()
         stage.details = {k: summary[k] for k in ("examples", "calls", "rejected", "seed", "stopped", "counts")}
         stage.details["skipped_hanging"] = summary.get("skipped_hanging", 0)
@@ -729,10 +725,16 @@ class Gate:
         """NEW fuzzed first (on half the budget, or --fuzz-examples), then OLD on exactly as many
         examples with the same seed; every input either side failed on is judged on the other too,
         so each finding compares NEW and OLD on the same input."""
-        run_new = fuzz(self.new, self.config, self._fuzz_options(examples, budget_s / 2.0), out_dir=None)
+        t0 = time.monotonic()
+        run_new = fuzz(self.new, self.config,
+                       self._fuzz_options(examples, None if examples is not None else budget_s / 2.0), out_dir=None)
         run_old = None
         if run_new.stopped != "interrupted":
-            run_old = fuzz(self.old, self.config, self._fuzz_options(max(run_new.examples, 1), None), out_dir=None)
+            # The same seed and example count: the same cases. Under a budget OLD also gets what
+            # NEW used (its shrinking must not eat the timing's share); every input either side
+            # failed on is judged on the other below, so a shorter OLD run loses no comparison.
+            left = None if examples is not None else max(budget_s - (time.monotonic() - t0), 1.0)
+            run_old = fuzz(self.old, self.config, self._fuzz_options(max(run_new.examples, 1), left), out_dir=None)
         inputs: dict[str, dict[str, Finding]] = {}
         for side, run in (("new", run_new), ("old", run_old)):
             for f in (run.findings if run is not None else []):
