@@ -1028,7 +1028,7 @@ def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
     after each failure (new seeds, the groups found so far masked), replays the persistent
     database first and keys its findings with `grouping.finding_key`: its findings are reported
     as it wrote them."""
-    from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz, search_budget
+    from kimi_oracle.fuzzers.fuzzing import TILE_SHARE, FuzzOptions, fuzz, search_budget
     from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 
     config = _base_config(spec)
@@ -1067,7 +1067,7 @@ def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
                               budget_s=search_budget(max(deadline - time.monotonic(), 0.0)),
                               seed=derive_seed(spec["seed"], tuple(spec["shard"]), spec["worker"]),
                               tolerance=spec["tolerance"], vary_config=bool(spec["vary_config"]),
-                              shrink=bool(spec.get("shrink", True)), db_dir=Path(spec["db"]))
+                              shrink=bool(spec.get("shrink", True)), db_dir=Path(spec["db"]), tile_share=TILE_SHARE)
         run = fuzz(candidate, config, options, out_dir=out, on_example=live)
         for finding in run.findings:
             data["findings"].append({"id": finding.id, "path": str(finding.path), "kind": finding.check,
