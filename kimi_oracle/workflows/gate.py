@@ -778,7 +778,9 @@ class Gate:
                                        "stopped": run_old.stopped, "counts": run_old.counts()}
                                       if run_old is not None else None),
                          "inputs_judged_on_both": len(inputs), "inputs_new_and_old_disagree": disagree}
-        stage.summary = (f"{run_new.examples} examples each for NEW and OLD (seed {self.seed}); "
+        stage.summary = (f"{run_new.examples} examples for NEW, "
+                         f"{run_old.examples if run_old is not None else 0} for OLD (seed {self.seed}: the "
+                         f"same cases); "
                          f"{len(inputs)} failing inputs judged on both, {disagree} where they differ; "
                          f"NEW {len(run_new.findings)} findings, OLD "
                          f"{len(run_old.findings) if run_old is not None else '-'}")
