@@ -133,7 +133,8 @@ class CaseParams:
                 f"alpha pattern {self.alpha!r} is not expressible in mode {self.mode!r}; "
                 f"expected one of {', '.join(alpha_patterns_for(self.mode))}"
             )
-        check_request(self.mode, self.container, self.orientation, self.icc, self.frames, self.disposal, self.dpi)
+        check_request(self.mode, self.container, self.orientation, self.icc, self.frames, self.disposal, self.dpi,
+                      self.alpha)
 
     @property
     def request(self) -> dict[str, Any]:

@@ -37,8 +37,6 @@ ICC_PROFILES = ("srgb",)
 # DPI values real files carry and engines have choked on: 1, odd, huge.
 ODD_DPIS = (1, 7, 301, 4000)
 FRAME_COUNTS = (2, 3)
-# Modes animations are drawn for (each container may allow fewer: Container.animated_modes).
-ANIMATED_MODES = ("RGB", "RGBA", "P", "L", "LA")
 
 
 @dataclass(frozen=True)
@@ -48,21 +46,22 @@ class Container:
     name: str
     format: str                     # Pillow's format name
     options: tuple[tuple[str, Any], ...]
-    modes: tuple[str, ...]          # the case modes it is drawn for (Pillow converts some)
+    modes: tuple[str, ...]          # the modes it is drawn for: Pillow opens the file in the same mode
     exif: bool = False
     icc: bool = False
     animated: bool = False
     dpi: bool = False
     disposals: tuple[int, ...] = (0,)
     lossy: bool = False
-    animated_modes: tuple[str, ...] = ("RGB", "RGBA", "P", "L", "LA")
+    animated_modes: tuple[str, ...] = ("RGB", "RGBA", "P", "L", "LA")  # of its modes, those animated
+    drops_opaque_alpha: bool = False  # an opaque RGBA image comes back RGB (libwebp)
 
 
-_RGBISH = ("RGB", "RGBA", "P", "L", "LA", "1")
 CONTAINERS: dict[str, Container] = {c.name: c for c in (
     Container("png", "PNG", (), PNG_MODES, exif=True, icc=True, animated=True, dpi=True, disposals=(0, 1, 2),
-              # Pillow 13 cannot write an L-mode APNG with disposal 1 or 2 ("images do not match")
-              animated_modes=("RGB", "RGBA", "P", "LA")),
+              # Pillow 13 cannot write an L-mode APNG with disposal 1 or 2 ("images do not match"),
+              # and writes a P-mode one as RGB (its frames' palettes differ)
+              animated_modes=("RGB", "RGBA", "LA")),
     Container("jpeg", "JPEG", (("quality", 90), ("subsampling", "4:2:0")), ("RGB", "L", "CMYK"),
               exif=True, icc=True, dpi=True, lossy=True),
     Container("jpeg-444", "JPEG", (("quality", 90), ("subsampling", "4:4:4")), ("RGB", "L", "CMYK"),
@@ -71,10 +70,12 @@ CONTAINERS: dict[str, Container] = {c.name: c for c in (
               ("RGB", "L", "CMYK"), exif=True, icc=True, dpi=True, lossy=True),
     Container("jpeg-progressive-444", "JPEG", (("quality", 85), ("subsampling", "4:4:4"), ("progressive", True)),
               ("RGB", "L"), exif=True, icc=True, dpi=True, lossy=True),
-    Container("gif", "GIF", (), _RGBISH, animated=True, disposals=(0, 1, 2, 3), lossy=True),
-    Container("webp", "WEBP", (("quality", 80),), ("RGB", "RGBA"), exif=True, icc=True, animated=True, lossy=True),
-    Container("webp-lossless", "WEBP", (("lossless", True),), ("RGB", "RGBA", "L", "P"), exif=True, icc=True,
-              animated=True),
+    # GIF stores palette images (Pillow would quantize RGB to P: another mode than drawn).
+    Container("gif", "GIF", (), ("P",), animated=True, disposals=(0, 1, 2, 3)),
+    Container("webp", "WEBP", (("quality", 80),), ("RGB", "RGBA"), exif=True, icc=True, animated=True, lossy=True,
+              drops_opaque_alpha=True),
+    Container("webp-lossless", "WEBP", (("lossless", True),), ("RGB", "RGBA"), exif=True, icc=True, animated=True,
+              drops_opaque_alpha=True),
     Container("tiff", "TIFF", (), ("RGB", "RGBA", "L", "LA", "1", "CMYK", "I;16", "I;16B", "I", "F", "LAB", "YCbCr"),
               icc=True, dpi=True),
     Container("bmp", "BMP", (), ("RGB", "L", "P", "1"), dpi=True),
@@ -88,12 +89,17 @@ JPEG_CONTAINERS = tuple(n for n, c in CONTAINERS.items() if c.format == "JPEG")
 REQUEST_KINDS = ("memory", "memory", "memory", "file", "exif", "animation")
 
 
-def containers_for(mode: str, *, exif: bool = False, animated: bool = False, icc: bool = False,
+def _stores(c: Container, mode: str, alpha: str) -> bool:
+    return mode in c.modes and not (c.drops_opaque_alpha and mode == "RGBA" and alpha == "opaque")
+
+
+def containers_for(mode: str, *, alpha: str = "", exif: bool = False, animated: bool = False, icc: bool = False,
                    dpi: bool = False) -> tuple[str, ...]:
-    """The containers that store `mode` and can carry the metadata asked for."""
+    """The containers Pillow opens an image of `mode` (and alpha pattern) from in that same mode,
+    and that can carry the metadata asked for."""
     out = []
     for c in CONTAINERS.values():
-        if mode not in c.modes or (exif and not c.exif) or (icc and not c.icc) or (dpi and not c.dpi):
+        if not _stores(c, mode, alpha) or (exif and not c.exif) or (icc and not c.icc) or (dpi and not c.dpi):
             continue
         if animated and not (c.animated and mode in c.animated_modes):
             continue
@@ -102,7 +108,7 @@ def containers_for(mode: str, *, exif: bool = False, animated: bool = False, icc
 
 
 def check_request(mode: str, container: str, orientation: int, icc: str, frames: int, disposal: int,
-                  dpi: int) -> None:
+                  dpi: int, alpha: str = "") -> None:
     """ValueError unless the metadata is expressible: a container that stores the mode and
     carries each piece of metadata asked for (none asked for without a container)."""
     if not container:
@@ -113,16 +119,16 @@ def check_request(mode: str, container: str, orientation: int, icc: str, frames:
     c = CONTAINERS.get(container)
     if c is None:
         raise ValueError(f"unknown container {container!r}; expected one of {', '.join(CONTAINER_NAMES)}")
-    if mode not in c.modes:
-        raise ValueError(f"container {container!r} is not drawn for mode {mode!r}; modes: {', '.join(c.modes)}")
+    if not _stores(c, mode, alpha):
+        raise ValueError(f"container {container!r} is not drawn for mode {mode!r} ({alpha or 'any alpha'}): Pillow "
+                         f"would open it in another mode; modes: {', '.join(c.modes)}")
     if orientation and (not c.exif or orientation not in ORIENTATIONS):
         raise ValueError(f"EXIF orientation {orientation!r} in {container!r}: expected 1..8 in a container with EXIF")
     if icc and (not c.icc or icc not in ICC_PROFILES):
         raise ValueError(f"ICC profile {icc!r} in {container!r}: expected one of {ICC_PROFILES} in a container with ICC")
     if frames < 1 or (frames > 1 and not (c.animated and mode in c.animated_modes)) or frames > 8:
-        raise ValueError(f"{frames} frames in {container!r} for mode {mode!r}: animations are "
-                         f"{', '.join(n for n, x in CONTAINERS.items() if x.animated)} of modes "
-                         f"{', '.join(ANIMATED_MODES)}, 2..8 frames")
+        raise ValueError(f"{frames} frames in {container!r} for mode {mode!r}: 2..8 frames, in "
+                         + ", ".join(f"{n} ({'/'.join(x.animated_modes)})" for n, x in CONTAINERS.items() if x.animated))
     if disposal and (frames == 1 or disposal not in c.disposals):
         raise ValueError(f"disposal {disposal!r} in {container!r}: expected one of {c.disposals} in an animation")
     if dpi and (not c.dpi or dpi < 0):
@@ -200,15 +206,16 @@ def encode(frames: Sequence[Image.Image], container: str, *, orientation: int = 
     return buf.getvalue()
 
 
-def draw_request(choose: Callable[[Sequence[Any]], Any], mode: str) -> dict[str, Any]:
-    """Request metadata for an image of `mode`, as `CaseParams` fields; `choose(options)` picks
-    one option (the first is the simplest). `{}` is an image built in memory."""
+def draw_request(choose: Callable[[Sequence[Any]], Any], mode: str, alpha: str = "") -> dict[str, Any]:
+    """Request metadata for an image of `mode` and alpha pattern, as `CaseParams` fields;
+    `choose(options)` picks one option (the first is the simplest). `{}` is an image built in
+    memory."""
     kind = choose(REQUEST_KINDS)
     if kind == "memory":
         return {}
-    options = containers_for(mode, exif=kind == "exif", animated=kind == "animation")
+    options = containers_for(mode, alpha=alpha, exif=kind == "exif", animated=kind == "animation")
     if not options:
-        options = containers_for(mode)
+        options = containers_for(mode, alpha=alpha)
         kind = "file"
     if not options:
         return {}
@@ -232,7 +239,6 @@ def draw_request(choose: Callable[[Sequence[Any]], Any], mode: str) -> dict[str,
 
 
 __all__ = [
-    "ANIMATED_MODES",
     "CONTAINERS",
     "CONTAINER_NAMES",
     "Container",

@@ -53,13 +53,16 @@ def test_existing_params_are_unchanged():
     p = CaseParams(7, 5, "P", "key", "edges", 3)
     assert set(p.to_dict()) == {"width", "height", "mode", "alpha", "content", "seed", "square"}
     assert encoded_bytes(make_image(p)) is None and p.request == {}
-    q = CaseParams(7, 5, container="gif", frames=3, disposal=2)
+    q = CaseParams(7, 5, "P", container="gif", frames=3, disposal=2)
     assert CaseParams.from_dict(q.to_dict()) == q and q.request == {"container": "gif", "frames": 3, "disposal": 2}
 
 
 @pytest.mark.parametrize("bad", [dict(orientation=6), dict(container="bmp", orientation=3), dict(container="gif", icc="srgb"),
                                  dict(container="jpeg", frames=2), dict(container="png", mode="CMYK"),
-                                 dict(container="png", frames=2, disposal=3), dict(container="nope")])
+                                 dict(container="png", frames=2, disposal=3), dict(container="nope"),
+                                 dict(container="gif"),  # Pillow would quantize RGB to P
+                                 dict(container="webp", mode="RGBA", alpha="opaque"),  # libwebp: back as RGB
+                                 dict(container="png", mode="P", frames=2)])  # APNG of P: back as RGB
 def test_inexpressible_requests_are_refused(bad):
     with pytest.raises(ValueError):
         CaseParams(9, 9, **{"mode": "RGB", **bad})
@@ -87,14 +90,14 @@ def test_containers_carry_what_they_say():
     png = make_image(CaseParams(30, 20, "P", "key", container="png", dpi=301))
     assert png.format == "PNG" and png.info["transparency"] == make_image(CaseParams(30, 20, "P", "key")).info["transparency"]
     assert round(png.info["dpi"][0]) == 301
-    for name in ("gif", "tiff", "bmp", "webp"):
-        assert make_image(CaseParams(30, 20, container=name)).format == requests.CONTAINERS[name].format
+    for name, mode in (("gif", "P"), ("tiff", "RGB"), ("bmp", "RGB"), ("webp", "RGB")):
+        assert make_image(CaseParams(30, 20, mode, container=name)).format == requests.CONTAINERS[name].format
 
 
-@pytest.mark.parametrize("container, mode, disposal", [("gif", "RGB", 2), ("gif", "P", 3), ("png", "RGBA", 1),
-                                                       ("png", "P", 2), ("webp", "RGBA", 0)])
+@pytest.mark.parametrize("container, mode, disposal", [("gif", "P", 2), ("gif", "P", 3), ("png", "RGBA", 1),
+                                                       ("png", "LA", 2), ("webp", "RGBA", 0)])
 def test_animations_have_frames_of_different_sizes(container, mode, disposal):
-    alpha = "checker" if mode == "RGBA" else "opaque"
+    alpha = "checker" if mode in ("RGBA", "LA") else "opaque"
     img = make_image(CaseParams(30, 20, mode, alpha, container=container, frames=3, disposal=disposal))
     again = Image.open(io.BytesIO(encoded_bytes(img)))
     assert again.n_frames == 3 and img.n_frames == 3 and img.tell() == 0
@@ -112,11 +115,12 @@ def test_every_drawn_request_is_expressible():
     kinds = set()
     for i in range(300):
         mode = MODES[i % len(MODES)]
-        request = requests.draw_request(lambda options: options[rng.randrange(len(options))], mode)
         alpha = alpha_patterns_for(mode)[i % len(alpha_patterns_for(mode))]
+        request = requests.draw_request(lambda options: options[rng.randrange(len(options))], mode, alpha)
         params = CaseParams(11, 7, mode, alpha, seed=i, **request)
         img = make_image(params)
         assert (encoded_bytes(img) is None) == (not request)
+        assert img.mode == mode  # --modes restricts what candidates get: a file opens in the drawn mode
         kinds.add("exif" if params.orientation else "animation" if params.frames > 1 else "file" if request else "memory")
     assert kinds == {"memory", "file", "exif", "animation"}
     # The simplest choice everywhere is an image built in memory (what shrinking goes to).
@@ -124,7 +128,7 @@ def test_every_drawn_request_is_expressible():
 
 
 def test_the_raw_container_sends_a_file_as_its_bytes():
-    img = make_image(CaseParams(30, 20, container="gif", frames=3))
+    img = make_image(CaseParams(30, 20, "P", container="gif", frames=3))
     again = unpack_raw(pack_raw(img))
     assert again.n_frames == 3 and encoded_bytes(again) == encoded_bytes(img) and images_equal(again, img)
 
@@ -140,7 +144,7 @@ def test_the_checkpoint_ignores_exif_orientation_and_icc(container):
         assert same_result(reference.preprocess([img], RESIZING), reference.preprocess([in_memory(img)], RESIZING))
 
 
-@pytest.mark.parametrize("container, mode", [("gif", "RGB"), ("png", "RGBA"), ("webp", "RGB")])
+@pytest.mark.parametrize("container, mode", [("gif", "P"), ("png", "RGBA"), ("webp", "RGB")])
 def test_the_checkpoint_uses_the_frame_pillow_opens_on(container, mode):
     params = CaseParams(40, 30, mode, "random" if mode == "RGBA" else "opaque", container=container, frames=3)
     img = make_image(params)
