@@ -745,9 +745,12 @@ class Gate:
             base = found.get("new") or found["old"]
             new_f, new_out = (found["new"], found["new"].actual) if "new" in found else self._replay(self.new, base)
             old_f, old_out = (found["old"], found["old"].actual) if "old" in found else self._replay(self.old, base)
+            # the same result: both pass, or both fail the same check with bit-identical outputs
+            # (or, without outputs, the same way: crash and timeout keys name the failure type)
             same = (new_f is None) == (old_f is None) and (
-                (new_f is None) or (new_f.key == old_f.key and (_same_output(new_out, old_out)  # type: ignore[union-attr]
-                                                               or (new_out is None and old_out is None))))
+                new_f is None or (new_f.check == old_f.check and (  # type: ignore[union-attr]
+                    _same_output(new_out, old_out)
+                    or (new_out is None and old_out is None and new_f.key.split("{")[0] == old_f.key.split("{")[0]))))
             disagree += int(not same)
             index = image_at_fault(base.stats)  # both sides observed on the same image of the batch
             for side, f, other, other_out in (("new", new_f, old_f, old_out), ("old", old_f, new_f, new_out)):
@@ -1168,8 +1171,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"seed: {report['seed']}",
         f"- ran {report['elapsed_s']:.1f}s: {report['time']['in_candidate_s']:.1f}s in the candidates' processes, "
         f"{report['time']['in_reference_s']:.1f}s in the reference, {report['time']['overhead_s']:.1f}s overhead "
-        f"({100 * (report['time']['overhead_share_of_budget'] or 0):.1f}% of the budget: hypothesis, image "
-        f"generation, comparisons, reports); {report['time']['over_budget_s']:.1f}s past the budget",
+        f"({100 * (report['time']['overhead_share_of_budget'] or 0):.1f}% of the budget: the fuzzing engine, "
+        f"root-cause attribution, image generation, comparisons, reports); "
+        f"{report['time']['over_budget_s']:.1f}s past the budget",
         "",
     ]
     if report.get("relative"):
