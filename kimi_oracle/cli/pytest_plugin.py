@@ -21,7 +21,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     """Register the `--kimi-*` options."""
     group = parser.getgroup("kimi-oracle", "differential testing against the Kimi preprocessing reference")
     group.addoption("--kimi-candidate", metavar="SPEC", default=None,
-                    help="candidate to test: reference | gpu | eager | module:function | file.py:function")
+                    help="candidate to test: reference | gpu | eager | sglang-0.5.23 | module:function | file.py:function")
     group.addoption("--kimi-examples", type=int, default=50, metavar="N", help="examples to run (default 50)")
     group.addoption("--kimi-budget", default=None, metavar="DURATION", help="time budget instead, e.g. 60s")
     group.addoption("--kimi-profile", default=None, metavar="NAME", help="k3 (default), k25 or k3-small")
