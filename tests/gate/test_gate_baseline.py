@@ -45,7 +45,11 @@ def same(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
-    return _run(tmp_path_factory, PLANTED, "eager")
+    # two real files: a colour JPEG (where the planted bug shows) and a grey PGM (where it cannot)
+    corpus = tmp_path_factory.mktemp("corpus")
+    for name in ("hopper.jpg", "hopper_8bit.pgm"):
+        (corpus / name).write_bytes((REPO / "tests" / "data" / "corpus" / "decodable" / name).read_bytes())
+    return _run(tmp_path_factory, PLANTED, "eager", corpus_dir=corpus)
 
 
 def test_a_candidate_against_itself_passes_with_every_row_known(same):
@@ -71,6 +75,10 @@ def test_a_planted_regression_on_top_of_the_baseline_fails_naming_it_new(planted
                                                    "LAB", "LAB+alpha", "HSV", "PA+alpha", "1"}
     assert any("patch-order" in reason and reason.startswith("new:") for reason in planted["reasons"])
     assert planted["reasons"][0].startswith("new:")
+    # the real colour file shows it too; the grey one gives the same result on both sides
+    corpus = planted["stages"]["corpus"]["details"]
+    assert corpus["files"] == 2 and corpus["new_and_old_disagree"] == 1
+    assert any("corpus" in r["stages"] for r in failing)
     # eager's own divergences, shared with the baseline, are not what fails
     assert all(r["verdict"] in ("known", "improved") for r in planted["rows"] if r["root_cause"] != "patch-order")
 
