@@ -845,9 +845,11 @@ class Gate:
                 verdicts["old"] = evaluate(self.old, [img], self.config, self.options.tolerance, invariance=False,
                                            expected=expected)
                 nv, ov = verdicts["new"], verdicts["old"]
-                if nv.ok == ov.ok and (nv.ok or (nv.check == ov.check and (
-                        _same_output(nv.actual, ov.actual) or (nv.actual is None and ov.actual is None
-                                                               and nv.stats.get("exception") == ov.stats.get("exception"))))):
+                same_failure = nv.check == ov.check and (
+                    _same_output(nv.actual, ov.actual)
+                    or (nv.actual is None and ov.actual is None
+                        and nv.stats.get("exception") == ov.stats.get("exception")))
+                if nv.ok == ov.ok and (nv.ok or same_failure):
                     counts["failing_new"] += int(not nv.ok)
                     counts["failing_old"] += int(not ov.ok)
                     continue  # the same result on both sides: no difference between them to judge
@@ -856,8 +858,8 @@ class Gate:
                 if verdict.ok:
                     continue
                 counts[f"failing_{side}"] += 1
-                candidate = self.new if side == "new" else self.old
-                f = finding_from(verdict, candidate.spec, self.config, [img], tolerance=self.options.tolerance,  # type: ignore[union-attr]
+                spec = self.new.spec if side == "new" else self.old.spec  # type: ignore[union-attr]
+                f = finding_from(verdict, spec, self.config, [img], tolerance=self.options.tolerance,
                                  engine="check", sources=[rel], raw_inputs=[raw])
                 obs = _finding_observation(f"corpus:{rel}", "corpus", f)
                 if obs is not None:
@@ -1177,7 +1179,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
     ]
     if report.get("relative"):
-        lines.append(f"- verdict by root cause and mode class against "
+        lines.append("- verdict by root cause and mode class against "
                      + (f"the baseline `{report['baseline']}`" if report["baseline"] else "")
                      + (" and " if report["baseline"] and report.get("known") else "")
                      + (f"the known divergences in `{report['known']}`" if report.get("known") else "")

@@ -159,7 +159,10 @@ def compare_rows(new: Mapping[tuple[str, str], Side], old: Mapping[tuple[str, st
     for key in keys:
         n, o = new.get(key), (old or {}).get(key)
         check = (n or o).check  # type: ignore[union-attr]
-        verdict, why = _baseline_verdict(n, o, margin) if old is not None else (NEW, "no baseline: every divergence fails")
+        if old is not None:
+            verdict, why = _baseline_verdict(n, o, margin)
+        else:
+            verdict, why = NEW, "no baseline: every divergence fails"
         entry = known.match(*key) if known is not None else None
         old_dict = o.to_dict() if o is not None else dict(ABSENT)
         if known is not None and old is None:
