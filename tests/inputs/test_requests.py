@@ -232,3 +232,33 @@ def test_fuzz_runs_a_bytes_candidate_with_input_form_bytes(tmp_path, capsys):
     code = run_cli("fuzz", "--candidate", f"{PLANTED}:correct", "--input-form", "bytes", "--examples", "5",
                    "--out", tmp_path)
     assert code == 2 and "does not take bytes" in capsys.readouterr().err
+
+
+def test_a_finding_stores_a_request_as_its_file(tmp_path):
+    # So that `repro` replays the frames, the EXIF and the decoder's input, not a PNG of frame 0.
+    from kimi_oracle.results.report import encode_input, load_input
+
+    img = make_image(CaseParams(30, 20, "P", container="gif", frames=3, disposal=1))
+    ext, data = encode_input(img)
+    assert (ext, data) == ("gif", encoded_bytes(img))
+    (tmp_path / f"input.{ext}").write_bytes(data)
+    back = load_input(tmp_path / f"input.{ext}")
+    assert back.n_frames == 3 and images_equal(back, img)
+    assert encode_input(make_image(CaseParams(30, 20, "P")))[0] == "png"  # in memory: as before
+
+
+def test_an_isolated_candidate_receives_requests_intact():
+    # In its executor process a PIL candidate gets the file (frames), a bytes candidate its bytes.
+    from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
+
+    gif = make_image(CaseParams(40, 30, "P", container="gif", frames=3, disposal=1))
+    with IsolatedCandidate(f"{PLANTED}:last_frame") as isolated:
+        isolated.start()
+        assert isolated.accepts == ("pil",)
+        assert evaluate(isolated, [gif], RESIZING, invariance=False).check == "pixel_mismatch"
+        assert evaluate(isolated, [make_image(CaseParams(40, 30))], RESIZING, invariance=False).ok
+    with IsolatedCandidate(f"{PLANTED}:bytes_jpeg_own_colour_conversion") as isolated:
+        assert isolated.use_input_form(None) == "bytes"
+        jpeg = make_image(CaseParams(40, 30, container="jpeg"))
+        assert evaluate(isolated, [jpeg], RESIZING, invariance=False).check == "pixel_mismatch"
+        assert evaluate(isolated, [gif], RESIZING, invariance=False).ok
