@@ -426,6 +426,7 @@ class Gate:
         stage.details["timed_out_on"] = dict(report.timed_out)
         judged = []  # (file report, change, verdict or None when it could not be re-run)
         tolerated = 0
+        accepted_invalid: list[str] = []
         for file_report in report.files:
             for change in file_report.changes:
                 # Digests only say "different": re-run the case against the reference to say by
@@ -433,6 +434,10 @@ class Gate:
                 verdict, config = self._rejudge(file_report.profile, change)
                 if verdict is not None and verdict.ok:
                     tolerated += 1
+                elif verdict is not None and verdict.check == ACCEPTS_INVALID and not self.options.strict:
+                    # reported (a row, a finding entry), fails only with --strict
+                    accepted_invalid.append(f"{file_report.profile}/{change.key}")
+                    self.observations["new"].append(self._golden_observation(file_report.profile, change, verdict))
                 else:
                     judged.append((file_report, change, verdict, config))
         judged.sort(key=lambda item: -_max_level(item[2]))
@@ -455,6 +460,10 @@ class Gate:
             stage.summary = "all pixel goldens match"
         if tolerated:
             stage.summary += f"; {tolerated} more differ within {self.options.tolerance}"
+        if accepted_invalid:
+            stage.details["accepts_invalid"] = accepted_invalid
+            stage.summary += (f"; {len(accepted_invalid)} cases the checkpoint rejects return a result "
+                              "(accepts_invalid: fails only with --strict)")
         stage.summary += f" (profiles {', '.join(f.profile for f in report.files)})"
         for f in report.files:
             stage.reasons += [f"golden {f.profile}: {problem}" for problem in f.problems]
@@ -647,6 +656,9 @@ class Gate:
             # NEW crashed, died or hung on this case (recorded by the golden run): not run again,
             # a hang would cost another whole timeout.
             return Verdict(_error_check(str(error)), str(error)), None
+        if (change.old or {}).get("error"):
+            # the checkpoint rejects this case: another error text is a rejection too
+            return _entry_verdict(change.new, change.old), None
         try:
             case = golden.PixelCase.from_entry(profile, change.new or change.old)
             img, config = case.make_image(), case.config()
@@ -702,14 +714,14 @@ class Gate:
         stage.details = {k: summary[k] for k in ("examples", "calls", "rejected", "seed", "stopped", "counts")}
         stage.details["skipped_hanging"] = summary.get("skipped_hanging", 0)
         stage.summary = f"{run.examples} examples in {run.elapsed_s:.1f}s, {len(run.findings)} findings"
-        stage.status = "fail" if run.findings else "pass"
         for f, entry in zip(run.findings, summary["findings"]):
             self.findings.append({"stage": "fuzz", **entry})
             obs = _finding_observation(_input_id("fuzz", f.config, f.params, f.images), "fuzz", f)
             if obs is not None:
                 self.observations["new"].append(obs)
-            if not self.relative:
+            if not self.relative and (f.check != ACCEPTS_INVALID or self.options.strict):
                 stage.reasons.append(f"fuzz finding {entry['id']} ({entry['check']}): {entry['message']}")
+        stage.status = "fail" if stage.reasons else "pass"
         self._fuzz_interrupted(stage, run)
         return stage
 
