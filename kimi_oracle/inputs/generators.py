@@ -80,6 +80,16 @@ SIZE_CLASSES = (
 )
 
 
+# Modes whose files (PNG tRNS) also carry a transparency key, besides L, RGB and P. Not in
+# `alpha_patterns_for` (the golden catalogue enumerates it): the fuzzers draw them (inputs.draw).
+MORE_KEY_MODES = ("1", "I;16")
+
+
+def key_modes() -> tuple[str, ...]:
+    """Every mode a `transparency` key is drawn for."""
+    return tuple(m for m in MODES if "key" in alpha_patterns_for(m)) + MORE_KEY_MODES
+
+
 def alpha_patterns_for(mode: str) -> tuple[str, ...]:
     """The alpha patterns `make_image` can express in `mode` ("opaque" for every mode)."""
     if mode in ALPHA_BAND_MODES:
@@ -128,7 +138,7 @@ class CaseParams:
             raise ValueError(f"unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
         if self.content not in CONTENTS:
             raise ValueError(f"unknown content {self.content!r}; expected one of {', '.join(CONTENTS)}")
-        if self.alpha not in alpha_patterns_for(self.mode):
+        if self.alpha not in alpha_patterns_for(self.mode) and not (self.alpha == "key" and self.mode in MORE_KEY_MODES):
             raise ValueError(
                 f"alpha pattern {self.alpha!r} is not expressible in mode {self.mode!r}; "
                 f"expected one of {', '.join(alpha_patterns_for(self.mode))}"
@@ -298,9 +308,12 @@ def _memory_image(params: CaseParams) -> Image.Image:
     if mode == "LA":
         return Image.frombytes("LA", size, np.dstack([lum, alpha]).tobytes())
     if mode == "1":
-        return Image.frombytes("L", size, np.where(lum > 127, 255, 0).astype(np.uint8).tobytes()).convert(
+        img = Image.frombytes("L", size, np.where(lum > 127, 255, 0).astype(np.uint8).tobytes()).convert(
             "1", dither=Image.Dither.NONE
         )
+        if params.alpha == "key":
+            img.info["transparency"] = 255 if lum[0, 0] > 127 else 0
+        return img
     if mode == "P":
         if params.alpha in ("opaque", "key"):
             index = lum
@@ -325,7 +338,10 @@ def _memory_image(params: CaseParams) -> Image.Image:
         # 0..382: half the values survive the clip to 0..255 of the RGB conversion.
         values = (lum.astype(np.uint32) * 3 // 2).astype(np.uint16)
         dtype = "<u2" if mode == "I;16" else ">u2"
-        return Image.frombytes(mode, size, values.astype(dtype).tobytes())
+        img = Image.frombytes(mode, size, values.astype(dtype).tobytes())
+        if params.alpha == "key":
+            img.info["transparency"] = int(values[0, 0])
+        return img
     if mode == "I":
         values = lum.astype(np.int32) * 2 - 128  # -128..382: both clips of the conversion
         return Image.frombytes("I", size, values.astype("<i4").tobytes())
@@ -622,6 +638,18 @@ def config_variants(base: PreprocessConfig) -> list[PreprocessConfig]:
 # Chessboard squares and (white, grey) values the fuzzers vary the background with.
 CHECKER_SQUARES = (1, 2, 3, 5, 8, 16)
 CHESS_VALUES = ((255, 180), (255, 200), (240, 0), (0, 255))
+# What a candidate could hard-code, varied within what the checkpoint's processor accepts (positive
+# integer patch and merge sizes, a positive token count or null, finite non-zero stds); few,
+# realistic values, the base's own put first by `config_choices`.
+PATCH_SIZES = (14, 16, 8)
+MERGE_SIZES = (2, 1)
+FIXED_TOKENS = (None, 1, 64, 729)
+NORMALIZATIONS = (
+    ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),  # Kimi K2.5 / K3
+    ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)),  # CLIP
+    ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),  # ImageNet
+    ((0.0, 1.0, 0.25), (1.0, 0.1, 3.0)),  # odd but valid: every channel different, mean 0 and 1
+)
 
 
 @functools.lru_cache(maxsize=512)
@@ -657,6 +685,12 @@ class ConfigChoices:
     top_left: tuple[bool, ...]
     chess_values: tuple[tuple[int, int], ...]
     stages: tuple[str | None, ...]    # the base's stage first
+    # What a kernel could hard-code (`PATCH_SIZES`, ...), the base's value first; the caps above
+    # are multiples of every merge size here, so a drawn merge never trips the side assert.
+    patch_sizes: tuple[int, ...] = ()
+    merge_sizes: tuple[int, ...] = ()
+    fixed_tokens: tuple[int | None, ...] = ()
+    norms: tuple[tuple[tuple[float, float, float], tuple[float, float, float]], ...] = ()
 
     @property
     def limits(self) -> tuple[int, ...]:
@@ -669,14 +703,21 @@ def config_choices(base: PreprocessConfig) -> ConfigChoices:
     """The choices `vary_config` is drawn from around `base`."""
     tiny = (16,) + tuple(v for v in SMALL_PATCH_LIMITS if v <= 16 and v != 16)
     other = tuple(v for v in SMALL_PATCH_LIMITS if v > 16) + (base.in_patch_limit,)
-    caps = (base.patch_limit_on_one_side,) + tuple(c for c in side_caps(base, max_cap=16)
+    shape = dict(
+        patch_sizes=_base_first(base.patch_size, PATCH_SIZES),
+        merge_sizes=_base_first(base.merge_kernel_size, MERGE_SIZES),
+        fixed_tokens=_base_first(base.fixed_output_tokens, FIXED_TOKENS),
+        norms=_base_first((base.image_mean, base.image_std), NORMALIZATIONS),
+    )
+    every_merge = vary_config(base, merge_kernel_size=math.lcm(*shape["merge_sizes"]))
+    caps = (base.patch_limit_on_one_side,) + tuple(c for c in side_caps(every_merge, max_cap=16)
                                                    if c != base.patch_limit_on_one_side)
     bg = base.transparent_bg_config
     if bg is None:
-        return ConfigChoices(tiny, other, caps, (), (), (), (), (base.transparent_bg_fill_stage,))
+        return ConfigChoices(tiny, other, caps, (), (), (), (), (base.transparent_bg_fill_stage,), **shape)
     base_values = (bg.chessboard_white_value, bg.chessboard_gray_value)
     return ConfigChoices(
-        tiny, other, caps,
+        tiny, other, caps, **shape,
         patterns=(bg.pattern,) + tuple(p for p in PATTERNS if p != bg.pattern),
         squares=(bg.chessboard_square_size,) + tuple(q for q in CHECKER_SQUARES if q != bg.chessboard_square_size),
         top_left=(bg.chessboard_square_on_top_left, not bg.chessboard_square_on_top_left),
@@ -686,10 +727,21 @@ def config_choices(base: PreprocessConfig) -> ConfigChoices:
     )
 
 
+def _base_first(base: Any, values: tuple) -> tuple:
+    return (base,) + tuple(v for v in values if v != base)
+
+
 def config_label(config: PreprocessConfig) -> str:
-    """A compact description of how a config differs from nothing (for reports and ids)."""
+    """A compact description of how a config differs from nothing (for reports and ids); patch,
+    merge, fixed tokens and mean/std only when they differ from the Kimi profiles'."""
     bg = config.transparent_bg_config
     parts = [f"limit={config.in_patch_limit}", f"side={config.patch_limit_on_one_side}"]
+    if (config.patch_size, config.merge_kernel_size) != (14, 2):
+        parts.append(f"patch={config.patch_size} merge={config.merge_kernel_size}")
+    if config.fixed_output_tokens is not None:
+        parts.append(f"tokens={config.fixed_output_tokens}")
+    if (config.image_mean, config.image_std) != NORMALIZATIONS[0]:
+        parts.append(f"mean={list(config.image_mean)} std={list(config.image_std)}")
     if bg is not None:
         parts.append(f"bg={bg.pattern}")
         if bg.pattern == "chessboard":
@@ -702,6 +754,10 @@ __all__ = [
     "CHECKER_SQUARES",
     "CHESS_VALUES",
     "ConfigChoices",
+    "FIXED_TOKENS",
+    "MERGE_SIZES",
+    "NORMALIZATIONS",
+    "PATCH_SIZES",
     "config_choices",
     "ratio_long_side",
     "special_sides",
@@ -721,6 +777,8 @@ __all__ = [
     "SMALL_PATCH_LIMITS",
     "alpha_array",
     "alpha_patterns_for",
+    "key_modes",
+    "MORE_KEY_MODES",
     "budget_sizes",
     "config_label",
     "config_variants",

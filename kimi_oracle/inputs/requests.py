@@ -54,11 +54,12 @@ class Container:
     disposals: tuple[int, ...] = (0,)
     lossy: bool = False
     animated_modes: tuple[str, ...] = ("RGB", "RGBA", "P", "L", "LA")  # of its modes, those animated
-    drops_opaque_alpha: bool = False  # an opaque RGBA image comes back RGB (libwebp)
+    drops_opaque_alpha: bool = False  # an RGBA image whose alpha is all 255 comes back RGB (libwebp)
+    keys: bool = False  # stores a `transparency` key (PNG tRNS, GIF's transparent index)
 
 
 CONTAINERS: dict[str, Container] = {c.name: c for c in (
-    Container("png", "PNG", (), PNG_MODES, exif=True, icc=True, animated=True, dpi=True, disposals=(0, 1, 2),
+    Container("png", "PNG", (), PNG_MODES, exif=True, icc=True, animated=True, dpi=True, disposals=(0, 1, 2), keys=True,
               # Pillow 13 cannot write an L-mode APNG with disposal 1 or 2 ("images do not match"),
               # and writes a P-mode one as RGB (its frames' palettes differ)
               animated_modes=("RGB", "RGBA", "LA")),
@@ -71,7 +72,7 @@ CONTAINERS: dict[str, Container] = {c.name: c for c in (
     Container("jpeg-progressive-444", "JPEG", (("quality", 85), ("subsampling", "4:4:4"), ("progressive", True)),
               ("RGB", "L"), exif=True, icc=True, dpi=True, lossy=True),
     # GIF stores palette images (Pillow would quantize RGB to P: another mode than drawn).
-    Container("gif", "GIF", (), ("P",), animated=True, disposals=(0, 1, 2, 3)),
+    Container("gif", "GIF", (), ("P",), animated=True, disposals=(0, 1, 2, 3), keys=True),
     Container("webp", "WEBP", (("quality", 80),), ("RGB", "RGBA"), exif=True, icc=True, animated=True, lossy=True,
               drops_opaque_alpha=True),
     Container("webp-lossless", "WEBP", (("lossless", True),), ("RGB", "RGBA"), exif=True, icc=True, animated=True,
@@ -89,8 +90,21 @@ JPEG_CONTAINERS = tuple(n for n, c in CONTAINERS.items() if c.format == "JPEG")
 REQUEST_KINDS = ("memory", "memory", "memory", "file", "exif", "animation")
 
 
+# Alpha patterns whose top-left pixel is transparent: libwebp keeps the alpha of such images (it
+# drops an alpha that is all 255, and measured, also that of some small animated checkerboards).
+WEBP_ALPHA_PATTERNS = ("transparent", "gradient")
+
+
 def _stores(c: Container, mode: str, alpha: str) -> bool:
-    return mode in c.modes and not (c.drops_opaque_alpha and mode == "RGBA" and alpha == "opaque")
+    # The file must give back the drawn mode and transparency: a key only where keys are stored,
+    # a palette's per-entry alpha only in PNG (GIF keeps one transparent index).
+    if mode not in c.modes:
+        return False
+    if c.drops_opaque_alpha and mode == "RGBA" and alpha not in WEBP_ALPHA_PATTERNS:
+        return False
+    if alpha == "key" and not c.keys:
+        return False
+    return not (mode == "P" and alpha not in ("", "opaque", "key") and c.format != "PNG")
 
 
 def containers_for(mode: str, *, alpha: str = "", exif: bool = False, animated: bool = False, icc: bool = False,

@@ -11,6 +11,7 @@ import io
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image, ImageOps
@@ -20,7 +21,15 @@ from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
 from kimi_oracle.core.images import encoded_bytes, pack_raw, unpack_raw
 from kimi_oracle.inputs import requests
-from kimi_oracle.inputs.generators import MODES, CaseParams, alpha_patterns_for, images_equal, make_image, vary_config
+from kimi_oracle.inputs.generators import (
+    MODES,
+    MORE_KEY_MODES,
+    CaseParams,
+    alpha_patterns_for,
+    images_equal,
+    make_image,
+    vary_config,
+)
 from kimi_oracle.oracle.candidates import Candidate
 from kimi_oracle.oracle.judge import evaluate
 from kimi_oracle.pipelines import reference
@@ -97,7 +106,7 @@ def test_containers_carry_what_they_say():
 @pytest.mark.parametrize("container, mode, disposal", [("gif", "P", 2), ("gif", "P", 3), ("png", "RGBA", 1),
                                                        ("png", "LA", 2), ("webp", "RGBA", 0)])
 def test_animations_have_frames_of_different_sizes(container, mode, disposal):
-    alpha = "checker" if mode in ("RGBA", "LA") else "opaque"
+    alpha = "gradient" if mode in ("RGBA", "LA") else "opaque"
     img = make_image(CaseParams(30, 20, mode, alpha, container=container, frames=3, disposal=disposal))
     again = Image.open(io.BytesIO(encoded_bytes(img)))
     assert again.n_frames == 3 and img.n_frames == 3 and img.tell() == 0
@@ -113,14 +122,17 @@ def test_every_drawn_request_is_expressible():
     # draw_request with pseudo-random choices: every mode's draws build (and reopen) a case.
     rng = random.Random(5)
     kinds = set()
-    for i in range(300):
+    for i in range(400):
         mode = MODES[i % len(MODES)]
-        alpha = alpha_patterns_for(mode)[i % len(alpha_patterns_for(mode))]
+        alphas = alpha_patterns_for(mode) + (("key",) if mode in MORE_KEY_MODES else ())
+        alpha = alphas[(i // len(MODES)) % len(alphas)]
         request = requests.draw_request(lambda options: options[rng.randrange(len(options))], mode, alpha)
         params = CaseParams(11, 7, mode, alpha, seed=i, **request)
         img = make_image(params)
         assert (encoded_bytes(img) is None) == (not request)
         assert img.mode == mode  # --modes restricts what candidates get: a file opens in the drawn mode
+        # and keeps the drawn transparency (a key only in PNG / GIF, a palette's alpha only in PNG)
+        assert ("transparency" in img.info) == ("transparency" in make_image(CaseParams(11, 7, mode, alpha, seed=i)).info)
         kinds.add("exif" if params.orientation else "animation" if params.frames > 1 else "file" if request else "memory")
     assert kinds == {"memory", "file", "exif", "animation"}
     # The simplest choice everywhere is an image built in memory (what shrinking goes to).
@@ -262,3 +274,18 @@ def test_an_isolated_candidate_receives_requests_intact():
         jpeg = make_image(CaseParams(40, 30, container="jpeg"))
         assert evaluate(isolated, [jpeg], RESIZING, invariance=False).check == "pixel_mismatch"
         assert evaluate(isolated, [gif], RESIZING, invariance=False).ok
+
+
+def test_transparency_keys_of_1_and_16_bit_images_as_pillow_carries_them():
+    # PNG's tRNS holds a key for "1" and "I;16" too; Pillow 13.0 honours both in convert("RGBA"),
+    # and the checkpoint composites them (has_alpha: a transparency entry) on its background.
+    for mode in ("1", "I;16"):
+        img = make_image(CaseParams(40, 30, mode, "key", container="png"))
+        assert img.mode == mode and "transparency" in img.info
+        assert set(np.asarray(img.convert("RGBA"))[..., 3].ravel().tolist()) == {0, 255}
+        assert not same_result(reference.preprocess([img], RESIZING),
+                               reference.preprocess([in_memory_without_key(img)], RESIZING))
+
+
+def in_memory_without_key(img: Image.Image) -> Image.Image:
+    return Image.frombytes(img.mode, img.size, img.tobytes())

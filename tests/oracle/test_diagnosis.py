@@ -174,7 +174,7 @@ def test_normalize_float_matches_a_plain_torch_formula():
 
 # Request-shaped images (files with EXIF, animations, JPEG, transparency in a file).
 REQUEST_TOUCH_CASES = [CaseParams(50, 30, container="png", orientation=6), CaseParams(40, 30, "P", container="gif", frames=3),
-                       CaseParams(45, 31, container="jpeg", orientation=1), CaseParams(40, 40, "RGBA", "random",
+                       CaseParams(45, 31, container="jpeg", orientation=1), CaseParams(40, 40, "RGBA", "gradient",
                                                                                        container="webp", frames=2)]
 
 
