@@ -72,7 +72,10 @@ STAGES = ("goldens", "fuzz", "corpus", "invariance", "performance")
 # With a baseline, golden cases where NEW and OLD give different results are re-run against the
 # reference and diagnosed (root causes, about a quarter of a second each) up to this many per
 # mode class of the case's image; the others are counted (the sample names the causes).
-GOLDEN_RERUN_PER_CLASS = 3
+GOLDEN_RERUN_PER_CLASS = 2
+# With a baseline, the fuzz stage's budget: NEW's run, then OLD's, get this share each; the rest
+# goes to judging every failing input on the other side (an attribution per differing output).
+FUZZ_RUN_SHARE = 0.35
 
 
 @dataclass
@@ -734,18 +737,20 @@ class Gate:
             stage.reasons.insert(0, f"fuzz: interrupted after {run.examples} examples")
 
     def fuzzing_vs_baseline(self, stage: Stage, examples: int | None, budget_s: float) -> Stage:
-        """NEW fuzzed first (on half the budget, or --fuzz-examples), then OLD on exactly as many
+        """NEW fuzzed first (FUZZ_RUN_SHARE of the budget, or --fuzz-examples), then OLD on exactly as many
         examples with the same seed; every input either side failed on is judged on the other too,
         so each finding compares NEW and OLD on the same input."""
         t0 = time.monotonic()
         run_new = fuzz(self.new, self.config,
-                       self._fuzz_options(examples, None if examples is not None else budget_s / 2.0), out_dir=None)
+                       self._fuzz_options(examples, None if examples is not None else budget_s * FUZZ_RUN_SHARE),
+                       out_dir=None)
         run_old = None
         if run_new.stopped != "interrupted":
             # The same seed and example count: the same cases. Under a budget OLD also gets what
             # NEW used (its shrinking must not eat the timing's share); every input either side
             # failed on is judged on the other below, so a shorter OLD run loses no comparison.
-            left = None if examples is not None else max(budget_s - (time.monotonic() - t0), 1.0)
+            left = None if examples is not None else max(
+                budget_s * 2 * FUZZ_RUN_SHARE - (time.monotonic() - t0), 1.0)
             run_old = fuzz(self.old, self.config, self._fuzz_options(max(run_new.examples, 1), left), out_dir=None)
         inputs: dict[str, dict[str, Finding]] = {}
         for side, run in (("new", run_new), ("old", run_old)):
