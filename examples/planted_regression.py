@@ -6,10 +6,10 @@ the colour channels of every patch come out in reverse order (BGR instead of RGB
 
     kimi-oracle gate --candidate examples/planted_regression.py:preprocess --baseline eager
 
-must fail and name `patch-order` as `new` in every colour mode class, while `eager`'s own
-divergences (shared with the baseline) stay `known`. Grey images are untouched (their three
-channels are equal after the conversion to RGB, and the k3 profiles normalize every channel
-alike).
+must fail and name `patch-order` as `new` in the colour mode classes, while `eager`'s own
+divergences (shared with the baseline) stay `known`. Grey images show it only under a
+configuration whose mean/std differ per channel (their three channels are equal after the
+conversion to RGB).
 """
 
 from kimi_oracle.pipelines import eager

@@ -110,9 +110,11 @@ def aggregate(observations: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str]
         mode = key_mode_class(key)
         levels = cause_levels(o) if check == PIXEL_MISMATCH else {}
         whole = (_number(o.get("max_levels")), _number(o.get("mean_levels")))
-        # The share of values that differ is measured for the whole image: it goes to the cause
-        # that accounts for the largest difference (the first on a tie), not to every cause.
-        dominant = max(causes, key=lambda c: (levels.get(c, whole)[0] or 0.0, -causes.index(c)))
+        # The share of values that differ is measured for the whole image: it is a cause's only
+        # when no other cause accounts for a level or more on that input (float-rounding causes
+        # riding along do not count); with two real causes neither gets it.
+        real = [c for c in causes if (levels.get(c, whole)[0] or 0.0) >= 1.0]
+        dominant = real[0] if len(real) == 1 else (causes[0] if len(causes) == 1 else None)
         for cause in causes:
             top, mean = levels.get(cause, whole)
             side = rows.setdefault((cause, mode), Side(check=check, message=str(o.get("message", ""))))

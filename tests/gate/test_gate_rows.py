@@ -103,7 +103,7 @@ def test_without_a_baseline_every_row_fails():
     assert set(v.values()) == {("new", True)}
 
 
-def test_share_goes_to_the_cause_with_the_largest_difference():
+def test_share_goes_to_the_only_cause_of_a_level_or_more():
     o = obs("patch-order", share=0.8)
     o["root_causes"] = ["normalize-float", "patch-order"]
     o["max_levels_seen"] = None
@@ -113,6 +113,12 @@ def test_share_goes_to_the_cause_with_the_largest_difference():
     rows = aggregate([o])
     assert rows[("patch-order", "RGB")].share == 0.8 and rows[("patch-order", "RGB")].max_levels == 199.5
     assert rows[("normalize-float", "RGB")].share is None and rows[("normalize-float", "RGB")].max_levels == 0.5
+    # two causes of a level or more: the image's share is neither's
+    o["attribution"]["explained"][0]["residual_max_levels"] = 150.0
+    o["attribution"]["explained"][1]["residual_max_levels"] = 0.0
+    rows = aggregate([o])
+    assert rows[("patch-order", "RGB")].max_levels == 50.0 and rows[("normalize-float", "RGB")].max_levels == 150.0
+    assert rows[("patch-order", "RGB")].share is None and rows[("normalize-float", "RGB")].share is None
 
 
 # ---------------------------------------------------------------------------------------------
