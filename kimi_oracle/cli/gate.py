@@ -47,7 +47,8 @@ def register(group: click.Group) -> None:
                   default=None, metavar="FILE",
                   help="Write NEW's root causes and levels of this run as a --known file, for review.")
     @click.option("--strict", is_flag=True,
-                  help="accepts_invalid rows (NEW returns a result for an input the checkpoint rejects) fail too.")
+                  help="accepts_invalid rows (NEW returns a result for an input the checkpoint rejects) and new "
+                       "root causes under one level (float rounding only) fail too.")
     @click.option("--corpus", "corpus_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                   metavar="DIR", help="Real image files (searched recursively) judged on NEW and OLD too, "
                                       "e.g. tests/data/corpus/decodable.")
