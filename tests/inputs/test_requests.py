@@ -289,3 +289,16 @@ def test_transparency_keys_of_1_and_16_bit_images_as_pillow_carries_them():
 
 def in_memory_without_key(img: Image.Image) -> Image.Image:
     return Image.frombytes(img.mode, img.size, img.tobytes())
+
+
+@pytest.mark.slow  # 2.4 s; the default run covers bytes through the sandbox with fuzz --input-form bytes
+def test_check_hands_real_files_to_a_bytes_candidate(tmp_path, capsys, corpus_dir):
+    # A real JPEG as its own bytes: the candidate's own colour conversion is named `decoder`.
+    code = run_cli("check", "--candidate", f"{PLANTED}:bytes_jpeg_own_colour_conversion", "--no-invariance",
+                   "--out", tmp_path, "--json", tmp_path / "run.json", corpus_dir / "decodable" / "hopper.jpg",
+                   corpus_dir / "decodable" / "200x32_p.png")
+    assert code == 1, capsys.readouterr().out
+    import json
+
+    findings = json.loads((tmp_path / "run.json").read_text())["findings"]
+    assert [(f["check"], f["root_causes"]) for f in findings] == [("pixel_mismatch", ["decoder"])]
