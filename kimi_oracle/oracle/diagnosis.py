@@ -15,8 +15,8 @@ import dataclasses
 import functools
 import io
 import math
-import warnings
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
