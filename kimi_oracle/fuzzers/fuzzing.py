@@ -73,7 +73,7 @@ INVARIANCE_EVERY = 4
 # generated example in 250 is one image with both sides around 256, 512, 1024 or 2048 (±1). Such
 # an example costs about 50-100 small ones (up to ~2 s on eager at the base's full budget), so
 # this share spends roughly a fifth of the search time on them (docs/measurements.md).
-TILE_SHARE = 0.004
+TILE_SHARE = 0.005
 
 # Failures whose every reproduction costs a killed or restarted candidate process (the sandbox's
 # exception names), and how many shrink steps such a finding gets before its smallest case so far
@@ -311,6 +311,7 @@ class _Record:
     invariance: bool  # whether the invariances ran on it
     saved: bool = False  # replayed from the database: shrunk in an earlier run
     finding: Finding | None = None  # the case's finding (diagnosed), once made
+    cost_to_judge: float = 0.0  # the clock's time judging it took
     cost: float = 0.0  # the clock's time making that finding took
 
 
@@ -337,6 +338,7 @@ class _Engine:
         self.hanging: set[str] = set()  # mode classes of the images the candidate timed out on
         self.last_new = 0  # the example number the latest new group was met at
         self.published: set[str] = set()  # groups whose finding is out (a budget's later search)
+        self.longest = {False: 0.0, True: 0.0}  # the longest example so far: ordinary, tile-crossing
         self.database = _database(options.db_dir) if options.db_dir else None
         self.db_key = _namespace(candidate, config, options, self.tol)
 
@@ -374,7 +376,7 @@ class _Engine:
         return finding_key(check, verdict.stats, images) if self.options.split_by_mode else check
 
     def note(self, case: FuzzCase, choices: Sequence[int], images: list[Image.Image], verdict: Verdict,
-             invariance: bool, *, saved: bool = False) -> None:
+             invariance: bool, *, saved: bool = False, took: float = 0.0) -> None:
         """Record a failing example (replayed or generated): hits, levels, a group's first case."""
         check = str(verdict.check)
         group = self.group_of(verdict, images)
@@ -392,11 +394,12 @@ class _Engine:
             # shrink starts from it (shorter choice sequences first, then smaller choices).
             if not known.saved and (len(choices) < len(known.choices)
                                     or len(choices) == len(known.choices) and tuple(choices) < known.choices):
-                self.records[group] = _Record(case, tuple(choices), verdict, known.example, invariance, False)
+                self.records[group] = _Record(case, tuple(choices), verdict, known.example, invariance, False,
+                                              cost_to_judge=took)
             return
         self.last_new = example
         self.run.first_found.setdefault(check, example)
-        record = _Record(case, tuple(choices), verdict, example, invariance, saved)
+        record = _Record(case, tuple(choices), verdict, example, invariance, saved, cost_to_judge=took)
         self.records[group] = record
         self.first_cases[group] = record
         if check == TIMEOUT and len(images) == 1:
@@ -410,15 +413,17 @@ class _Engine:
 
     # -- stages
 
-    def search_over(self) -> bool:
-        """Under a budget, the search ends at the budget when nothing waits to be shrunk, else
-        when what is left of it is (1 - SEARCH_SHARE) of it, or twice what diagnosing the
-        waiting groups' first cases took (shrinking, then publishing, needs at least that)."""
+    def search_over(self, next_cost: float = 0.0) -> bool:
+        """Under a budget, the search ends when nothing waits to be shrunk and the next example
+        (as long as the longest of its kind so far, tile-crossing or not) would end past the
+        budget; else when what is left of it is (1 - SEARCH_SHARE) of it, or twice what
+        diagnosing the waiting groups' first cases took (shrinking, then publishing, needs at
+        least that)."""
         if self.budget is None:
             return False
         left = self.start + self.budget - self.clock()
         if not self.records:
-            return left <= 0
+            return left <= 0 or next_cost > left
         waiting = sum(r.cost for r in self.first_cases.values())
         return left <= max((1 - SEARCH_SHARE) * self.budget, 2 * waiting)
 
@@ -484,21 +489,24 @@ class _Engine:
                 return
             if self.records and not options.keep_searching and self.round_over():
                 return
-            if self.search_over():
+            i = run.examples - first
+            tile = tiles and is_tile_example(i, options.tile_share)
+            if self.search_over(self.longest[tile]):
                 run.stopped = "budget"
                 return
-            i = run.examples - first
-            forced = (int(is_tile_example(i, options.tile_share)),) if tiles else ()
-            source = RandomSource(derive(run.seed, i), forced)
+            source = RandomSource(derive(run.seed, i), (int(tile),) if tiles else ())
             case = draw_fuzz_case(source, self.config, self.draw_options)
             invariance = options.invariance and i % every == 0
             run.examples += 1
+            began = self.clock()
             judged = self.judge(case, invariance)
+            took = self.clock() - began
+            self.longest[tile] = max(self.longest[tile], took)
             if judged is None:
                 continue
             images, verdict = judged
             if not verdict.ok:
-                self.note(case, source.choices, images, verdict, invariance)
+                self.note(case, source.choices, images, verdict, invariance, took=took)
 
     def shrink(self, group: str, deadline: float | None) -> None:
         """Shrink a group's case with hypothesis (reuse + shrink phases over its recorded choices);
@@ -510,12 +518,17 @@ class _Engine:
         record = self.records[group]
         costly = {"steps": 0}
         clock = self.clock
+        step = {"cost": record.cost_to_judge}  # the last step's time: the next one's estimate
 
         def body(drawn: tuple[FuzzCase, tuple[int, ...]]) -> None:
             case, choices = drawn
-            if deadline is not None and clock() >= deadline:
+            began = clock()
+            if deadline is not None and began + step["cost"] > deadline:
                 raise _Stop()
-            judged = self.judge(case, record.invariance, shrinking=True)
+            try:
+                judged = self.judge(case, record.invariance, shrinking=True)
+            finally:
+                step["cost"] = clock() - began
             if judged is None:
                 reject()
             images, verdict = judged
@@ -660,6 +673,7 @@ def fuzz(
     first_pass = True
     while True:
         began = engine.clock()
+        examples_before = run.examples
         try:
             if first_pass:
                 engine.replay_saved(target)
@@ -680,7 +694,8 @@ def fuzz(
         # Under a budget, time that shrinking left over goes back to the search (a group found
         # then is shrunk in what remains).
         if (abort is not None or run.stopped == "interrupted" or engine.budget is None
-                or run.examples >= target or not options.keep_searching or engine.over(1.0)):
+                or run.examples >= target or not options.keep_searching or engine.over(1.0)
+                or run.examples == examples_before):
             break
     if interrupts.requested():
         run.stopped = "interrupted"
