@@ -70,9 +70,9 @@ SEARCH_SHARE = 0.8
 INVARIANCE_EVERY = 4
 
 # The tile-crossing share the long runs (gate, nightly) give `FuzzOptions.tile_share`: one
-# generated example in 250 is one image with both sides around 256, 512, 1024 or 2048 (±1). Such
-# an example costs about 50-100 small ones (up to ~2 s on eager at the base's full budget), so
-# this share spends roughly a fifth of the search time on them (docs/measurements.md).
+# generated example in 200 is one image with both sides around 256, 512, 1024 or 2048 (±1). Such
+# an example costs about 50-300 small ones (up to ~2 s on eager at the base's full budget): this
+# share spent 22 % of eager's and 34 % of the reference's search time (docs/measurements.md).
 TILE_SHARE = 0.005
 
 # Failures whose every reproduction costs a killed or restarted candidate process (the sandbox's
