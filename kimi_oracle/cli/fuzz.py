@@ -140,6 +140,24 @@ def _write_outputs(summary: dict[str, Any], findings: Sequence[Any], checks: Seq
                                 "seed": summary.get("seed")})
 
 
+INPUT_FORM_HELP = ("How the candidate takes its images: pil (decoded PIL images), bytes (each image's encoded "
+                   "file; the reference decodes the same bytes with Pillow) or both (per image). Default: both "
+                   "when the candidate declares kimi_oracle_input = ('pil', 'bytes'), else the form it declares "
+                   "(docs/inputs.md).")
+_input_form_option = click.option("--input-form", type=click.Choice(["pil", "bytes", "both"]), default=None,
+                                  help=INPUT_FORM_HELP)
+
+
+def _open_with_form(spec: str, case_timeout: float, memory_limit_mb: int | None, form: str | None) -> Any:
+    candidate = open_candidate(spec, case_timeout, memory_limit_mb)
+    try:
+        candidate.use_input_form(form)  # CandidateError (exit 2) when it does not take that form
+    except BaseException:
+        candidate.close()
+        raise
+    return candidate
+
+
 def register(group: click.Group) -> None:
     """Attach `fuzz`, `repro` and `check` to the CLI group."""
 
@@ -154,9 +172,11 @@ def register(group: click.Group) -> None:
                   help="Sizes the planner is judged on (default 200000, a few seconds).")
     @profile_options
     @click.option("--examples", type=click.IntRange(min=1), default=None,
-                  help="Number of examples (default: from --hypothesis-profile).")
+                  help="Number of examples, run exactly (saved failures replayed first count; shrinking does not). "
+                       "Default: from --hypothesis-profile.")
     @click.option("--budget", default=None, metavar="DURATION",
-                  help="Time budget instead of (or as well as) an example count, e.g. 90s, 10m.")
+                  help="Time budget instead of (or as well as) an example count, e.g. 90s, 10m; it covers shrinking "
+                       "(the search stops at 80% of it once a failure waits to be shrunk).")
     @click.option("--hypothesis-profile", type=click.Choice(["dev", "ci", "nightly"]), default="ci",
                   show_default=True, help="Example count when neither --examples nor --budget is given "
                                           "(dev 25, ci 100, nightly 2000).")
@@ -178,12 +198,16 @@ def register(group: click.Group) -> None:
     @click.option("--max-side", type=click.IntRange(1, 20000), default=DEFAULT_MAX_SIDE, show_default=True,
                   help="Longest side drawn (ratio sizes reach about 4x).")
     @click.option("--modes", default=None, metavar="M1,M2", help=f"Restrict modes (default all: {','.join(MODES)}).")
-    @click.option("--no-invariance", is_flag=True, help="Skip the batch/subset/permutation/determinism checks.")
+    @click.option("--no-invariance", is_flag=True, help="Skip the batch/subset/permutation/determinism checks "
+                  "(by default they run on every 4th generated example).")
     @click.option("--no-shrink", is_flag=True, help="Report failures as found, without shrinking them.")
     @click.option("--group-by", type=click.Choice(["mode", "check"]), default="mode", show_default=True,
                   help="One pixel_mismatch/crash finding per mode class of the failing image, or per check.")
     @click.option("--stop-early", is_flag=True,
-                  help="End after the first search round that found something (default: spend all examples).")
+                  help="End soon after the first failure (at once with --no-shrink): at twice the example number of "
+                       "the latest new failure, at least 10 examples, as one hypothesis round did (default: spend "
+                       "all examples).")
+    @_input_form_option
     @interpret_option
     @isolation_options
     def fuzz_cmd(candidate_spec: str | None, planner_spec: str | None, planner_sizes: int | None,
@@ -191,8 +215,8 @@ def register(group: click.Group) -> None:
                  budget: str | None, hypothesis_profile: str, seed: int | None, tolerance: str, strict: bool,
                  fixed_config: bool, out_dir: Path, db_dir: Path | None, json_path: Path | None,
                  junit_path: Path | None, max_images: int, max_side: int, modes: str | None, no_invariance: bool,
-                 no_shrink: bool, group_by: str, stop_early: bool, interpret: bool | None, case_timeout: float,
-                 memory_limit_mb: int | None) -> int:
+                 no_shrink: bool, group_by: str, stop_early: bool, input_form: str | None, interpret: bool | None,
+                 case_timeout: float, memory_limit_mb: int | None) -> int:
         """Differential fuzzing of a candidate against the reference; findings written under --out.
 
         The candidate runs in a separate process: its crash, exit, hang or memory exhaustion is a
@@ -233,7 +257,7 @@ def register(group: click.Group) -> None:
         total = float(budget_s) if budget_s is not None and examples is None else float(options.max_examples())
         by_time = budget_s is not None and examples is None
         started = time.monotonic()
-        candidate = open_candidate(candidate_spec, case_timeout, memory_limit_mb)
+        candidate = _open_with_form(candidate_spec, case_timeout, memory_limit_mb, input_form)
         with candidate, Progress(TextColumn("[bold]fuzz[/bold] {task.description}"), BarColumn(),
                       TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=err,
                       transient=False, disable=not err.is_terminal) as progress:
@@ -281,9 +305,10 @@ def register(group: click.Group) -> None:
                   help="Write the verdict as JSON here.")
     @click.option("--case-timeout", "case_timeout", default="30s", show_default=True, callback=_positive_duration,
                   help="Per-call limit for the candidate, which runs in a separate process: a hang is a timeout.")
+    @_input_form_option
     @interpret_option
     def repro_cmd(finding: Path, candidate_spec: str | None, tolerance: str | None, json_path: Path | None,
-                  case_timeout: float, interpret: bool | None) -> int:
+                  case_timeout: float, input_form: str | None, interpret: bool | None) -> int:
         """Replay one finding (its directory or case.json). Exit 1 while it still fails, 0 once fixed.
 
         The finding folder is untrusted: case.json is validated, files must be plain names inside
@@ -308,6 +333,7 @@ def register(group: click.Group) -> None:
         candidate = IsolatedCandidate(spec, timeout_s=case_timeout)
         try:
             candidate.start()
+            candidate.use_input_form(input_form)
             verdict, images, config, notes = replay_case(case, directory, candidate, tolerance=tolerance)
         finally:
             candidate.close()
@@ -348,11 +374,12 @@ def register(group: click.Group) -> None:
     @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None)
     @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None)
     @click.option("--no-invariance", is_flag=True, help="Skip the batch/subset/permutation/determinism checks.")
+    @_input_form_option
     @interpret_option
     @isolation_options
     def check_cmd(paths: tuple[Path, ...], candidate_spec: str, profile: str | None, config_path: Path | None,
                   tolerance: str, strict: bool, out_dir: Path, json_path: Path | None, junit_path: Path | None,
-                  no_invariance: bool, interpret: bool | None, case_timeout: float,
+                  no_invariance: bool, input_form: str | None, interpret: bool | None, case_timeout: float,
                   memory_limit_mb: int | None) -> int:
         """Run the oracle over real image files or folders (searched recursively).
 
@@ -385,7 +412,7 @@ def register(group: click.Group) -> None:
             except InputError as exc:
                 errors.append(str(exc))
         started = time.monotonic()
-        with open_candidate(candidate_spec, case_timeout, memory_limit_mb) as candidate:
+        with _open_with_form(candidate_spec, case_timeout, memory_limit_mb, input_form) as candidate:
             checked = check_images(candidate, loaded, config, tolerance or "exact",
                                    invariance=not no_invariance, out_dir=out_dir)
         findings, rows = checked.findings, checked.rows

@@ -56,6 +56,7 @@ from kimi_oracle.inputs.generators import (
     tiny_sizes,
     vary_config,
 )
+from kimi_oracle.inputs.requests import draw_request
 from kimi_oracle.oracle.grouping import finding_key
 
 # Decoder harness pixel cap: far below Pillow's bomb limit, so one input stays fast.
@@ -210,7 +211,9 @@ def draw_params(fdp: Any, config: PreprocessConfig, *, max_side: int = DEFAULT_M
     index, count = shard
     seed = fdp.ConsumeIntInRange(0, 2**32 - 1) * count + (index - 1)
     square = _pick(fdp, CHECKER_SQUARES) if alpha.startswith("checker") else 8
-    return CaseParams(w, h, mode, alpha, content, seed, square)
+    # What the request carries (a file, EXIF orientation, an animation...): inputs.requests.
+    request = draw_request(lambda options: _pick(fdp, options), mode, alpha)
+    return CaseParams(w, h, mode, alpha, content, seed, square, **request)
 
 
 def structured_case(data: bytes, base: PreprocessConfig, *, vary: bool = True, max_images: int = 3,

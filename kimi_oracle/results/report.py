@@ -27,7 +27,7 @@ from PIL import Image, ImageDraw
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError
 from kimi_oracle.core.files import atomic_write_text, fsync_dir, to_json, utc_now, versions
-from kimi_oracle.core.images import RAW_MAGIC, decode, default_max_pixels, pack_raw, read_file, unpack_raw
+from kimi_oracle.core.images import RAW_MAGIC, decode, default_max_pixels, encoded_bytes, pack_raw, read_file, unpack_raw
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.core.text import xml_text
 
@@ -54,7 +54,11 @@ def _faithful(img: Image.Image, data: bytes) -> bool:
 
 def encode_input(img: Image.Image) -> tuple[str, bytes]:
     """(extension, bytes) of a lossless file that reloads to the same mode, pixels, palette and
-    transparency: PNG when it round-trips, else TIFF, else a raw container (`.kimiraw`)."""
+    transparency: PNG when it round-trips, else TIFF, else a raw container (`.kimiraw`). An image
+    opened from a file (a request: EXIF, frames, the decoder's input) is stored as that file."""
+    data = encoded_bytes(img)
+    if data is not None:
+        return (img.format or "bin").lower(), data
     params: dict[str, Any] = {}
     if "transparency" in img.info:
         params["transparency"] = img.info["transparency"]
