@@ -333,7 +333,7 @@ class _Engine:
         self.start = self.clock()
         self.budget = options.budget_s
         self.records: dict[str, _Record] = {}
-        self.first_cases: dict[str, _Record] = {}  # each pixel group's first, unshrunk case
+        self.first_cases: dict[str, _Record] = {}  # each unpublished group's first case (diagnosed when met)
         self.seen: dict[str, dict[str, Any]] = {}  # per group: generated examples hit, largest levels
         self.hanging: set[str] = set()  # mode classes of the images the candidate timed out on
         self.last_new = 0  # the example number the latest new group was met at
