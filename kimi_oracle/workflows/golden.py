@@ -676,7 +676,8 @@ def _pixel_grid_text(entry: Mapping[str, Any]) -> str:
     grid = entry.get("grid_thw")
     if isinstance(grid, list) and len(grid) == 3 and all(isinstance(v, int) for v in grid):
         t, h, w = grid
-        return f"grid {t}x{h}x{w}, {_tokens(t * h * w // 4)}"
+        # Patch rows, not tokens: a pixel entry does not say the merge size (t·h·w // 4 assumed 2).
+        return f"grid {t}x{h}x{w}, {t * h * w} patch{'' if t * h * w == 1 else 'es'}"
     return f"grid {grid!r}"
 
 
@@ -989,6 +990,7 @@ def check(
     out_dir: Path | str | None = None,
     case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S,
     memory_limit_mb: int | None = None,
+    diagnose: bool = True,
 ) -> GoldenReport:
     """Recompute the goldens (grids with `plan()`, pixels with `candidate`) and compare.
 
@@ -1017,7 +1019,7 @@ def check(
             partial = select is not None and kind == "pixels"
             new = _compute(kind, profile, fn if kind == "pixels" else None, select, hung)
             file_report, _ = _compare(kind, profile, golden_path(gdir, kind, profile), new, partial)
-            if kind == "pixels" and fn is not None and label != "reference":
+            if diagnose and kind == "pixels" and fn is not None and label != "reference":
                 _diagnose_changes(file_report, profile, fn)
             report.files.append(file_report)
             if out is not None:
@@ -1137,6 +1139,7 @@ def check_pixels(
     select: CaseFilter | None = None,
     case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S,
     memory_limit_mb: int | None = None,
+    diagnose: bool = True,
 ) -> GoldenReport:
     """The pixel goldens of every profile (small-limit included) run with `candidate`.
 
@@ -1146,7 +1149,7 @@ def check_pixels(
     """
     return check(golden_dir, candidate, kinds=("pixels",), profiles=profiles,
                  write_obtained=write_obtained, select=select, case_timeout_s=case_timeout_s,
-                 memory_limit_mb=memory_limit_mb)
+                 memory_limit_mb=memory_limit_mb, diagnose=diagnose)
 
 
 def regen(
