@@ -47,7 +47,11 @@ class HypothesisSource:
         return value
 
     def sub(self, function: Callable[..., Any], *args: Any) -> Any:
-        value, choices = self._draw(_run_draw(function, args, True))
+        try:
+            strategy = _recorded(function, args)
+        except TypeError:  # an unhashable argument: a strategy of its own
+            strategy = _run_draw(function, args, True)
+        value, choices = self._draw(strategy)
         self.choices.extend(choices)
         return value
 
@@ -60,6 +64,13 @@ def _run_draw(draw: st.DrawFn, function: Callable[..., Any], args: tuple, record
     source = HypothesisSource(draw)
     value = function(source, *args)
     return (value, tuple(source.choices)) if record else value
+
+
+@functools.lru_cache(maxsize=8192)
+def _recorded(function: Callable[..., Any], args: tuple) -> st.SearchStrategy[Any]:
+    # A part of a draw as a strategy, built once: hypothesis validates and labels every new
+    # strategy object, which cost more than shrinking's candidate calls when built per draw.
+    return _run_draw(function, args, True)
 
 
 @functools.lru_cache(maxsize=64)
