@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from kimi_oracle.cli.common import isolation_options, parse_duration, parse_percent
+from kimi_oracle.cli.common import interpret_option, isolation_options, parse_duration, parse_percent, setup_interpret
 from kimi_oracle.core.config import PROFILES
 from kimi_oracle.workflows.gate import Gate, GateOptions
 from kimi_oracle.workflows.known import DEFAULT_MARGIN_PCT
@@ -52,10 +52,16 @@ def register(group: click.Group) -> None:
     @click.option("--corpus", "corpus_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                   metavar="DIR", help="Real image files (searched recursively) judged on NEW and OLD too, "
                                       "e.g. tests/data/corpus/decodable.")
+    @click.option("--planner", default=None, metavar="SPEC",
+                  help="NEW's planner (width, height, config) -> plan (docs/adapters.md): checked against every "
+                       "recorded grid and on --planner-sizes fuzzed sizes and configs; any differing field fails.")
+    @click.option("--planner-sizes", type=click.IntRange(min=0), default=200_000, show_default=True,
+                  help="Fuzzed sizes the planner is judged on.")
+    @interpret_option
     @isolation_options
     def gate_cmd(new, old, profile, budget, perf_threshold, tolerance, seed, fuzz_examples, golden_dir,
-                 out_dir, margin, known_path, write_known_path, strict, corpus_dir, case_timeout,
-                 memory_limit_mb) -> int:
+                 out_dir, margin, known_path, write_known_path, strict, corpus_dir, planner, planner_sizes,
+                 interpret, case_timeout, memory_limit_mb) -> int:
         """Run goldens, differential fuzzing, invariances and (with --baseline) A/B timing.
 
         With --baseline OLD, NEW and OLD are judged on the same inputs and compared root cause by
@@ -72,12 +78,13 @@ def register(group: click.Group) -> None:
         from kimi_oracle.oracle.checks import Tolerance
 
         Tolerance.parse(tolerance)  # a bad policy is a usage error before anything runs
+        setup_interpret(interpret)  # before NEW and OLD are imported (in their own processes)
         options = GateOptions(profile=profile, budget_s=parse_duration(budget),
                               perf_threshold_pct=parse_percent(perf_threshold), tolerance=tolerance, seed=seed,
                               golden_dir=golden_dir, fuzz_examples=fuzz_examples, case_timeout_s=case_timeout,
                               memory_limit_mb=memory_limit_mb, margin_pct=parse_percent(margin),
                               known_path=known_path, write_known_path=write_known_path, strict=strict,
-                              corpus_dir=corpus_dir)
+                              corpus_dir=corpus_dir, planner=planner, planner_sizes=planner_sizes)
         gate = Gate(new, old, options, out_dir, progress=lambda m: click.echo(m, err=True))
         report = gate.run()
         click.echo((out_dir / "gate-report.md").read_text())

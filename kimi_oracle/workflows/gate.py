@@ -68,7 +68,7 @@ INVARIANCE_SHARE = 0.05
 PERF_INPUTS = ("rgb-640x480", "rgba-1920x1080-chessboard", "batch16-mixed", "rgb-4032x3024-k25",
                "rgb-1920x1080", "rgb-7680x4320")
 MAX_DIFF_IMAGES = 8
-STAGES = ("goldens", "fuzz", "corpus", "invariance", "performance")
+STAGES = ("goldens", "planner", "fuzz", "corpus", "invariance", "performance")
 # With a baseline, golden cases where NEW and OLD give different results are re-run against the
 # reference and diagnosed (root causes, about a quarter of a second each) up to this many per
 # mode class of the case's image; the others are counted (the sample names the causes).
@@ -106,6 +106,11 @@ class GateOptions:
     write_known_path: Path | None = None  # --write-known FILE: NEW's rows as a starting known file
     strict: bool = False  # accepts_invalid rows fail too
     corpus_dir: Path | None = None  # real image files judged on NEW (and OLD)
+    # --planner SPEC: NEW's planner, judged against every grid golden and on `planner_sizes`
+    # fuzzed sizes and configs (plans are integers: any difference fails; sizes the checkpoint
+    # rejects are reported only).
+    planner: str | None = None
+    planner_sizes: int = 200_000
     tile_share: float = TILE_SHARE  # fuzzers.fuzzing.TILE_SHARE: one example in 250 crosses kernel tiles
     # Library callers and tests: only the golden cases this accepts run (golden.CaseFilter), and
     # fuzz findings unshrunk (cheaper; the verdict rules are the same).
@@ -830,6 +835,28 @@ class Gate:
                              example=base.example)
         return f, verdict.actual
 
+    def planner_stage(self) -> Stage:
+        """--planner SPEC: the planner against every recorded grid and on fuzzed sizes/configs
+        (oracle.planner, in its own process). Absolute: a plan is integers, and the checkpoint's
+        arithmetic is exact, so even with a baseline any differing field fails."""
+        stage = Stage("planner")
+        spec = self.options.planner
+        if spec is None:
+            stage.summary = "no --planner given"
+            return stage
+        report = golden.check_planner(spec, golden_dir=self.options.golden_dir,
+                                      fuzz_sizes=self.options.planner_sizes, config=self.config, seed=self.seed)
+        stage.details = report.to_dict()
+        lines = report.lines()
+        stage.summary = lines[-1] if lines else ""
+        for f in report.findings.values():
+            stage.reasons.append(f"planner {f.key} ({f.hits} sizes), first in {f.source}: {f.message}")
+            self.findings.append({"stage": "planner", "check": f.kind, "key": f.key, "message": f.message,
+                                  "size": list(f.size), "field": f.field})
+        stage.reasons += [f"planner: error: {e}" for e in report.errors]
+        stage.status = "fail" if stage.reasons else "pass"
+        return stage
+
     def corpus(self) -> Stage:
         """Real image files (--corpus DIR, searched recursively) judged on NEW and, with a
         baseline, on OLD; with a baseline only the files where they give different results count."""
@@ -1058,6 +1085,7 @@ class Gate:
             self.start()
             with self.clock.reference_timed():
                 self._run_stage("goldens", self.goldens)
+                self._run_stage("planner", self.planner_stage)
                 perf_budget = PERF_SHARE * budget if self.old is not None else 0.0
                 fuzz_budget = budget - (time.monotonic() - t0) - perf_budget - INVARIANCE_SHARE * budget
                 self._run_stage("fuzz", lambda: self.fuzzing(fuzz_budget))
