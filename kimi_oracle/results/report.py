@@ -733,7 +733,20 @@ def cause_meaning(root_cause: str) -> str:
 
     if root_cause in MEANINGS:
         return MEANINGS[root_cause]
-    return f"the oracle's {root_cause.split('[')[0]} check failed"
+    check = root_cause.split("[")[0]
+    if check in CHECK_MEANINGS:
+        return CHECK_MEANINGS[check]
+    return f"the oracle's {check} check failed"
+
+
+# What a finding of a check other than pixel_mismatch means (pixel findings name root causes).
+CHECK_MEANINGS = {
+    "accepts_invalid": "the candidate returned a result for an input the checkpoint rejects (reported; fails "
+                       "only with --strict)",
+    "grid_mismatch": "the grids differ from the checkpoint's (\"deferred GPU preprocessing produced wrong grids\")",
+    "feature_length": "the rows produced differ from the grids' patch count (\"deferred feature length does not "
+                      "match image grids\")",
+}
 
 
 def _levels(v: Any) -> str:
