@@ -13,16 +13,23 @@ How a run goes:
    config), never on the candidate or on what earlier examples found: two candidates fuzzed with
    the same seed and example count see the same cases (the gate relies on it). Invariances run on
    every `invariance_every`-th example (i % invariance_every == 0), differential checks on all.
-3. Shrinking: the first failing case of each new failure group (`oracle.grouping.finding_key`)
+   A group's first case is diagnosed when it is met (that time is what publishing the group is
+   expected to take); its simplest failing case (shortest choice list) is kept for shrinking.
+   With a database (or two runs differing in it) the generated examples are fewer, not others.
+3. Shrinking: the simplest failing case of each new failure group (`oracle.grouping.finding_key`)
    is handed to hypothesis as a recorded choice sequence (`inputs.strategies`), which replays it
    and shrinks it; other groups' failures are ignored while one group is shrunk.
-4. Publishing: one finding per group, diagnosed, written under `out_dir`.
+4. Publishing: one finding per group, diagnosed, written under `out_dir`; a first case with root
+   causes the shrunk one lost is a finding of its own (`_lost_causes`).
 
 Counts and budgets: `examples` = N exactly (saved failures replayed + generated examples;
 rejected and hanging-skipped ones included); shrinking is counted apart in `shrink_calls` (and in
-`calls`, every evaluation). A budget covers the whole run: the search stops at `SEARCH_SHARE` of
-it once something waits to be shrunk (else it goes on to the end), and the rest is shared among
-the groups, each shrink stopping at its own deadline with its smallest case so far.
+`calls`, every evaluation). A budget covers the whole run, shrinking and publishing included: the
+search stops at `SEARCH_SHARE` of it once something waits to be shrunk (or earlier, at twice the
+waiting groups' diagnosis time), else at the end; no example starts that would end past it (as
+long as the longest of its kind so far). The rest is shared among the groups, each shrink
+stopping (with its smallest case so far) before a step would pass its deadline; time left over
+goes back to the search.
 """
 
 from __future__ import annotations
