@@ -15,7 +15,7 @@ PATTERNS = ("white", "black", "gray", "chessboard")
 FILL_STAGES = ("before_resize", "after_resize")
 # The processor's default when `transparent_bg_fill_stage` is absent.
 DEFAULT_FILL_STAGE = "before_resize"
-PROFILES = ("k3", "k25", "k3-small")
+PROFILES = ("k3", "k25", "k3-small", "k3-p16m1")
 DEFAULT_PROFILE = "k3"
 
 REQUIRED_KEYS = (
@@ -196,9 +196,18 @@ class PreprocessConfig:
         return dataclasses.replace(cls.k3(), in_patch_limit=16, name="k3-small")
 
     @classmethod
+    def k3_p16m1(cls) -> "PreprocessConfig":
+        """K3 with a non-default patch size (16) and merge size (1): padding to multiples of 16 px,
+        one token per patch. The side cap is 448 patches, so that the longest side stays K3's
+        7168 px (512 x 14 = 448 x 16) and the goldens' side-cap images resample as under k3. Not a
+        published checkpoint: a profile on which a kernel that hard-codes 14 or 2 fails."""
+        return dataclasses.replace(cls.k3(), patch_size=16, merge_kernel_size=1, patch_limit_on_one_side=448,
+                                   name="k3-p16m1")
+
+    @classmethod
     def profile(cls, name: str) -> "PreprocessConfig":
-        """A named profile: one of `PROFILES` (k3, k25, k3-small)."""
-        profiles = {"k3": cls.k3, "k25": cls.k25, "k3-small": cls.k3_small}
+        """A named profile: one of `PROFILES` (k3, k25, k3-small, k3-p16m1)."""
+        profiles = {"k3": cls.k3, "k25": cls.k25, "k3-small": cls.k3_small, "k3-p16m1": cls.k3_p16m1}
         try:
             return profiles[name]()
         except KeyError:

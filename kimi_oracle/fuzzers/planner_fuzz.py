@@ -2,11 +2,13 @@
 
 `fuzz_planner(planner, base, sizes=N, seed=S)` draws N sizes over configurations varied around
 `base` (patch budget, side cap, including caps that are not a multiple of the merge size so that
-the checkpoint's side assert fails for some sizes, patch size, merge size, fixed token count) and
-judges each against `core.geometry.plan` (`oracle.planner.judge_size`). Sizes come from the
+the checkpoint's side assert fails for some sizes, patch size, merge size, fixed token count: the
+choices of `inputs.generators.config_choices`, the pixel fuzzers' too) and judges each against
+`core.geometry.plan` (`oracle.planner.judge_size`), `BLOCK` sizes per configuration (so that the
+first 300 sizes already span about ten configurations). Sizes come from the
 input space of `inputs.generators` (its threshold sizes: the patch budget and the side cap of
 each drawn config, special sides, >100:1 ratios) and from log-uniform draws, with multiples of
-the patch and merge sizes ±1 mixed in. Hundreds of thousands of sizes a second per core.
+the patch and merge sizes ±1 mixed in. About 50,000 sizes a second per core (3 million a minute).
 
 `run_isolated(function, *args)` runs such a job (or the golden grid check of
 `workflows.golden.check_planner`) in a forked process, so that a planner that crashes the
@@ -37,32 +39,29 @@ from kimi_oracle.inputs.generators import (
 )
 from kimi_oracle.oracle.planner import Planner, PlannerReport, check_sizes, load_planner
 
-# Configuration values the planner fuzz varies beyond the generators' budgets and side caps:
-# patch and merge sizes the checkpoint's processor accepts (positive integers) and fixed token
-# counts. The base config's own values always come first.
-PATCH_SIZES = (14, 16, 8, 7, 1, 3, 32)
-MERGE_SIZES = (2, 1, 3, 4)
-FIXED_TOKENS = (None, 1, 64, 729)
 DEFAULT_SIZES = 200_000
-# Sizes judged per drawn configuration.
-BLOCK = 512
+# Sizes judged per drawn configuration: small, so that a planner that ignores a rarely varied key
+# (a fixed token count) is caught within 300 sizes; drawing a configuration and its threshold
+# sizes costs about as much as judging 14 sizes (100k sizes of k3: 1.8 s with 32, 1.3 s with 512).
+BLOCK = 32
 DEFAULT_MAX_SIDE = 20_000
-
-
-def _first(base: Any, values: tuple) -> tuple:
-    return (base,) + tuple(v for v in values if v != base)
+# The share of configurations that keep the base's fixed token count (the rest draw another).
+KEEP_FIXED_TOKENS = 0.5
 
 
 def draw_config(base: PreprocessConfig, rng: np.random.Generator) -> PreprocessConfig:
-    """One configuration around `base` (the base itself a quarter of the time)."""
+    """One configuration around `base` (the base itself a quarter of the time): budget, side cap
+    (also one past a multiple of the merge size), patch size, merge size and, in half of them, the
+    fixed token count, from `generators.config_choices(base)`."""
     if rng.random() < 0.25:
         return base
     choices = config_choices(base)
     caps = choices.caps + tuple(c + 1 for c in choices.caps)  # +1: not a multiple of the merge size
-    patch = int(rng.choice(_first(base.patch_size, PATCH_SIZES)))
-    merge = int(rng.choice(_first(base.merge_kernel_size, MERGE_SIZES)))
-    fixed_choices = _first(base.fixed_output_tokens, FIXED_TOKENS)
-    fixed = fixed_choices[int(rng.integers(len(fixed_choices)))] if rng.random() < 0.2 else base.fixed_output_tokens
+    patch = int(rng.choice(choices.patch_sizes))
+    merge = int(rng.choice(choices.merge_sizes))
+    fixed = base.fixed_output_tokens
+    if rng.random() >= KEEP_FIXED_TOKENS:
+        fixed = choices.fixed_tokens[1 + int(rng.integers(len(choices.fixed_tokens) - 1))]
     try:
         return dataclasses.replace(
             base, name=f"{base.name}~planner", patch_size=patch, merge_kernel_size=merge,
@@ -197,10 +196,8 @@ def _end(proc: Any) -> None:
 
 
 __all__ = [
+    "BLOCK",
     "DEFAULT_SIZES",
-    "FIXED_TOKENS",
-    "MERGE_SIZES",
-    "PATCH_SIZES",
     "cases",
     "draw_config",
     "draw_sizes",
