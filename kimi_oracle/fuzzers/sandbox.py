@@ -139,6 +139,12 @@ def _unpack_tensor(packed: tuple[str, tuple[int, ...], bytes]) -> torch.Tensor:
 # the executor (child side)
 
 
+def candidate_threads() -> int:
+    """Intra-op torch threads of a candidate's executor: KIMI_ORACLE_CANDIDATE_THREADS, default 1."""
+    value = os.environ.get("KIMI_ORACLE_CANDIDATE_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else 1
+
+
 def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -> None:
     # Ctrl-C in a terminal reaches the whole process group: the executor must not turn it into
     # a "crash"; its parent stops it.
@@ -153,6 +159,11 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -
     memory.bound_heap_growth()  # a reused executor judges many inputs of many sizes
     if memory_limit_mb:
         _limit_memory(memory_limit_mb)
+    # One intra-op torch thread unless KIMI_ORACLE_CANDIDATE_THREADS says otherwise: on 2 cores (or
+    # a busy CI runner) torch's thread pool made one small eager call 40x dearer (7.2 ms against
+    # 0.18 ms, measured), and a verdict does not depend on it; the gate's A/B timing runs NEW and
+    # OLD under the same setting.
+    torch.set_num_threads(candidate_threads())
     from kimi_oracle.oracle.candidates import load_candidate
 
     try:
