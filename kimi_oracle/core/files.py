@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import json
 import math
 import os
@@ -24,7 +25,13 @@ TMP_SUFFIX = ".tmp"
 
 
 def versions() -> dict[str, str | None]:
-    """Versions of Python and the libraries whose behaviour decides the outputs."""
+    """Versions of Python and the libraries whose behaviour decides the outputs (a fresh dict
+    each call; read from the installed metadata once per process: every finding records them)."""
+    return dict(_versions())
+
+
+@functools.lru_cache(maxsize=1)
+def _versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {"python": platform.python_version()}
     for dist, key in (("kimi-oracle", "kimi-oracle"), ("pillow", "Pillow"), ("numpy", "numpy"),
                       ("torch", "torch"), ("triton", "triton"), ("hypothesis", "hypothesis"),
