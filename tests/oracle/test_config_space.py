@@ -5,17 +5,21 @@ examples; the k3-p16m1 profile's goldens pin a non-default patch and merge size.
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from checkpoint_model import spec_plan, spec_preprocess
 from mutants.config_mutants import CANDIDATE_MUTANTS, PLANNER_MUTANT, tokens_from_grid_plan
 
 from kimi_oracle.core.config import PROFILES, PreprocessConfig
 from kimi_oracle.fuzzers import planner_fuzz
 from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
 from kimi_oracle.inputs.draw import ChoiceSource, DrawOptions, RandomSource, derive, draw_config, draw_fuzz_case
+from kimi_oracle.inputs import generators
 from kimi_oracle.inputs.generators import CaseParams, config_choices, make_image
 from kimi_oracle.oracle.candidates import Candidate
 from kimi_oracle.oracle.planner import Planner, check_sizes
@@ -161,6 +165,24 @@ def test_grid_goldens_match_hand_calculations():
     # 14336x16: the side cap binds, s2 = 448*16/14336 = 0.5 exactly: 7168 x 8, pad 0/8 -> (1, 1, 448).
     assert [grids["14336x16"][k] for k in ("new_w", "new_h", "pad_w", "pad_h", "grid_thw", "num_tokens")] == \
         [7168, 8, 0, 8, [1, 1, 448], 448]
+
+
+def test_every_grid_entry_matches_the_spec_restatement():
+    for e in _golden_entries("grids").values():
+        assert "error" not in e  # S = 448 is a multiple of m = 1: the side assert cannot fail
+        want = spec_plan(e["width"], e["height"], 16, 1, 65536, 448)
+        assert (e["new_w"], e["new_h"], e["pad_w"], e["pad_h"], tuple(e["grid_thw"]), e["num_tokens"]) == want, e
+
+
+@pytest.mark.filterwarnings("ignore:Palette images with Transparency")
+def test_every_pixel_digest_matches_the_spec_restatement():
+    """sha256 of the checkpoint's computation re-stated in tests/checkpoint_model.py, under p16/m1."""
+    for e in _golden_entries("pixels").values():
+        case = golden.PixelCase.from_entry("k3-p16m1", e)
+        want_pixels, want_grids = spec_preprocess([generators.make_image(case.params)], case.config().to_hf_json())
+        assert e["grid_thw"] == want_grids[0].tolist(), e["id"]
+        assert want_pixels.shape[1:] == (3, 16, 16)
+        assert e["sha256"] == hashlib.sha256(want_pixels.astype(np.float32).tobytes()).hexdigest(), e["id"]
 
 
 def test_pixel_goldens_of_the_profile_check_clean_and_resample_at_the_side_cap():
