@@ -177,6 +177,11 @@ def draw_config(fdp: Any, base: PreprocessConfig) -> PreprocessConfig:
             background["chessboard_gray_value"] = gray
         changes["background"] = background
         changes["transparent_bg_fill_stage"] = _pick(fdp, choices.stages)
+    if fdp.ConsumeIntInRange(0, 3) == 3:  # one case in four: what a kernel could hard-code
+        changes["patch_size"] = _pick(fdp, choices.patch_sizes)
+        changes["merge_kernel_size"] = _pick(fdp, choices.merge_sizes)
+        changes["fixed_output_tokens"] = _pick(fdp, choices.fixed_tokens)
+        changes["image_mean"], changes["image_std"] = _pick(fdp, choices.norms)
     return vary_config(base, **changes)
 
 

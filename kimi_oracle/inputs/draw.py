@@ -31,6 +31,7 @@ from kimi_oracle.inputs.generators import (
     CONTENTS,
     DEFAULT_MAX_SIDE,
     MODES,
+    MORE_KEY_MODES,
     CaseParams,
     FuzzCase,
     alpha_patterns_for,
@@ -41,6 +42,7 @@ from kimi_oracle.inputs.generators import (
     tiny_sizes,
     vary_config,
 )
+from kimi_oracle.inputs.requests import draw_request
 
 T = TypeVar("T")
 
@@ -283,14 +285,16 @@ def _image(source: Source, size: tuple[int, int], choices: ImageChoices) -> Case
     shrinking prefers the first mode (RGB) instead of modes with fewer alpha choices."""
     mode = choice(source, choices.modes)
     alpha = choice(source, choices.patterns)
-    if alpha not in alpha_patterns_for(mode):
+    if alpha not in alpha_patterns_for(mode) and not (alpha == "key" and mode in MORE_KEY_MODES):
         alpha = "opaque"
     content = choice(source, choices.contents)
     seed = source.integer(0, SEED_MAX)
     square = choice(source, choices.squares)
     if not alpha.startswith("checker"):
         square = 8
-    return CaseParams(size[0], size[1], mode, alpha, content, seed, square)
+    # What the request carries (a file, EXIF orientation, ICC, an animation, DPI): inputs.requests.
+    request = draw_request(lambda options: choice(source, options), mode, alpha)
+    return CaseParams(size[0], size[1], mode, alpha, content, seed, square, **request)
 
 
 def _base_square(config: PreprocessConfig) -> int:
@@ -314,8 +318,9 @@ def _limit(source: Source, lists: tuple[tuple[int, ...], ...]) -> int:
 
 
 def _config(source: Source, base: PreprocessConfig) -> PreprocessConfig:
-    """A variation around `base`: budget, side cap (multiples of the merge size) and, when `base`
-    has a background, pattern, chessboard square, phase, colours and fill stage.
+    """A variation around `base`: budget, side cap (multiples of every drawn merge size) and, when
+    `base` has a background, pattern, chessboard square, phase, colours and fill stage; one case in
+    four also draws the patch size, merge size, fixed token count and mean/std (base's first).
 
     Two thirds of the budgets are at most 16 patches (most of them below 9), so that images of a
     few dozen pixels resample; the base's fill stage gets half of the stage draws."""
@@ -335,6 +340,12 @@ def _config(source: Source, base: PreprocessConfig) -> PreprocessConfig:
             background["chessboard_gray_value"] = gray
         changes["background"] = background
         changes["transparent_bg_fill_stage"] = source.sub(choice, c.stages[:1] + c.stages)
+    if source.integer(0, 3) == 3:
+        # One case in four also varies what a kernel could hard-code (generators.PATCH_SIZES, ...).
+        changes["patch_size"] = source.sub(choice, c.patch_sizes)
+        changes["merge_kernel_size"] = source.sub(choice, c.merge_sizes)
+        changes["fixed_output_tokens"] = source.sub(choice, c.fixed_tokens)
+        changes["image_mean"], changes["image_std"] = source.sub(choice, c.norms)
     return vary_config(base, **changes)
 
 

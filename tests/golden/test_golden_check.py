@@ -210,7 +210,7 @@ def test_candidate_with_swapped_grids_and_crashes(golden_copy):
     assert oblong and all(e["id"] in by_key for e in oblong)
     e = oblong[0]
     t, h, w = e["grid_thw"]
-    assert f"grid {t}x{h}x{w}, {h * w // 4} tokens -> grid {t}x{w}x{h}" in by_key[e["id"]].describe()
+    assert f"grid {t}x{h}x{w}, {t * h * w} patches -> grid {t}x{w}x{h}" in by_key[e["id"]].describe()
 
 
 def test_candidate_returning_garbage_is_a_harness_error(golden_copy, capsys, tmp_path):
@@ -237,7 +237,7 @@ def test_candidate_returning_garbage_is_a_harness_error(golden_copy, capsys, tmp
 def test_cli_check_exit_codes_and_obtained(golden_copy, capsys):
     before = snapshot(golden_copy)
     code, out, _ = run_cli(["golden", "check", "--golden-dir", str(golden_copy)], capsys)
-    assert code == 0 and "all 6 files match" in out
+    assert code == 0 and "all 8 files match" in out
     assert snapshot(golden_copy) == before
     edit_entry(golden_copy / "grids" / "k3.jsonl", "grids", "1920x1080", lambda e: e.update(num_tokens=1))
     edited = snapshot(golden_copy)

@@ -36,7 +36,7 @@ def test_check_passes_on_the_committed_files():
     before = sorted(p.name for p in GOLDEN.rglob("*"))
     report = golden.check(GOLDEN, write_obtained=False)
     assert report.ok, report.render()
-    assert len(report.files) == 6
+    assert len(report.files) == 8  # 2 kinds x 4 profiles
     assert not report.warnings, report.warnings
     assert sorted(p.name for p in GOLDEN.rglob("*")) == before
 

@@ -40,7 +40,7 @@ def _break(golden_dir: Path, n_grids: int = 1, pixel: bool = True) -> dict[str, 
 def test_regen_on_matching_files_changes_nothing(golden_copy, capsys):
     before = snapshot(golden_copy)
     code, out, _ = run_cli(["golden", "regen", "--golden-dir", str(golden_copy)], capsys)
-    assert code == 0 and "all 6 files match" in out
+    assert code == 0 and "all 8 files match" in out
     assert snapshot(golden_copy) == before
 
 

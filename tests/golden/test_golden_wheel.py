@@ -22,7 +22,7 @@ def test_package_data_globs_cover_every_golden_file():
     pkg = ROOT / "kimi_oracle"
     shipped = {p for g in globs for p in pkg.glob(g)}
     committed = set(golden.package_golden_dir().glob("*/*.jsonl"))
-    assert len(committed) == 6 and committed <= shipped
+    assert len(committed) == 8 and committed <= shipped  # 2 kinds x 4 profiles
     assert not any(p.name.endswith(".obtained") for p in shipped)
 
 
@@ -53,7 +53,7 @@ def test_check_from_an_installed_wheel(tmp_path):
     assert Path(where.stdout.strip()) == site / "kimi_oracle" / "golden_data"
     ok = run("-m", "kimi_oracle", "golden", "check", "--kind", "grids")
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "all 3 files match" in ok.stdout
+    assert "all 4 files match" in ok.stdout
     elsewhere = tmp_path / "elsewhere"
     shutil.copytree(site / "kimi_oracle" / "golden_data", elsewhere)
     edit_entry(elsewhere / "grids" / "k3.jsonl", "grids", "640x480", lambda e: e.update(num_tokens=7))
