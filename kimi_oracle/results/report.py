@@ -741,8 +741,8 @@ def cause_meaning(root_cause: str) -> str:
 
 # What a finding of a check other than pixel_mismatch means (pixel findings name root causes).
 CHECK_MEANINGS = {
-    "accepts_invalid": "the candidate returned a result for an input the checkpoint rejects (reported; fails "
-                       "only with --strict)",
+    "accepts_invalid": "the candidate returned a result for an input the checkpoint rejects (a failure only "
+                       "under --strict)",
     "grid_mismatch": "the grids differ from the checkpoint's (\"deferred GPU preprocessing produced wrong grids\")",
     "feature_length": "the rows produced differ from the grids' patch count (\"deferred feature length does not "
                       "match image grids\")",
