@@ -47,7 +47,11 @@ def run_suite(candidates: list[str], quick: bool, json_out: Path, inputs: list[s
         cmd.append("--kimi-bench-quick")
     if inputs:
         cmd += ["--kimi-bench-inputs", ",".join(inputs)]
-    return subprocess.call(cmd, cwd=str(suite_dir().parents[1]), env=dict(os.environ))
+    # Never a worker of a parallel test run (pytest-xdist): pytest-benchmark switches itself off
+    # in one, and a `bench` started from inside such a run (its own test) would measure nothing.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    cmd[3:3] = ["-p", "no:xdist"]
+    return subprocess.call(cmd, cwd=str(suite_dir().parents[1]), env=env)
 
 
 def _resolve_baseline(name_or_file: str, storage: Path) -> Path:

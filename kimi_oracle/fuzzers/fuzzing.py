@@ -44,12 +44,12 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from PIL import Image
-import torch
 
 from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.core.files import versions
+from kimi_oracle.core.threads import one_torch_thread
 from kimi_oracle.inputs.draw import (ChoiceSource, DrawOptions, RandomSource,
                                      ReplayError, derive, draw_fuzz_case,
                                      is_tile_example)
@@ -670,15 +670,8 @@ def fuzz(
     """Fuzz `candidate` against the reference around `config`; findings written under `out_dir`.
 
     A harness error (KimiOracleError) ends the run after the findings so far are published."""
-    # The oracle's own torch work per example (comparisons, the diagnosis' torch resamples) is on
-    # tensors of a few thousand values: one intra-op thread. With torch's default pool a single
-    # torch.round took ~2.8 ms on a busy 2-core machine (measured); results do not depend on it.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():  # the oracle's own torch work (core.threads)
         return _fuzz(candidate, config, options, out_dir, on_example)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _fuzz(candidate: Candidate | str, config: PreprocessConfig, options: FuzzOptions | None,

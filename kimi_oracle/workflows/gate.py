@@ -41,6 +41,7 @@ from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PROFILES, PreprocessConfig
 from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
+from kimi_oracle.core.threads import one_torch_thread
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.fuzzers.fuzzing import TILE_SHARE, FuzzOptions, FuzzRun, finding_from, fuzz, search_budget
 from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
@@ -1083,7 +1084,7 @@ class Gate:
         budget = self.options.budget_s
         try:
             self.start()
-            with self.clock.reference_timed():
+            with self.clock.reference_timed(), one_torch_thread():
                 self._run_stage("goldens", self.goldens)
                 self._run_stage("planner", self.planner_stage)
                 perf_budget = PERF_SHARE * budget if self.old is not None else 0.0
