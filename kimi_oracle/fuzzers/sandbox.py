@@ -139,6 +139,9 @@ def _unpack_tensor(packed: tuple[str, tuple[int, ...], bytes]) -> torch.Tensor:
 # the executor (child side)
 
 
+_DEFAULT_THREADS: int | None = None  # torch's own intra-op thread count in this executor
+
+
 def candidate_threads() -> int:
     """Intra-op torch threads of a candidate's executor: KIMI_ORACLE_CANDIDATE_THREADS, default 1."""
     value = os.environ.get("KIMI_ORACLE_CANDIDATE_THREADS", "").strip()
@@ -159,10 +162,12 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -
     memory.bound_heap_growth()  # a reused executor judges many inputs of many sizes
     if memory_limit_mb:
         _limit_memory(memory_limit_mb)
-    # One intra-op torch thread unless KIMI_ORACLE_CANDIDATE_THREADS says otherwise: on 2 cores (or
-    # a busy CI runner) torch's thread pool made one small eager call 40x dearer (7.2 ms against
-    # 0.18 ms, measured), and a verdict does not depend on it; the gate's A/B timing runs NEW and
-    # OLD under the same setting.
+    # One intra-op torch thread for the oracle's calls unless KIMI_ORACLE_CANDIDATE_THREADS says
+    # otherwise: on 2 cores (or a busy CI runner) torch's thread pool made one small eager call 40x
+    # dearer (7.2 ms against 0.18 ms, measured), and a verdict does not depend on it. The gate's
+    # timed calls (`_timed`) run with torch's own default, as the candidate runs in production.
+    global _DEFAULT_THREADS
+    _DEFAULT_THREADS = torch.get_num_threads()
     torch.set_num_threads(candidate_threads())
     from kimi_oracle.oracle.candidates import load_candidate
 
@@ -222,6 +227,8 @@ def _timed(candidate: Candidate, spec: str, images: list[Image.Image], config: P
     them), timed here: the candidate's time without the transfer. CUDA work is waited for."""
     from kimi_oracle.oracle.candidates import as_result
 
+    judging_threads = torch.get_num_threads()
+    torch.set_num_threads(_DEFAULT_THREADS or judging_threads)
     try:
         t0 = time.perf_counter()
         out = candidate.func(images, config)
@@ -234,6 +241,8 @@ def _timed(candidate: Candidate, spec: str, images: list[Image.Image], config: P
     except BaseException as exc:  # noqa: BLE001 - the candidate's failure, told apart by type
         crash = CandidateCrash(spec, exc)
         return ("raised", crash.exc_type, crash.exc_message, crash.traceback)
+    finally:
+        torch.set_num_threads(judging_threads)
     return ("timed", elapsed)
 
 

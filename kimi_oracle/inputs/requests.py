@@ -18,13 +18,14 @@ ignores orientation and ICC and uses the frame Pillow opens on (docs/inputs.md, 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from PIL import Image
+from PIL import Image, ImageFile
 
 from kimi_oracle.core.images import PNG_MODES
 
@@ -214,10 +215,24 @@ def encode(frames: Sequence[Image.Image], container: str, *, orientation: int = 
     if key is not None and not rest and (c.format == "PNG" or (c.format == "GIF" and isinstance(key, int))):
         kwargs["transparency"] = key
     buf = io.BytesIO()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _encoder_room(first):
         warnings.simplefilter("ignore")
         first.save(buf, c.format, **kwargs)
     return buf.getvalue()
+
+
+@contextlib.contextmanager
+def _encoder_room(img: Image.Image):
+    """Room for the whole compressed image in the encoder's buffer. Pillow 13.0 gives a
+    progressive or optimized JPEG a buffer of one byte a pixel below quality 95, and libjpeg then
+    fails ("Suspension not allowed here", OSError "broken data stream") on noise at 4:4:4,
+    e.g. a 253x202 RGB noise image (measured); ImageFile.MAXBLOCK is the floor of that buffer."""
+    before = ImageFile.MAXBLOCK
+    ImageFile.MAXBLOCK = max(before, 4 * img.width * img.height + 65536)
+    try:
+        yield
+    finally:
+        ImageFile.MAXBLOCK = before
 
 
 def draw_request(choose: Callable[[Sequence[Any]], Any], mode: str, alpha: str = "") -> dict[str, Any]:

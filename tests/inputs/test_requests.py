@@ -302,3 +302,14 @@ def test_check_hands_real_files_to_a_bytes_candidate(tmp_path, capsys, corpus_di
 
     findings = json.loads((tmp_path / "run.json").read_text())["findings"]
     assert [(f["check"], f["root_causes"]) for f in findings] == [("pixel_mismatch", ["decoder"])]
+
+
+@pytest.mark.parametrize("container", [n for n, c in requests.CONTAINERS.items() if c.format == "JPEG"])
+def test_noise_fills_every_jpeg_container(container):
+    # A 253x202 RGB noise image at 4:4:4 compresses to more than one byte a pixel: Pillow's
+    # default encoder buffer for progressive JPEGs was too small for it (OSError "broken data
+    # stream", seen in a gate's fuzz stage). Pillow must read back what was written, at that size.
+    params = CaseParams(253, 202, "RGB", "opaque", "noise", seed=991335036, container=container, icc="srgb", dpi=7)
+    img = make_image(params)
+    assert img.format == "JPEG" and img.size == (253, 202)
+    assert Image.open(io.BytesIO(encoded_bytes(img))).convert("RGB").size == (253, 202)
