@@ -71,6 +71,24 @@ class Side:
     stages: set[str] = field(default_factory=set)
     message: str = ""
     _means: list[float] = field(default_factory=list, repr=False)
+    # input -> (max levels, mean levels, share) this row saw on it (pixel rows)
+    per_input: dict[str, tuple[float | None, float | None, float | None]] = field(default_factory=dict, repr=False)
+
+    def restricted(self, inputs: set[str]) -> "Side":
+        """The same row over `inputs` only (pixel rows)."""
+        out = Side(check=self.check, message=self.message, stages=set(self.stages))
+        for i in sorted(inputs & set(self.per_input)):
+            top, mean, share = self.per_input[i]
+            out.inputs.add(i)
+            out.per_input[i] = (top, mean, share)
+            if top is not None:
+                out.max_levels = max(out.max_levels or 0.0, top)
+            if mean is not None:
+                out._means.append(mean)
+                out.mean_levels = sum(out._means) / len(out._means)
+            if share is not None:
+                out.share = max(out.share or 0.0, share)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the `old`/`new` object of a report row)."""
@@ -129,7 +147,24 @@ def aggregate(observations: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str]
                 share = _number(o.get("share")) if cause == dominant else None
                 if share is not None:
                     side.share = max(side.share or 0.0, share)
+                prev = side.per_input.get(str(o.get("input")))
+                cur = (None if top is None else float(top), None if mean is None else float(mean), share)
+                side.per_input[str(o.get("input"))] = cur if prev is None else tuple(
+                    a if b is None else b if a is None else max(a, b) for a, b in zip(prev, cur))  # type: ignore
     return rows
+
+
+def _confounded(new: Mapping[tuple[str, str], Side], new_causes: set[str]) -> dict[str, set[str]]:
+    """Input -> the causes NEW has there that OLD has nowhere (each accounting for a level or more
+    on that input): where they act, the attribution of the other causes is not comparable."""
+    out: dict[str, set[str]] = {}
+    for (cause, _mode), side in new.items():
+        if cause not in new_causes:
+            continue
+        for i, (top, _mean, _share) in side.per_input.items():
+            if (top or 0.0) >= 1.0:
+                out.setdefault(i, set()).add(cause)
+    return out
 
 
 def _order(row: Mapping[str, Any]) -> tuple:
@@ -158,11 +193,32 @@ def compare_rows(new: Mapping[tuple[str, str], Side], old: Mapping[tuple[str, st
     file every row fails, as every finding does)."""
     out: list[dict[str, Any]] = []
     keys = list(new) + [k for k in (old or {}) if k not in new]
+    confounded: dict[str, set[str]] = {}
+    if old is not None:
+        # A systematic new root cause: `new` (a level or more; OLD does not show it there) in two
+        # mode classes or more. On the inputs where it acts, the other causes' levels are split
+        # with it by the attribution and cannot be compared with OLD's (docs/gate.md).
+        classes: dict[str, int] = {}
+        for (c, m), side in new.items():
+            if side.check == PIXEL_MISMATCH and (side.max_levels or 0.0) >= 1.0 and (c, m) not in old:
+                classes[c] = classes.get(c, 0) + 1
+        confounded = _confounded(new, {c for c, k in classes.items() if k >= 2})
     for key in keys:
         n, o = new.get(key), (old or {}).get(key)
         check = (n or o).check  # type: ignore[union-attr]
         if old is not None:
             verdict, why = _baseline_verdict(n, o, margin)
+            if verdict in (NEW, WORSE) and n is not None and n.check == PIXEL_MISMATCH and confounded \
+                    and key[0] not in {c for cs in confounded.values() for c in cs}:
+                clear = {i for i in n.inputs if i not in confounded}
+                by = sorted({c for i in n.inputs if i in confounded for c in confounded[i]})
+                if not clear:
+                    verdict, why = KNOWN, (f"seen only on inputs where {', '.join(by)} (new) also acts: not "
+                                           "comparable there, so not judged")
+                elif len(clear) < len(n.inputs):
+                    again, why2 = _baseline_verdict(n.restricted(clear), o, margin)
+                    if again not in (NEW, WORSE):
+                        verdict, why = again, f"{why2} on the {len(clear)} input(s) where no new cause acts"
         else:
             verdict, why = NEW, "no baseline: every divergence fails"
         entry = known.match(*key) if known is not None else None

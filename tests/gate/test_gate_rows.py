@@ -204,3 +204,21 @@ def test_known_toml_is_valid_toml_with_odd_messages():
     data = tomllib.loads(known_toml(rows, 'cand"idate'))
     assert data["known"][0]["note"].startswith('quote " backslash')
     assert data["candidate"] == 'cand"idate'
+
+
+def test_causes_seen_only_where_a_systematic_new_cause_acts_are_not_judged():
+    # NEW = OLD + a planted patch-order bug, new in two mode classes (RGB on i1, P on i2). On i1
+    # the attribution also gives "background" 69 levels that OLD never shows: its only input is one
+    # where patch-order acts, so it is not comparable and not judged (known, not failing). The
+    # same cause on an input where no new cause acts (i3) stays `new`.
+    new_obs = [obs("patch-order", "RGB", input="i1", max_levels=200.0), obs("background", "RGB", input="i1", max_levels=69.0),
+               obs("patch-order", "P", input="i2", max_levels=150.0)]
+    v, rows = verdicts(new_obs, [])
+    assert v[("patch-order", "RGB")] == ("new", True) and v[("patch-order", "P")] == ("new", True)
+    assert v[("background", "RGB")] == ("known", False)
+    assert "patch-order" in next(r["why"] for r in rows if r["root_cause"] == "background")
+    v2, _ = verdicts(new_obs + [obs("background", "RGB", input="i3", max_levels=69.0)], [])
+    assert v2[("background", "RGB")] == ("new", True)
+    # one mode class only: not systematic, nothing is excused
+    v3, _ = verdicts(new_obs[:2], [])
+    assert v3[("background", "RGB")] == ("new", True)
