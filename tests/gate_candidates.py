@@ -33,3 +33,15 @@ def crashes_on_palette(images, config):
     if any(img.mode == "P" for img in images):
         raise ValueError("planted: cannot handle palette images")
     return reference.preprocess(images, config)
+
+
+def eager_batch_nudged(images, config):
+    """The engine model (`eager`), plus one value moved by 0.05 (a few levels) in batches of two
+    images or more under merge size 1: a new bug that only shows on inputs where `eager` already
+    fails, and rarely on the simplest failing input of a group."""
+    from kimi_oracle.pipelines import eager
+
+    out = eager.preprocess(images, config)
+    if len(images) >= 2 and config.merge_kernel_size == 1:
+        out.pixel_values[0, 0, 0, 0] += 0.05
+    return out

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from PIL import Image
+import torch
 
 from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
@@ -123,6 +124,9 @@ class FuzzOptions:
     invariance: bool = True
     invariance_every: int = INVARIANCE_EVERY  # invariances on generated examples i % this == 0
     tile_share: float = 0.0  # share of generated examples that are one tile-crossing image (draw.TILE_SIDES)
+    # Record a digest of each generated example's outcome (FuzzRun.outcomes): the gate compares
+    # NEW's and OLD's, example by example, to find every input where they disagree.
+    record_outcomes: bool = False
     shrink: bool = True
     hypothesis_profile: str = "ci"
     db_dir: Path | None = None  # saved failures (hypothesis example database); None: none
@@ -163,6 +167,9 @@ class FuzzRun:
     elapsed_s: float = 0.0
     search_s: float = 0.0  # of elapsed_s: replaying and generating examples
     first_found: dict[str, int] = field(default_factory=dict)  # check -> example number
+    # generated example i -> digest of its outcome (the output's bytes, or how it failed or was not
+    # judged); only with FuzzOptions.record_outcomes
+    outcomes: dict[int, str] = field(default_factory=dict)
     stopped: str = "examples"
     started: str = ""
 
@@ -510,6 +517,8 @@ class _Engine:
             judged = self.judge(case, invariance)
             took = self.clock() - began
             self.longest[tile] = max(self.longest[tile], took)
+            if options.record_outcomes:
+                run.outcomes[i] = outcome_digest(judged[1] if judged is not None else None)
             if judged is None:
                 continue
             images, verdict = judged
@@ -657,6 +666,30 @@ class _Engine:
         self.records.clear()
         if abort is not None:
             raise abort
+
+
+def outcome_digest(verdict: Verdict | None) -> str:
+    """What a candidate did on one input, as a short digest: equal for two candidates exactly
+    when they returned the same bytes (grids and pixel values) or failed the same way."""
+    if verdict is None:
+        return "not-judged"
+    actual = verdict.actual
+    if actual is None:
+        return f"{verdict.check}:{str(verdict.stats.get('exception', verdict.message)).split(':')[0]}"
+    h = hashlib.sha256()
+    for t in (actual.grid_thws, actual.pixel_values):
+        h.update(str((tuple(t.shape), t.dtype)).encode())
+        h.update(t.contiguous().numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().numpy().tobytes())
+    return h.hexdigest()[:24]
+
+
+def generated_case(config: PreprocessConfig, options: FuzzOptions, seed: int, index: int) -> FuzzCase:
+    """Generated example `index` of a run with this seed and these options (the search draws
+    exactly this case: it depends on nothing else)."""
+    tiles = options.tile_share > 0
+    tile = tiles and is_tile_example(index, options.tile_share)
+    return draw_fuzz_case(RandomSource(derive(seed, index), (int(tile),) if tiles else ()), config,
+                          options.draw_options())
 
 
 def fuzz(

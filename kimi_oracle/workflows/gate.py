@@ -43,7 +43,8 @@ from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
 from kimi_oracle.core.threads import one_torch_thread
 from kimi_oracle.core.result import PreprocessResult
-from kimi_oracle.fuzzers.fuzzing import TILE_SHARE, FuzzOptions, FuzzRun, finding_from, fuzz, search_budget
+from kimi_oracle.fuzzers.fuzzing import (TILE_SHARE, FuzzOptions, FuzzRun, finding_from, fuzz, generated_case,
+                                         search_budget)
 from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.oracle.candidates import CandidateCrash
@@ -69,6 +70,10 @@ INVARIANCE_SHARE = 0.05
 PERF_INPUTS = ("rgb-640x480", "rgba-1920x1080-chessboard", "batch16-mixed", "rgb-4032x3024-k25",
                "rgb-1920x1080", "rgb-7680x4320")
 MAX_DIFF_IMAGES = 8
+# Generated examples where NEW's and OLD's outputs differ, judged on both sides beyond the
+# findings' inputs: per group (NEW's failure key, OLD's), and in all.
+DIFFERING_PER_GROUP = 2
+MAX_DIFFERING = 40
 STAGES = ("goldens", "planner", "fuzz", "corpus", "invariance", "performance")
 # With a baseline, golden cases where NEW and OLD give different results are re-run against the
 # reference and diagnosed (root causes, about a quarter of a second each) up to this many per
@@ -705,7 +710,7 @@ class Gate:
                            # With a baseline no example database: NEW and OLD draw the same cases.
                            db_dir=None if self.old is not None else self.out_dir / "hypothesis-db",
                            max_side=self.options.fuzz_max_side, shrink=self.options.fuzz_shrink,
-                           tile_share=self.options.tile_share)
+                           tile_share=self.options.tile_share, record_outcomes=self.old is not None)
 
     def fuzzing(self, budget_s: float) -> Stage:
         stage = Stage("fuzz")
@@ -762,6 +767,7 @@ class Gate:
         for side, run in (("new", run_new), ("old", run_old)):
             for f in (run.findings if run is not None else []):
                 inputs.setdefault(_input_id("fuzz", f.config, f.params, f.images), {}).setdefault(side, f)
+        differing = self._differing_examples(run_new, run_old, inputs)
         disagree = 0
         for input_id, found in inputs.items():
             interrupts.raise_if_requested()
@@ -803,7 +809,8 @@ class Gate:
                          "baseline": ({"examples": run_old.examples, "calls": run_old.calls,
                                        "stopped": run_old.stopped, "counts": run_old.counts()}
                                       if run_old is not None else None),
-                         "inputs_judged_on_both": len(inputs), "inputs_new_and_old_disagree": disagree}
+                         "inputs_judged_on_both": len(inputs), "inputs_new_and_old_disagree": disagree,
+                         "examples_where_outputs_differ": differing}
         stage.summary = (f"{run_new.examples} examples for NEW, "
                          f"{run_old.examples if run_old is not None else 0} for OLD (seed {self.seed}: the "
                          f"same cases); "
@@ -815,6 +822,54 @@ class Gate:
         if run_old is not None:
             self._fuzz_interrupted(stage, run_old)
         return stage
+
+    def _differing_examples(self, run_new: FuzzRun, run_old: FuzzRun | None,
+                            inputs: dict[str, dict[str, Finding]]) -> int:
+        """Every generated example where NEW's and OLD's outcomes differ (their digests, example by
+        example: both runs drew the same cases), beyond the findings' own inputs: grouped by how
+        each side fails there, up to DIFFERING_PER_GROUP examples of each group (at most
+        MAX_DIFFERING in all) are judged on both sides and join `inputs` unshrunk. Returns how
+        many examples differ."""
+        if run_old is None:
+            return 0
+        indices = sorted(i for i, d in run_new.outcomes.items() if i in run_old.outcomes and run_old.outcomes[i] != d)
+        options = self._fuzz_options(None, None)
+        per_group: dict[tuple[str, str], int] = {}
+        taken = 0
+        for i in indices:
+            if taken >= MAX_DIFFERING:
+                break
+            interrupts.raise_if_requested()
+            case = generated_case(self.config, options, run_new.seed, i)
+            images = case.make_images()
+            try:
+                expected = reference.preprocess([im.copy() for im in images], case.config)
+            except InputError:
+                expected = None  # the checkpoint rejects it: evaluate runs the candidates anyway
+            found: dict[str, Finding] = {}
+            keys = []
+            for side, candidate in (("new", self.new), ("old", self.old)):
+                try:
+                    verdict = evaluate(candidate, images, case.config, self.options.tolerance, invariance=False,
+                                       expected=expected)
+                except Rejected:
+                    keys.append("rejected")
+                    continue
+                keys.append(finding_key(str(verdict.check), verdict.stats, images) if not verdict.ok else "ok")
+                if not verdict.ok:
+                    found[side] = finding_from(verdict, candidate.spec, case.config, images,
+                                               params=[p.to_dict() for p in case.images],
+                                               tolerance=self.options.tolerance, seed=run_new.seed, example=i)
+            group = (keys[0], keys[-1])
+            if not found or per_group.get(group, 0) >= DIFFERING_PER_GROUP:
+                continue
+            input_id = _input_id("fuzz", case.config, [p.to_dict() for p in case.images], images)
+            if input_id in inputs:
+                continue
+            per_group[group] = per_group.get(group, 0) + 1
+            inputs[input_id] = found
+            taken += 1
+        return len(indices)
 
     def _replay(self, candidate: IsolatedCandidate, base: Finding) -> tuple[Finding | None, Any]:
         """`candidate` on another side's finding input: (its finding or None when it passes, its output)."""

@@ -129,3 +129,16 @@ def test_write_known_then_known_passes_the_same_run(tmp_path_factory):
     planted = _run(tmp_path_factory, PLANTED, None, known_path=known)
     assert planted["verdict"] == "fail"
     assert any(r["root_cause"] == "patch-order" and r["verdict"] == "new" for r in planted["rows"] if r["fails"])
+
+
+def test_a_new_bug_on_inputs_the_baseline_already_fails_is_found(tmp_path_factory):
+    # NEW = eager + a nudge in batches of 2+ images under merge size 1. eager fails on nearly every fuzz example,
+    # so NEW's failures fall into the groups OLD's already have, whose shrunk representatives are
+    # single images: only comparing the outcomes example by example (both runs draw the same cases)
+    # finds the batches where NEW and OLD differ. (Found by review: before, the gate passed it.)
+    report = _run(tmp_path_factory, f"{GATE_CANDIDATES}:eager_batch_nudged", "eager", fuzz_examples=120)
+    details = report["stages"]["fuzz"]["details"]
+    assert details["examples_where_outputs_differ"] > 0
+    assert report["verdict"] == "fail", report["reasons"][:5]
+    failing = [r for r in report["rows"] if r["fails"]]
+    assert failing and all(r["verdict"] in ("new", "worse") for r in failing)
