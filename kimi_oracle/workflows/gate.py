@@ -1247,9 +1247,14 @@ class Gate:
             "machine": _machine(),
         }
         if self.options.write_known_path is not None and not self.interrupted:
-            path = write_known(self.options.write_known_path, self.rows, self.new.spec,
-                               note=f"gate seed {self.seed}, profile {self.options.profile}")
-            report["wrote_known"] = str(path)
+            try:
+                path = write_known(self.options.write_known_path, self.rows, self.new.spec,
+                                   note=f"gate seed {self.seed}, profile {self.options.profile}")
+                report["wrote_known"] = str(path)
+            except OSError as exc:  # the reports are still written; the run is an error
+                report["verdict"] = "error"
+                report["reasons"].insert(0, f"--write-known {self.options.write_known_path}: cannot write: "
+                                            f"{exc.strerror or exc}")
         write_json(self.out_dir / "gate-report.json", report)
         atomic_write_text(self.out_dir / "gate-report.md", render_markdown(report))
         return report

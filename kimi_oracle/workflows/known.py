@@ -202,7 +202,10 @@ def compare_rows(new: Mapping[tuple[str, str], Side], old: Mapping[tuple[str, st
         for (c, m), side in new.items():
             if side.check == PIXEL_MISMATCH and (side.max_levels or 0.0) >= 1.0 and (c, m) not in old:
                 classes[c] = classes.get(c, 0) + 1
-        confounded = _confounded(new, {c for c, k in classes.items() if k >= 2})
+        # (Not with a known file: it may accept the systematic cause itself, and nothing would
+        # then fail for the causes it excused.)
+        if known is None:
+            confounded = _confounded(new, {c for c, k in classes.items() if k >= 2})
     for key in keys:
         n, o = new.get(key), (old or {}).get(key)
         check = (n or o).check  # type: ignore[union-attr]
@@ -450,9 +453,21 @@ def read_known(path: str | Path) -> KnownFile:
 
 
 def _toml_str(s: str) -> str:
-    import json
-
-    return json.dumps(s, ensure_ascii=True)  # a JSON string with ASCII escapes is a TOML basic string
+    """A TOML basic string: quotes, backslashes, control characters and DEL escaped; every other
+    character as itself (the file is UTF-8). A lone surrogate cannot be written: U+FFFD."""
+    out = ['"']
+    for ch in s:
+        code = ord(ch)
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif code < 0x20 or code == 0x7F:
+            out.append({"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(ch, f"\\u{code:04X}"))
+        elif 0xD800 <= code <= 0xDFFF:
+            out.append("\uFFFD")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
 
 
 def _ceil(v: float) -> float:

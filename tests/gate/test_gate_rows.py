@@ -222,3 +222,30 @@ def test_causes_seen_only_where_a_systematic_new_cause_acts_are_not_judged():
     # one mode class only: not systematic, nothing is excused
     v3, _ = verdicts(new_obs[:2], [])
     assert v3[("background", "RGB")] == ("new", True)
+
+
+def test_a_known_file_that_accepts_the_systematic_cause_excuses_nothing_else():
+    # (found by review) with a baseline and a known file accepting patch-order everywhere, the
+    # background row seen only where patch-order acts must still fail: nothing else would.
+    from kimi_oracle.workflows.known import KnownEntry, KnownFile
+
+    new_obs = [obs("patch-order", "RGB", input="i1", max_levels=200.0), obs("background", "RGB", input="i1", max_levels=69.0),
+               obs("patch-order", "P", input="i2", max_levels=150.0)]
+    known = KnownFile([KnownEntry("patch-order", "*", max_levels=255.0)])
+    v, _ = verdicts(new_obs, [], known=known)
+    assert v[("patch-order", "RGB")][1] is False and v[("patch-order", "P")][1] is False
+    assert v[("background", "RGB")] == ("new", True)
+
+
+def test_write_known_escapes_what_toml_forbids(tmp_path):
+    # DEL, control characters, characters beyond the BMP and quotes in a note (a candidate's own
+    # exception text) must come back from TOML unchanged (tomllib is the independent reader).
+    import tomllib
+
+    text = 'bad \x7f \x01 tab\t "q" \\ 😀 é'
+    rows = [{"root_cause": "crash[RGB](ValueError)", "mode_class": "RGB", "check": "crash", "verdict": "new",
+             "new": {"max_levels": None, "mean_levels": None, "share": None, "inputs": 1}, "message": text}]
+    path = write_known(tmp_path / "k.toml", rows, "x", note=text)
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    assert data["comment"] == text and data["known"][0]["note"] == text
+    assert read_known(path).entries[0].note == text  # and our own reader accepts it
