@@ -29,8 +29,10 @@ def crashes_on_large(images, config):
 
 
 def crashes_on_palette(images, config):
-    """Correct, but raises on any palette ("P") image (none of the timing stage's inputs is one)."""
-    if any(img.mode == "P" for img in images):
+    """Correct, but raises on palette ("P") images with sides up to 300 px (the goldens', the fuzzed
+    and the invariance batches' ones); the timing stage's one palette image, 1280x720 in
+    `batch16-mixed`, is spared, so how many timing inputs a fast machine reaches changes nothing."""
+    if any(img.mode == "P" and max(img.size) <= 300 for img in images):
         raise ValueError("planted: cannot handle palette images")
     return reference.preprocess(images, config)
 
