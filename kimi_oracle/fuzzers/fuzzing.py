@@ -494,7 +494,6 @@ class _Engine:
         (keep_searching=False) something failed."""
         run, options = self.run, self.options
         every = max(1, int(options.invariance_every))
-        tiles = self.draw_options.tiles
         first = run.replayed  # generated example i is run example first + i
         if run.stopped == "budget":
             run.stopped = "examples"  # a later pass (time left after shrinking) decides anew
@@ -505,11 +504,10 @@ class _Engine:
             if self.records and not options.keep_searching and self.round_over():
                 return
             i = run.examples - first
-            tile = tiles and is_tile_example(i, options.tile_share)
+            source, tile = example_source(run.seed, i, options.tile_share)
             if self.search_over(self.longest[tile]):
                 run.stopped = "budget"
                 return
-            source = RandomSource(derive(run.seed, i), (int(tile),) if tiles else ())
             case = draw_fuzz_case(source, self.config, self.draw_options)
             invariance = options.invariance and i % every == 0
             run.examples += 1
@@ -683,13 +681,19 @@ def outcome_digest(verdict: Verdict | None) -> str:
     return h.hexdigest()[:24]
 
 
+def example_source(seed: int, index: int, tile_share: float) -> tuple[RandomSource, bool]:
+    """Generated example `index`'s source of choices, and whether it is a tile-crossing example:
+    the search's and `generated_case`'s one definition."""
+    tiles = tile_share > 0
+    tile = tiles and is_tile_example(index, tile_share)
+    return RandomSource(derive(seed, index), (int(tile),) if tiles else ()), tile
+
+
 def generated_case(config: PreprocessConfig, options: FuzzOptions, seed: int, index: int) -> FuzzCase:
     """Generated example `index` of a run with this seed and these options (the search draws
     exactly this case: it depends on nothing else)."""
-    tiles = options.tile_share > 0
-    tile = tiles and is_tile_example(index, options.tile_share)
-    return draw_fuzz_case(RandomSource(derive(seed, index), (int(tile),) if tiles else ()), config,
-                          options.draw_options())
+    source, _ = example_source(seed, index, options.tile_share)
+    return draw_fuzz_case(source, config, options.draw_options())
 
 
 def fuzz(

@@ -312,7 +312,8 @@ def resolve(spec: str, what: str = "candidate") -> Any:
     return obj
 
 
-def _first_doc_line(obj: Any) -> str:
+def first_doc_line(obj: Any) -> str:
+    """The first line of an object's docstring ("" when it has none)."""
     doc = (getattr(obj, "__doc__", None) or "").strip().splitlines()
     return doc[0] if doc else ""
 
@@ -343,15 +344,16 @@ def load_candidate(spec: str) -> Candidate:
     obj = resolve(spec, "candidate")
     if is_engine(obj):
         plan = getattr(obj, "plan", None)
-        return Candidate(spec, obj.preprocess, _first_doc_line(obj.preprocess) or _first_doc_line(obj),
+        return Candidate(spec, obj.preprocess, first_doc_line(obj.preprocess) or first_doc_line(obj),
                          plan if callable(plan) else None)
     if inspect.ismodule(obj):
         raise CandidateError(f"candidate {spec!r}: module {obj.__name__} has no preprocess function; "
                              "name the function (module:function)")
     if not callable(obj):
         raise CandidateError(f"candidate {spec!r}: {_describe(obj)} is not callable")
-    return Candidate(spec, obj, _first_doc_line(obj))
+    return Candidate(spec, obj, first_doc_line(obj))
 
 
 __all__ = ["BUILTINS", "ENGINE_PLAN_KEYS", "ENTRY_POINT_GROUP", "PLAN_FIELDS", "Candidate", "CandidateCrash", "PlanShape",
-           "SelfCheckFailed", "as_plan", "as_result", "entry_points", "is_engine", "load_candidate", "resolve"]
+           "SelfCheckFailed", "as_plan", "as_result", "entry_points", "first_doc_line", "is_engine", "load_candidate",
+           "resolve"]

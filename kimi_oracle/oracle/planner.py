@@ -37,6 +37,7 @@ from kimi_oracle.oracle.candidates import (
     PLAN_FIELDS,
     PlanShape,
     as_plan,
+    first_doc_line,
     resolve,
 )
 
@@ -87,18 +88,13 @@ def load_planner(spec: str) -> Planner:
     obj = resolve(spec, "planner")
     if not inspect.isroutine(obj) and callable(getattr(obj, "plan", None)):
         pre = getattr(obj, "preprocess", None)
-        return Planner(spec, obj.plan, _doc(obj.plan) or _doc(obj), pre if callable(pre) else None)
+        return Planner(spec, obj.plan, first_doc_line(obj.plan) or first_doc_line(obj), pre if callable(pre) else None)
     if inspect.ismodule(obj):
         raise CandidateError(f"planner {spec!r}: module {obj.__name__} has no plan function; "
                              "name the function (module:function)")
     if not callable(obj):
         raise CandidateError(f"planner {spec!r}: {type(obj).__name__} is not callable")
-    return Planner(spec, obj, _doc(obj))
-
-
-def _doc(obj: Any) -> str:
-    lines = (getattr(obj, "__doc__", None) or "").strip().splitlines()
-    return lines[0] if lines else ""
+    return Planner(spec, obj, first_doc_line(obj))
 
 
 # ---------------------------------------------------------------------------------------------
