@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import binascii
 import io
 import json
@@ -44,6 +45,22 @@ def default_max_pixels() -> int:
     with _PIL_LIMIT_LOCK:
         limit = Image.MAX_IMAGE_PIXELS
     return 2 * int(limit) if limit else 0
+
+
+@functools.lru_cache(maxsize=4)
+def _lab_transform(mode: str) -> Any:
+    from PIL import ImageCms
+
+    return ImageCms.buildTransform(ImageCms.createProfile("LAB"), ImageCms.createProfile("sRGB"), "LAB", mode)
+
+
+def convert(img: Image.Image, mode: str) -> Image.Image:
+    """`img.convert(mode)`, the same bytes, faster for LAB: Pillow's own LAB -> RGB/RGBA conversion
+    builds an ImageCms transform on every call (~5-15 ms an image); one built once is applied
+    instead. The reference and the engine models convert through this."""
+    if img.mode == "LAB" and mode in ("RGB", "RGBA"):
+        return _lab_transform(mode).apply(img)
+    return img.convert(mode)
 
 
 def has_alpha(img: Image.Image) -> bool:

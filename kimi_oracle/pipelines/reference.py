@@ -31,7 +31,7 @@ from PIL import Image
 from kimi_oracle.core.config import PreprocessConfig, TransparentBgConfig
 from kimi_oracle.core.errors import InputError
 from kimi_oracle.core.geometry import ResizePlan, plan
-from kimi_oracle.core.images import PREMULTIPLIED_MODES, ImageSource, has_alpha, load_images
+from kimi_oracle.core.images import PREMULTIPLIED_MODES, ImageSource, convert, has_alpha, load_images
 from kimi_oracle.core.result import PreprocessResult
 
 __all__ = [
@@ -124,24 +124,13 @@ def composite(rgba: np.ndarray, bg: TransparentBgConfig) -> np.ndarray:
 # convert
 
 
-@functools.lru_cache(maxsize=4)
-def _lab_transform(mode: str):
-    # Pillow's own LAB -> RGB/RGBA conversion (Image.convert) builds this very transform on every
-    # call, which cost ~15 ms an image; applying one built once gives the same bytes.
-    from PIL import ImageCms
-
-    return ImageCms.buildTransform(ImageCms.createProfile("LAB"), ImageCms.createProfile("sRGB"), "LAB", mode)
-
-
 def _convert(img: Image.Image, mode: str) -> Image.Image:
-    if img.mode == "LAB" and mode in ("RGB", "RGBA"):
-        return _lab_transform(mode).apply(img)
     try:
         with warnings.catch_warnings():
             # Pillow's advice to convert palette images with byte transparency to RGBA: that is
             # what the checkpoint does next anyway; the warning only adds noise to reports.
             warnings.filterwarnings("ignore", message="Palette images with Transparency", category=UserWarning)
-            return img.convert(mode)
+            return convert(img, mode)
     except (ValueError, OSError) as exc:
         raise InputError(f"mode {img.mode!r}: the checkpoint's conversion to {mode} fails: {exc}") from None
 

@@ -6,6 +6,7 @@ from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError
+from kimi_oracle.core import images
 from kimi_oracle.core.images import decode, default_max_pixels, has_alpha, load_images, resample_kind
 from kimi_oracle.pipelines import reference
 
@@ -176,3 +177,21 @@ def test_cli_refuses_devices_with_one_line(tmp_path, capsys):
         main(["explain", "/dev/zero"])
     err = capsys.readouterr().err.strip().splitlines()
     assert exc.value.code == 2 and len(err) == 1 and "not a regular file" in err[0]
+
+
+@pytest.mark.parametrize("mode", ["RGB", "RGBA"])
+def test_convert_gives_pillows_own_bytes_for_lab(mode):
+    # core.images.convert applies a LAB -> sRGB transform built once; Pillow's Image.convert
+    # builds it on every call. The oracle is Pillow itself: the same bytes on every LAB value
+    # pattern (an L ramp against a and b in both signs).
+    rng = np.random.default_rng(7)
+    arr = rng.integers(0, 256, (13, 17, 3), dtype=np.uint8)
+    arr[0, :, 0] = np.arange(17) * 15
+    lab = Image.frombytes("LAB", (17, 13), arr.tobytes())
+    got = images.convert(lab, mode)
+    want = lab.convert(mode)
+    assert got.mode == want.mode == mode
+    assert got.tobytes() == want.tobytes()
+    # other modes are Pillow's convert as is
+    rgba = Image.new("RGBA", (3, 2), (10, 20, 30, 40))
+    assert images.convert(rgba, "RGB").tobytes() == rgba.convert("RGB").tobytes()

@@ -36,7 +36,7 @@ from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig, TransparentBgConfig
 from kimi_oracle.core.geometry import ResizePlan, plan
-from kimi_oracle.core.images import ImageSource, has_alpha, load_images
+from kimi_oracle.core.images import ImageSource, convert, has_alpha, load_images
 from kimi_oracle.core.result import PreprocessResult
 
 ENGINE = "sglang-0.5.23"
@@ -60,7 +60,7 @@ def keeps_alpha(img: Image.Image) -> bool:
 
 def stage(img: Image.Image) -> torch.Tensor:
     """The engine's host staging: a uint8 (C, H, W) tensor, C = 4 when `keeps_alpha`, else 3."""
-    arr = np.array(img.convert("RGBA" if keeps_alpha(img) else "RGB"), copy=True)
+    arr = np.array(convert(img, "RGBA" if keeps_alpha(img) else "RGB"), copy=True)
     t = torch.from_numpy(arr)
     t = t.unsqueeze(0) if t.dim() == 2 else t.permute(2, 0, 1)
     if t.shape[0] == 1:
