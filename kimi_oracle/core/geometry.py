@@ -34,6 +34,8 @@ class ResizePlan:
 
 
 def _check_size(name: str, value: object) -> int:
+    if type(value) is int and value > 0:  # the common case, without the ABC check below
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InputError(f"image {name} must be an integer, got {value!r}")
     if value <= 0:

@@ -218,19 +218,69 @@ def draw_size(source: Source, thresholds: Sequence[tuple[int, int]], max_side: i
 _THRESHOLDS: dict[tuple, tuple[tuple[int, int], ...]] = {}
 
 
+def _thresholds_key(config: PreprocessConfig, max_side: int) -> tuple:
+    # What threshold sizes depend on: the plan's fields and whether the config is the k3 profile.
+    return (config.patch_size, config.merge_kernel_size, config.in_patch_limit, config.patch_limit_on_one_side,
+            config.fixed_output_tokens, config.name == "k3", max_side)
+
+
 def config_thresholds(config: PreprocessConfig, max_side: int) -> tuple[tuple[int, int], ...]:
     """`generators.threshold_sizes`, cached by what those sizes depend on (the plan's fields and
     whether the config is the k3 profile), not by the whole config: drawn configurations differ
     in backgrounds and stages that leave the thresholds alone, and recomputing them (a walk over
     hundreds of plans) once cost more than judging the example."""
-    key = (config.patch_size, config.merge_kernel_size, config.in_patch_limit, config.patch_limit_on_one_side,
-           config.fixed_output_tokens, config.name == "k3", max_side)
+    key = _thresholds_key(config, max_side)
     sizes = _THRESHOLDS.get(key)
     if sizes is None:
         if len(_THRESHOLDS) > 4096:
             _THRESHOLDS.clear()
         sizes = _THRESHOLDS[key] = threshold_sizes(config, max_side)
     return sizes
+
+
+class LazyThresholds(Sequence[tuple[int, int]]):
+    """`config_thresholds(config, max_side)`, computed when a size is first taken from it.
+
+    A draw needs the sizes only when it draws the "threshold" size class (one image in nine);
+    before that it needs only to know that there are some, and `threshold_sizes` never returns
+    none: `bool()` is True without computing them. Equal (and hashed) by what the sizes depend
+    on, so that hypothesis' per-argument strategy caches (`inputs.strategies`) still hit."""
+
+    __slots__ = ("_config", "_max_side", "_key", "_sizes")
+
+    def __init__(self, config: PreprocessConfig, max_side: int):
+        self._config = config
+        self._max_side = max_side
+        self._key = _thresholds_key(config, max_side)
+        self._sizes: tuple[tuple[int, int], ...] | None = None
+
+    def _get(self) -> tuple[tuple[int, int], ...]:
+        if self._sizes is None:
+            self._sizes = config_thresholds(self._config, self._max_side)
+        return self._sizes
+
+    def __bool__(self) -> bool:
+        return True  # generators.threshold_sizes falls back to 1x1: never empty
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return self._get()[index]
+
+    def __iter__(self):
+        return iter(self._get())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LazyThresholds):
+            return self._key == other._key
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __repr__(self) -> str:
+        return f"LazyThresholds({self._key!r})"
 
 
 def draw_tile_size(source: Source) -> tuple[int, int]:
@@ -393,7 +443,7 @@ def draw_fuzz_case(source: Source, base: PreprocessConfig, options: DrawOptions 
         choices = image_choices(options.modes, options.alpha_patterns, options.contents, _base_square(config))
         return FuzzCase(config, (draw_image(source, draw_tile_size(source), choices),))
     count = source.integer(1, max(1, options.max_images))
-    thresholds = config_thresholds(config, options.max_side)
+    thresholds = LazyThresholds(config, options.max_side)
     choices = image_choices(options.modes, options.alpha_patterns, options.contents, _base_square(config))
     images = []
     for _ in range(count):
@@ -436,6 +486,7 @@ __all__ = [
     "draw_size",
     "draw_tile_size",
     "config_thresholds",
+    "LazyThresholds",
     "image_choices",
     "is_tile_example",
 ]

@@ -18,8 +18,6 @@ import numpy as np
 from PIL import Image
 
 from kimi_oracle.core.config import FILL_STAGES, PATTERNS, PreprocessConfig, TransparentBgConfig
-from kimi_oracle.core.errors import PlanError
-from kimi_oracle.core.geometry import plan
 from kimi_oracle.core.images import PNG_MODES, open_encoded
 from kimi_oracle.inputs.requests import check_request, encode
 
@@ -418,42 +416,78 @@ def ratio_sizes() -> list[tuple[int, int]]:
     return base + [(h, w) for w, h in base]
 
 
-def _plan_or_none(w: int, h: int, config: PreprocessConfig):
-    try:
-        return plan(w, h, config)
-    except PlanError:
-        return None
-
-
 def pass_order_sizes(config: PreprocessConfig, count: int = 12, max_side: int = 20000) -> list[tuple[int, int]]:
     """Sizes on Pillow 13's pass-order boundary (H − h) = 2·(W − w) for this config's plan, ±1.
 
     The vertical pass runs first iff (H − h) > 0 and (H − h) > 2·(W − w); sizes with
     d = (H − h) − 2·(W − w) in {−1, 0, 1} and H > h sit on either side of that switch.
+
+    The walk: for each width (`_pass_order_widths`) heights from max(2, W // 2) up to
+    min(max_side, 3·W + 64), taking the first count // 3 sizes of each d in that order, and
+    skipping the sizes the checkpoint's side assert rejects. The plans of every (width, height)
+    of the walk are computed at once (`_plan_arrays`: `geometry.plan`'s arithmetic on arrays).
     """
+    per = max(1, count // 3)
+    widths = [w for w in _pass_order_widths(config) if w <= max_side]
+    if not widths:
+        return []
+    lows = [max(2, w // 2) for w in widths]
+    highs = [min(max_side, int(w * 3) + 64) for w in widths]
+    lo, hi = min(lows), max(highs)
+    if hi < lo:
+        return []
+    ws = np.array(widths, dtype=np.int64)[:, None]
+    hs = np.arange(lo, hi + 1, dtype=np.int64)[None, :]
+    in_walk = (hs >= np.array(lows, dtype=np.int64)[:, None]) & (hs <= np.array(highs, dtype=np.int64)[:, None])
+    new_w, new_h, ok = _plan_arrays(ws, hs, config)
+    d = (hs - new_h) - 2 * (ws - new_w)
+    rows, cols = np.nonzero(in_walk & ok & (hs > new_h) & (np.abs(d) <= 1))
     out: list[tuple[int, int]] = []
     found: dict[int, int] = {-1: 0, 0: 0, 1: 0}
-    per = max(1, count // 3)
-    p = config.patch_size
+    for r, c in zip(rows.tolist(), cols.tolist()):
+        k = int(d[r, c])
+        if found[k] < per:
+            found[k] += 1
+            out.append((widths[r], lo + c))
+            if min(found.values()) >= per:
+                break
+    return out
+
+
+def _pass_order_widths(config: PreprocessConfig) -> list[int]:
     # Start where the plan begins to shrink images and walk outwards; the boundary needs a
     # height shrink of about twice the width shrink, so heights run up to ~2.2x the width.
-    start = max(2, int(math.sqrt(config.in_patch_limit)) * p)
-    widths = sorted({max(1, int(start * f)) for f in (0.5, 0.75, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)})
-    for w in widths:
-        if w > max_side:
-            continue
-        h = max(2, w // 2)
-        while h <= min(max_side, int(w * 3) + 64) and min(found.values()) < per:
-            pl = _plan_or_none(w, h, config)
-            if pl is not None and h > pl.new_h:
-                d = (h - pl.new_h) - 2 * (w - pl.new_w)
-                if d in found and found[d] < per:
-                    found[d] += 1
-                    out.append((w, h))
-            h += 1
-        if min(found.values()) >= per:
-            break
-    return out
+    start = max(2, int(math.sqrt(config.in_patch_limit)) * config.patch_size)
+    return sorted({max(1, int(start * f)) for f in (0.5, 0.75, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)})
+
+
+def _plan_arrays(ws: np.ndarray, hs: np.ndarray, config: PreprocessConfig
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`geometry.plan`'s new_w and new_h for int64 arrays of widths and heights (broadcast), and
+    where it plans at all (False where the checkpoint's side assert raises PlanError).
+
+    The same IEEE operations in the same order: the integers are exact in float64 (far below
+    2**53), a quotient of two of them and a square root are correctly rounded in both, and int()
+    of a positive float is its floor."""
+    p = config.patch_size
+    m = config.merge_kernel_size
+    side = config.patch_limit_on_one_side
+    limit = config.in_patch_limit
+    s1 = np.sqrt(limit / (np.maximum(1.0, ws // p) * np.maximum(1.0, hs // p)))
+    s2 = (side * p) / ws
+    s3 = (side * p) / hs
+    scale = np.minimum(np.minimum(np.minimum(1.0, s1), s2), s3)
+    cap = side * p
+    new_w = np.minimum(np.maximum(1, np.floor(ws * scale).astype(np.int64)), cap)
+    new_h = np.minimum(np.maximum(1, np.floor(hs * scale).astype(np.int64)), cap)
+    f = m * p
+    if config.fixed_output_tokens is not None:
+        ok = np.ones(np.broadcast_shapes(ws.shape, hs.shape), dtype=bool)
+    else:
+        merged_w = (new_w + (f - new_w % f) % f) // f
+        merged_h = (new_h + (f - new_h % f) % f) // f
+        ok = (merged_h * m <= side) & (merged_w * m <= side)
+    return new_w, new_h, ok
 
 
 def budget_sizes(config: PreprocessConfig) -> list[tuple[int, int]]:

@@ -297,16 +297,25 @@ def shape_dtype_problems(result: PreprocessResult, config: PreprocessConfig,
 
 def levels_of(values: torch.Tensor, config: PreprocessConfig) -> np.ndarray:
     """Undo the normalization: float64 uint8 levels of an (N, 3, p, p) tensor (per channel)."""
-    lut = normalization_lut(config).astype(np.float64)
+    offset, slope = _level_params(config)
     v = values.detach().cpu().float().numpy().astype(np.float64)
-    offset = lut[:, 0].reshape(1, 3, 1, 1)
-    slope = ((lut[:, 255] - lut[:, 0]) / 255.0).reshape(1, 3, 1, 1)
-    return (v - offset) / slope
+    return (v - offset.reshape(1, 3, 1, 1)) / slope.reshape(1, 3, 1, 1)
+
+
+def _level_params(config: PreprocessConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Per channel, the normalized value of level 0 and the (signed) step of one level, float64."""
+    lut = normalization_lut(config).astype(np.float64)
+    return lut[:, 0], (lut[:, 255] - lut[:, 0]) / 255.0
+
+
+def _level_of(value: float, channel: int, config: PreprocessConfig) -> float:
+    """`levels_of` for one value of one channel (the same float64 operations)."""
+    offset, slope = _level_params(config)
+    return float((np.float64(np.float32(value)) - offset[channel]) / slope[channel])
 
 
 def _level_slopes(config: PreprocessConfig) -> np.ndarray:
-    lut = normalization_lut(config).astype(np.float64)
-    return np.abs((lut[:, 255] - lut[:, 0]) / 255.0).reshape(1, 3, 1, 1)
+    return np.abs(_level_params(config)[1]).reshape(1, 3, 1, 1)
 
 
 def _differs_bitwise(expected: torch.Tensor, actual: torch.Tensor, tol: Tolerance) -> torch.Tensor:
@@ -327,35 +336,57 @@ def pixel_stats(
     plans: Sequence[ResizePlan | None] | None = None,
     sizes: Sequence[tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
-    """Level differences, the share of differing values and the worst location, per policy."""
+    """Level differences, the share of differing values and the worst location, per policy.
+
+    Level differences are |actual - expected| in float64 over the channel's level step, a NaN
+    counted as an infinite difference; the mean is over the finite ones."""
     exp = expected.detach().cpu().contiguous()
     act = actual.detach().cpu().contiguous()
-    bitwise = (act.float().view(torch.int32) != exp.view(torch.int32)).numpy()
-    policy_fail = _differs_bitwise(exp, act, tol).numpy() if tol.kind != "levels" else None
-    slopes = _level_slopes(config)
-    diff = np.abs(act.float().numpy().astype(np.float64) - exp.numpy().astype(np.float64)) / slopes
-    diff = np.where(np.isnan(diff), np.inf, diff)
+    act32 = act.float()
+    e = exp.numpy()
+    a = act32.numpy()
+    bitwise = (act32.view(torch.int32) != exp.view(torch.int32)).numpy()
+    if tol.kind == "exact" and act.dtype == torch.float32:
+        policy_fail = bitwise  # what `_differs_bitwise` computes for a float32 result
+    elif tol.kind != "levels":
+        policy_fail = _differs_bitwise(exp, act, tol).numpy()
+    # One float64 buffer, operated on in place: the values of np.abs(a64 - e64) / slopes.
+    diff = a.astype(np.float64)
+    np.subtract(diff, e, out=diff)
+    np.abs(diff, out=diff)
+    np.divide(diff, _level_slopes(config), out=diff)
+    values = int(diff.size)
+    top = float(diff.max()) if values else 0.0
+    if math.isnan(top):  # max propagates NaN: a NaN difference counts as infinite
+        diff[np.isnan(diff)] = np.inf
+        top = float(diff.max())
     if tol.kind == "levels":
         policy_fail = diff > tol.levels + _LEVEL_EPS
-    assert policy_fail is not None
-    values = int(diff.size)
-    finite = diff[np.isfinite(diff)]
+    # A finite largest difference means every difference (and every actual value) is finite.
+    all_finite = math.isfinite(top)
+    if all_finite:
+        mean = float(diff.reshape(-1).mean()) if values else 0.0
+        non_finite = 0
+    else:
+        finite = diff[np.isfinite(diff)]
+        mean = float(finite.mean()) if finite.size else 0.0
+        non_finite = int(np.count_nonzero(~np.isfinite(a)))
+    differing = int(np.count_nonzero(bitwise))
     stats: dict[str, Any] = {
         "tolerance": str(tol),
         "values": values,
-        "differing": int(bitwise.sum()),
-        "share_differing": float(bitwise.sum() / values) if values else 0.0,
-        "failing": int(policy_fail.sum()),
-        "max_level_diff": float(diff.max()) if values else 0.0,
-        "mean_level_diff": float(finite.mean()) if finite.size else 0.0,
-        "non_finite": int((~np.isfinite(act.float().numpy())).sum()),
+        "differing": differing,
+        "share_differing": differing / values if values else 0.0,
+        "failing": int(np.count_nonzero(policy_fail)),
+        "max_level_diff": top,
+        "mean_level_diff": mean,
+        "non_finite": non_finite,
         "histogram": _histogram(diff, bitwise),
     }
-    if bitwise.any():
-        a_bits = act.float().view(torch.int32).numpy().astype(np.int64)
-        e_bits = exp.view(torch.int32).numpy().astype(np.int64)
-        same_sign = (a_bits >= 0) == (e_bits >= 0)
-        ulps = np.abs(a_bits - e_bits)[bitwise & same_sign]
+    if differing:
+        a_bits = a.view(np.int32)[bitwise].astype(np.int64)
+        e_bits = e.view(np.int32)[bitwise].astype(np.int64)
+        ulps = np.abs(a_bits - e_bits)[(a_bits >= 0) == (e_bits >= 0)]
         stats["max_ulp"] = int(ulps.max()) if ulps.size else None
     offsets = [0]
     for g in grids:
@@ -364,13 +395,20 @@ def pixel_stats(
     for i, g in enumerate(grids):
         lo, hi = offsets[i], offsets[i + 1]
         d = diff[lo:hi]
+        if lo == 0 and hi == len(diff):  # the whole batch: its max and mean are known
+            d_max, d_mean = (top, mean) if d.size else (0.0, 0.0)
+        elif all_finite:
+            d_max, d_mean = (float(d.max()), float(d.reshape(-1).mean())) if d.size else (0.0, 0.0)
+        else:
+            d_max = float(d.max()) if d.size else 0.0
+            d_mean = float(d[np.isfinite(d)].mean()) if d.size and np.isfinite(d).any() else 0.0
         per_image.append({
             "image": i,
             "grid_thw": list(g),
-            "max_level_diff": float(d.max()) if d.size else 0.0,
-            "mean_level_diff": float(d[np.isfinite(d)].mean()) if d.size and np.isfinite(d).any() else 0.0,
-            "differing": int(bitwise[lo:hi].sum()),
-            "failing": int(policy_fail[lo:hi].sum()),
+            "max_level_diff": d_max,
+            "mean_level_diff": d_mean,
+            "differing": int(np.count_nonzero(bitwise[lo:hi])),
+            "failing": int(np.count_nonzero(policy_fail[lo:hi])),
         })
     stats["per_image"] = per_image
     if stats["failing"]:
@@ -380,18 +418,20 @@ def pixel_stats(
         # Worst value among the failing ones of that image.
         d = np.where(policy_fail[lo:hi], diff[lo:hi], -1.0)
         flat = int(np.argmax(d))
-        row, c, py, px = np.unravel_index(flat, d.shape)
-        exp_levels = levels_of(exp[lo + row : lo + row + 1], config)[0, c, py, px]
-        act_levels = levels_of(act[lo + row : lo + row + 1], config)[0, c, py, px]
-        loc = locate(i, int(row), int(c), int(py), int(px), grids[i], config.patch_size,
+        row, c, py, px = (int(v) for v in np.unravel_index(flat, d.shape))
+        exp_value = float(e[lo + row, c, py, px])
+        act_value = float(a[lo + row, c, py, px])
+        exp_levels = _level_of(exp_value, c, config)
+        act_levels = _level_of(act_value, c, config)
+        loc = locate(i, row, c, py, px, grids[i], config.patch_size,
                      plans[i] if plans else None, tuple(sizes[i]) if sizes else None)
         loc.update({
-            "expected_value": float(exp[lo + row, c, py, px]),
-            "actual_value": float(act[lo + row, c, py, px]),
-            "expected_level": round(float(exp_levels), 4),
-            "actual_level": round(float(act_levels), 4) if math.isfinite(act_levels) else str(act_levels),
+            "expected_value": exp_value,
+            "actual_value": act_value,
+            "expected_level": round(exp_levels, 4),
+            "actual_level": round(act_levels, 4) if math.isfinite(act_levels) else str(act_levels),
             "level_diff": float(diff[lo + row, c, py, px]),
-            "ulp_diff": ulp_distance(float(exp[lo + row, c, py, px]), float(act[lo + row, c, py, px])),
+            "ulp_diff": ulp_distance(exp_value, act_value),
         })
         stats["worst"] = loc
     return stats
@@ -425,17 +465,21 @@ def difference_magnitude(want: PreprocessResult, got: PreprocessResult, config: 
             "max_ulp": int(ulps.max()) if ulps.size else None}
 
 
+# The histogram's bins of differing values by level difference: "<1" below the first bound, then
+# [bound, next bound) for "1", "2", "3-5", "6-20", and ">20" from the last bound up (infinity too).
+_HISTOGRAM_BINS = ("<1", "1", "2", "3-5", "6-20", ">20")
+_HISTOGRAM_BOUNDS = np.array([1.0 - _LEVEL_EPS, 1.5, 2.5, 5.5, 20.5])
+
+
 def _histogram(diff: np.ndarray, bitwise: np.ndarray) -> dict[str, int]:
-    edges = [("equal", None), ("<1", 1.0), ("1", 1.5), ("2", 2.5), ("3-5", 5.5), ("6-20", 20.5), (">20", math.inf)]
-    out: dict[str, int] = {"equal": int((~bitwise).sum())}
-    lower = -math.inf
-    for name, upper in edges[1:]:
-        sel = bitwise & (diff >= lower) & (diff < upper) if name != "<1" else bitwise & (diff < 1.0 - _LEVEL_EPS)
-        if name == "1":
-            sel = bitwise & (diff >= 1.0 - _LEVEL_EPS) & (diff < upper)
-        out[name] = int(sel.sum())
-        lower = upper
-    out[">20"] += int((bitwise & ~np.isfinite(diff)).sum())
+    """Counts of equal values and of differing ones per level-difference bin (`diff` holds no NaN:
+    `pixel_stats` counts a NaN difference as infinite)."""
+    differing = diff[bitwise]
+    counts = np.bincount(np.searchsorted(_HISTOGRAM_BOUNDS, differing, side="right"),
+                         minlength=len(_HISTOGRAM_BINS))
+    out: dict[str, int] = {"equal": int(bitwise.size - differing.size)}
+    for name, count in zip(_HISTOGRAM_BINS, counts.tolist()):
+        out[name] = int(count)
     return out
 
 
