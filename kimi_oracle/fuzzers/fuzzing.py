@@ -362,20 +362,39 @@ class _Engine:
     def judge(self, case: FuzzCase, invariance: bool, *, shrinking: bool = False
               ) -> tuple[list[Image.Image], Verdict] | None:
         """The verdict on one case; None when the reference rejects it or it is not judged."""
-        run = self.run
+        return self.finish(self.begin(case, shrinking=shrinking), invariance, shrinking=shrinking)
+
+    def begin(self, case: FuzzCase, *, shrinking: bool = False, images: list[Image.Image] | None = None
+              ) -> tuple[list[Image.Image], PreprocessConfig, Any] | None:
+        """A case's images and config, and the candidate's call on them started (`Candidate.start_call`: an
+        executor's candidate works on them while this process goes on); None when not judged."""
         interrupts.raise_if_requested()  # an interrupt swallowed elsewhere is not lost
-        images = case.make_images()
+        if images is None:
+            images = case.make_images()
         if self.hanging and any(mode_class(img) in self.hanging for img in images):
             # A mode class the candidate already hung on would cost a whole case timeout again
             # and could only re-find that timeout: not judged, counted apart.
             if not shrinking:
-                run.skipped_hanging += 1
+                self.run.skipped_hanging += 1
             return None
+        try:
+            return images, case.config, self.candidate.start_call(images, case.config)
+        except KimiOracleError as exc:
+            raise _HarnessAbort(exc) from None
+
+    def finish(self, started: tuple[list[Image.Image], PreprocessConfig, Any] | None, invariance: bool, *,
+               shrinking: bool = False
+               ) -> tuple[list[Image.Image], Verdict] | None:
+        """The verdict on a begun case (the reference runs now, then the call's result is taken)."""
+        if started is None:
+            return None
+        images, config, call = started
+        run = self.run
         run.calls += 1
         if shrinking:
             run.shrink_calls += 1
         try:
-            verdict = evaluate(self.candidate, images, case.config, self.tol, invariance=invariance)
+            verdict = evaluate(self.candidate, images, config, self.tol, invariance=invariance, call=call)
         except Rejected:
             if not shrinking:
                 run.rejected += 1
@@ -428,17 +447,18 @@ class _Engine:
 
     # -- stages
 
-    def search_over(self, next_cost: float = 0.0) -> bool:
+    def search_over(self, next_cost: float = 0.0, in_flight: float = 0.0) -> bool:
         """Under a budget, the search ends when nothing waits to be shrunk and the next example
         (as long as the longest of its kind so far, tile-crossing or not) would end past the
         budget; else when what is left of it is (1 - SEARCH_SHARE) of it, or twice what
         diagnosing the waiting groups' first cases took (shrinking, then publishing, needs at
-        least that)."""
+        least that). `in_flight`: what the example begun and not judged yet will take (counted
+        as spent already)."""
         if self.budget is None:
             return False
-        left = self.start + self.budget - self.clock()
+        left = self.start + self.budget - self.clock() - in_flight
         if not self.records:
-            return left <= 0 or next_cost > left
+            return left <= 0 or next_cost > left + 1e-6  # (1 µs: sums of float clock readings)
         waiting = sum(r.cost for r in self.first_cases.values())
         return left <= max((1 - SEARCH_SHARE) * self.budget, 2 * waiting)
 
@@ -497,31 +517,72 @@ class _Engine:
         first = run.replayed  # generated example i is run example first + i
         if run.stopped == "budget":
             run.stopped = "examples"  # a later pass (time left after shrinking) decides anew
-        while run.examples < target:
-            if interrupts.requested():
-                run.stopped = "interrupted"
+        # One example ahead: example i+1 is drawn, made and sent to the candidate before example
+        # i is judged (the reference, the comparison), so that a candidate in an executor process
+        # works while this process does. Not with keep_searching=False, whose stop depends on
+        # each verdict before the next example.
+        ahead = options.keep_searching
+        pending: dict[str, Any] | None = None
+        while True:
+            upcoming = self.next_example(target, first, every, pending)
+            if pending is not None and upcoming is not None and self.hung(pending, upcoming["case"]):
+                self.complete(pending)  # its hang decides whether the next one is judged
+                pending = None
+            if upcoming is not None:
+                upcoming["started"] = self.begin(upcoming["case"], images=upcoming.pop("images"))
+            if pending is not None:
+                self.complete(pending)
+            if upcoming is None:
                 return
-            if self.records and not options.keep_searching and self.round_over():
-                return
-            i = run.examples - first
-            source, tile = example_source(run.seed, i, options.tile_share)
-            if self.search_over(self.longest[tile]):
-                run.stopped = "budget"
-                return
-            case = draw_fuzz_case(source, self.config, self.draw_options)
-            invariance = options.invariance and i % every == 0
-            run.examples += 1
-            began = self.clock()
-            judged = self.judge(case, invariance)
-            took = self.clock() - began
-            self.longest[tile] = max(self.longest[tile], took)
-            if options.record_outcomes:
-                run.outcomes[i] = outcome_digest(judged[1] if judged is not None else None)
-            if judged is None:
-                continue
-            images, verdict = judged
-            if not verdict.ok:
-                self.note(case, source.choices, images, verdict, invariance, took=took)
+            pending = upcoming
+            if not ahead:
+                self.complete(pending)
+                pending = None
+
+    def next_example(self, target: int, first: int, every: int, pending: dict[str, Any] | None
+                     ) -> dict[str, Any] | None:
+        """The next generated example (drawn and made, counted), or None when the search ends
+        (run.stopped says why when it is not the example count)."""
+        run, options = self.run, self.options
+        if run.examples >= target:
+            return None
+        if interrupts.requested():
+            run.stopped = "interrupted"
+            return None
+        if self.records and not options.keep_searching and self.round_over():
+            return None
+        i = run.examples - first
+        source, tile = example_source(run.seed, i, options.tile_share)
+        # The example in flight counts as begun: the next one must end within the budget too.
+        if self.search_over(self.longest[tile], self.longest[pending["tile"]] if pending else 0.0):
+            run.stopped = "budget"
+            return None
+        case = draw_fuzz_case(source, self.config, self.draw_options)
+        run.examples += 1
+        return {"i": i, "source": source, "tile": tile, "case": case, "began": self.clock(),
+                "invariance": options.invariance and i % every == 0, "images": case.make_images()}
+
+    @staticmethod
+    def hung(pending: dict[str, Any], case: FuzzCase) -> bool:
+        """Whether the example in flight hung (waited for): then it is judged before `case` starts."""
+        started = pending.get("started")
+        wait = getattr(started[2], "wait", None) if started is not None else None
+        return wait is not None and wait() == TIMEOUT
+
+    def complete(self, example: dict[str, Any]) -> None:
+        """Judge a begun generated example and record what it found."""
+        run = self.run
+        judged = self.finish(example["started"], example["invariance"])
+        took = self.clock() - example["began"]
+        tile = example["tile"]
+        self.longest[tile] = max(self.longest[tile], took)
+        if self.options.record_outcomes:
+            run.outcomes[example["i"]] = outcome_digest(judged[1] if judged is not None else None)
+        if judged is None:
+            return
+        images, verdict = judged
+        if not verdict.ok:
+            self.note(example["case"], example["source"].choices, images, verdict, example["invariance"], took=took)
 
     def shrink(self, group: str, deadline: float | None) -> None:
         """Shrink a group's case with hypothesis (reuse + shrink phases over its recorded choices);

@@ -41,6 +41,7 @@ from PIL import Image
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import BackendError, CandidateError
 from kimi_oracle.core import memory
+from kimi_oracle.core.activity import Activity
 from kimi_oracle.core.images import alpha_class, pack_raw, resize_class, unpack_raw
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.oracle.candidates import Candidate, CandidateCrash
@@ -193,33 +194,41 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -
             return
         if msg is None:
             return
+        began = time.monotonic()
+        reply = _answer(candidate, spec, msg, timing)
         if msg[0] == "time":
-            _, key, packed_images, config = msg
-            if packed_images is not None or timing is None or timing[0] != key:
-                timing = (key, [unpack_raw(p) for p in packed_images or ()])
-            conn.send(_timed(candidate, spec, timing[1], config))
-            continue
-        _, packed_images, config, *rest = msg
-        if rest:  # the input form chosen by the caller (oracle.input_forms)
-            candidate.input_form = rest[0]
-        # An image opened from a file arrives as its bytes and is opened again here (frames,
-        # EXIF, ICC intact): the candidate receives what it would receive in-process.
-        images = [unpack_raw(p) for p in packed_images]
-        try:
-            out = candidate(images, config)
-        except CandidateCrash as exc:
-            # A failed self-check names its own check (grid_mismatch, feature_length) and stats.
-            conn.send(("raised", exc.exc_type, exc.exc_message, exc.traceback,
-                       getattr(exc, "check", "crash"), getattr(exc, "stats", None)))
-            continue
-        except (CandidateError, BackendError) as exc:
-            conn.send(("error", type(exc).__name__, str(exc)))
-            continue
-        except BaseException as exc:  # noqa: BLE001 - SystemExit or a custom BaseException: told apart by type
-            crash = CandidateCrash(spec, exc)
-            conn.send(("raised", crash.exc_type, crash.exc_message, crash.traceback))
-            continue
-        conn.send(("ok", _pack_tensor(out.pixel_values), _pack_tensor(out.grid_thws)))
+            timing = reply[1]
+            reply = reply[0]
+        # Every answer carries the span this process worked on it (time.monotonic is one
+        # system-wide clock): the gate's overhead is the time no candidate and no reference works.
+        conn.send((reply, (began, time.monotonic())))
+
+
+def _answer(candidate: Candidate, spec: str, msg: tuple, timing: Any) -> tuple:
+    """The executor's answer to one request (for "time": the answer and the timing images kept)."""
+    if msg[0] == "time":
+        _, key, packed_images, config = msg
+        if packed_images is not None or timing is None or timing[0] != key:
+            timing = (key, [unpack_raw(p) for p in packed_images or ()])
+        return _timed(candidate, spec, timing[1], config), timing
+    _, packed_images, config, *rest = msg
+    if rest:  # the input form chosen by the caller (oracle.input_forms)
+        candidate.input_form = rest[0]
+    # An image opened from a file arrives as its bytes and is opened again here (frames,
+    # EXIF, ICC intact): the candidate receives what it would receive in-process.
+    images = [unpack_raw(p) for p in packed_images]
+    try:
+        out = candidate(images, config)
+    except CandidateCrash as exc:
+        # A failed self-check names its own check (grid_mismatch, feature_length) and stats.
+        return ("raised", exc.exc_type, exc.exc_message, exc.traceback,
+                getattr(exc, "check", "crash"), getattr(exc, "stats", None))
+    except (CandidateError, BackendError) as exc:
+        return ("error", type(exc).__name__, str(exc))
+    except BaseException as exc:  # noqa: BLE001 - SystemExit or a custom BaseException: told apart by type
+        crash = CandidateCrash(spec, exc)
+        return ("raised", crash.exc_type, crash.exc_message, crash.traceback)
+    return ("ok", _pack_tensor(out.pixel_values), _pack_tensor(out.grid_thws))
 
 
 def _timed(candidate: Candidate, spec: str, images: list[Image.Image], config: PreprocessConfig) -> tuple:
@@ -307,6 +316,9 @@ class IsolatedCandidate(Candidate):
         self.crashes = 0
         self.timeouts = 0
         self.busy_s = 0.0  # seconds spent waiting for the executor (calls, transfers, timings)
+        # Spans in which the executor worked on a request or this process waited for it.
+        self.activity = Activity()
+        self._in_flight: Call | None = None
         self._timing_key: Any = None
         self._timing_images: list[Image.Image] = []
         self._started = False
@@ -387,6 +399,9 @@ class IsolatedCandidate(Candidate):
             pass
 
     def _kill(self) -> None:
+        call, self._in_flight = getattr(self, "_in_flight", None), None
+        if call is not None:  # stopped before it answered: that call has no result
+            call._settle(error=CandidateError(f"candidate {self.spec!r}: its process was stopped before it answered"))
         proc = self._proc
         if proc is not None:
             if proc.is_alive():
@@ -439,11 +454,17 @@ class IsolatedCandidate(Candidate):
 
     def __call__(self, images: Sequence[Image.Image], config: PreprocessConfig) -> PreprocessResult:
         """Run the candidate on `images` in the executor; CandidateCrash subclasses on failure."""
+        return self.start_call(images, config).result()
+
+    def start_call(self, images: Sequence[Image.Image], config: PreprocessConfig) -> "Call":
+        """Send `images` to the executor and return at once: the executor works on them while
+        this process goes on; `.result()` waits for the answer (the call's timeout counts from
+        the sending). One call is in flight at a time: starting another (or any request) first
+        receives the answer of the one in flight, which its own `.result()` then returns."""
         self._note(images, config)
-        msg = self._request(("call", [pack_raw(img) for img in images], config, self.input_form))
-        if msg[0] == "ok":
-            return PreprocessResult(_unpack_tensor(msg[1]), _unpack_tensor(msg[2]))
-        return self._failed(msg)
+        call = Call(self)
+        self._send(("call", [pack_raw(img) for img in images], config, self.input_form), call)
+        return call
 
     def time_call(self, images: Sequence[Image.Image], config: PreprocessConfig) -> float:
         """Seconds one call of the candidate's function on `images` takes, measured inside the
@@ -451,6 +472,7 @@ class IsolatedCandidate(Candidate):
         waited for). A crash, death or hang raises like `__call__`."""
         key = tuple(id(img) for img in images)
         send = None
+        self._drain()
         if self._timing_key != key or self._proc is None or not self._proc.is_alive():
             send = [pack_raw(img) for img in images]
         msg = self._request(("time", key, send, config))
@@ -469,35 +491,83 @@ class IsolatedCandidate(Candidate):
         raise CandidateError(msg[2]) if msg[1] != "BackendError" else BackendError(msg[2])
 
     def _request(self, msg: tuple) -> tuple:
-        """Send one request, wait for its answer (at most timeout_s): the answer, or raise."""
+        """Send one request and wait for its answer (at most timeout_s): the answer, or raise."""
+        call = Call(self)
+        self._send(msg, call)
+        return call.answer()
+
+    def _send(self, msg: tuple, call: "Call") -> None:
+        """Send a request for `call` (the one in flight is received first). A pipe that breaks
+        on sending is the executor's death, raised by `call.answer()`."""
+        self._drain()
         if self._proc is None or not self._proc.is_alive():
             self.start()
         self.calls += 1
+        call.sent = time.monotonic()
+        try:
+            self._conn.send(msg)
+        except (BrokenPipeError, OSError):
+            call._settle(error=self._capture(self._died))
+            return
+        except KeyboardInterrupt:
+            self._abandon()
+            raise
+        finally:
+            self._waited(call.sent)
+        self._in_flight = call
+
+    def _drain(self) -> None:
+        """Receive the answer of the call in flight, if any (kept in its Call)."""
+        call = self._in_flight
+        if call is not None:
+            self._receive(call)
+
+    def _receive(self, call: "Call") -> None:
+        """Wait for `call`'s answer (what is left of its timeout since it was sent)."""
+        assert call is self._in_flight
+        self._in_flight = None
         conn = self._conn
-        started = time.monotonic()
+        began = time.monotonic()
         try:
             try:
-                conn.send(msg)
-            except (BrokenPipeError, OSError):
-                return self._died()
-            try:
-                ready = conn.poll(self.timeout_s)
+                ready = conn.poll(max(0.0, call.sent + self.timeout_s - began))
             except (EOFError, OSError):
                 ready = True
             if not ready:
-                return self._timed_out(time.monotonic() - started)
+                call._settle(error=self._capture(self._timed_out, time.monotonic() - call.sent))
+                return
             try:
-                return conn.recv()
+                answer, span = conn.recv()
             except (EOFError, OSError):
-                return self._died()
+                call._settle(error=self._capture(self._died))
+                return
+            self.activity.add(*span)
+            call._settle(answer=answer)
         except KeyboardInterrupt:
-            # Ctrl-C or SIGTERM in the middle of a call: the executor's answer would be read as
-            # the next call's. The run is ending anyway: end the executor with it.
-            self._kill()
-            self._cleanup()
+            self._abandon()
             raise
         finally:
-            self.busy_s += time.monotonic() - started
+            self._waited(began)
+
+    def _waited(self, began: float) -> None:
+        now = time.monotonic()
+        self.busy_s += now - began
+        self.activity.add(began, now)
+
+    def _abandon(self) -> None:
+        # Ctrl-C or SIGTERM in the middle of a call: the executor's answer would be read as the
+        # next call's. The run is ending anyway: end the executor with it.
+        self._in_flight = None
+        self._kill()
+        self._cleanup()
+
+    @staticmethod
+    def _capture(func: Any, *args: Any) -> BaseException:
+        try:
+            func(*args)
+        except CandidateCrash as exc:
+            return exc
+        raise AssertionError("unreachable: the handler always raises")  # pragma: no cover
 
     def _died(self) -> Any:
         code = self._reap()
@@ -532,7 +602,48 @@ class IsolatedCandidate(Candidate):
                                stack or "(no Python stack was recorded)", timeout_s=self.timeout_s)
 
 
+class Call:
+    """A request sent to an executor: `.result()` waits for it (see IsolatedCandidate.start_call)."""
+
+    def __init__(self, owner: IsolatedCandidate):
+        self.owner = owner
+        self.sent = 0.0
+        self.done = False
+        self._answer: tuple | None = None
+        self._error: BaseException | None = None
+
+    def _settle(self, answer: tuple | None = None, error: BaseException | None = None) -> None:
+        self.done = True
+        self._answer, self._error = answer, error
+
+    def wait(self) -> str | None:
+        """Wait for the answer without raising: None, or the check a failure names (`timeout`
+        for a hang, `crash` for a death or a raise)."""
+        if not self.done:
+            self.owner._receive(self)
+        if self._error is not None:
+            return str(getattr(self._error, "check", "crash"))
+        return None
+
+    def answer(self) -> tuple:
+        """The executor's raw answer; the crash, death or timeout raised."""
+        if not self.done:
+            self.owner._receive(self)
+        if self._error is not None:
+            raise self._error
+        assert self._answer is not None
+        return self._answer
+
+    def result(self) -> PreprocessResult:
+        """The candidate's result; CandidateCrash subclasses on failure."""
+        msg = self.answer()
+        if msg[0] == "ok":
+            return PreprocessResult(_unpack_tensor(msg[1]), _unpack_tensor(msg[2]))
+        return self.owner._failed(msg)
+
+
 __all__ = [
+    "Call",
     "CallTimedOut",
     "CandidateDied",
     "CandidateRaised",

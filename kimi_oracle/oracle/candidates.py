@@ -80,6 +80,29 @@ class SelfCheckFailed(CandidateCrash):
         self.stats = stats
 
 
+class DeferredCall:
+    """`Candidate.start_call`'s call: runs the candidate once, on the first `.result()`."""
+
+    def __init__(self, candidate: "Candidate", images: list[Image.Image], config: PreprocessConfig):
+        self.candidate, self.images, self.config = candidate, images, config
+        self.done = False
+        self._outcome: tuple[PreprocessResult | None, BaseException | None] = (None, None)
+
+    def result(self) -> PreprocessResult:
+        """The candidate's result (CandidateCrash when it raised; raised again on a second ask)."""
+        if not self.done:
+            try:
+                self._outcome = (self.candidate(self.images, self.config), None)
+            except CandidateCrash as exc:
+                self._outcome = (None, exc)
+            self.done = True
+        result, error = self._outcome
+        if error is not None:
+            raise error
+        assert result is not None
+        return result
+
+
 @dataclass
 class Candidate:
     """A loaded candidate: call it with images and a config to get a validated result.
@@ -125,6 +148,12 @@ class Candidate:
         if self.plan is not None:
             self._self_check(result, images, config)
         return result
+
+    def start_call(self, images: Sequence[Image.Image], config: PreprocessConfig) -> "DeferredCall":
+        """A call whose `.result()` runs the candidate: in this process nothing can overlap it,
+        so it runs when its result is asked for (after the reference, as `evaluate` orders them).
+        An executor's candidate (`fuzzers.sandbox`) starts working at once instead."""
+        return DeferredCall(self, list(images), config)
 
     def _self_check(self, result: PreprocessResult, images: Sequence[Image.Image], config: PreprocessConfig) -> None:
         sizes = [img.size for img in images]
@@ -354,6 +383,6 @@ def load_candidate(spec: str) -> Candidate:
     return Candidate(spec, obj, first_doc_line(obj))
 
 
-__all__ = ["BUILTINS", "ENGINE_PLAN_KEYS", "ENTRY_POINT_GROUP", "PLAN_FIELDS", "Candidate", "CandidateCrash", "PlanShape",
+__all__ = ["BUILTINS", "ENGINE_PLAN_KEYS", "ENTRY_POINT_GROUP", "PLAN_FIELDS", "Candidate", "CandidateCrash", "DeferredCall", "PlanShape",
            "SelfCheckFailed", "as_plan", "as_result", "entry_points", "first_doc_line", "is_engine", "load_candidate",
            "resolve"]

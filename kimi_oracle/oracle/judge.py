@@ -41,11 +41,11 @@ def _agrees_with_rejection(exc: CandidateCrash) -> bool:
             and exc.exc_type != SelfCheckFailed.__name__)
 
 
-def _judge_rejected(candidate: Candidate, images: list[Image.Image], config: PreprocessConfig, reason: str) -> Verdict:
+def _judge_rejected(call: Any, images: list[Image.Image], reason: str) -> Verdict:
     """The checkpoint rejects `images`: the candidate still runs. A result is an `accepts_invalid`
     finding; a raise agrees (Rejected)."""
     try:
-        actual = candidate(images, config)
+        actual = call.result()
     except CandidateCrash as exc:
         if _agrees_with_rejection(exc):
             raise Rejected(f"{reason} (the candidate raised too: {exc.exc_type})") from None
@@ -66,6 +66,7 @@ def evaluate(
     *,
     invariance: bool = True,
     expected: Any = None,
+    call: Any = None,
 ) -> Verdict:
     """Judge `candidate` on one batch: differential checks, then (when they pass) invariances.
 
@@ -73,17 +74,23 @@ def evaluate(
     the reference on a valid image) the candidate still runs: a result is an `accepts_invalid`
     verdict, a raise agrees and raises Rejected. CandidateError / BackendError on harness
     problems; a candidate exception on a valid input becomes a `crash` verdict.
+
+    `call`: the candidate's call on `images`, already started (`Candidate.start_call`); by
+    default it is started here, before the reference runs, so that a candidate in an executor
+    process works while the reference does.
     """
     if not isinstance(candidate, Candidate):
         candidate = Candidate(getattr(candidate, "__name__", "candidate"), candidate)
     images = list(images)
+    if call is None:
+        call = candidate.start_call(images, config)
     if expected is None:
         try:
             expected = reference.preprocess([img.copy() if not img.info else _copy(img) for img in images], config)
         except InputError as exc:
-            return _judge_rejected(candidate, images, config, str(exc))
+            return _judge_rejected(call, images, str(exc))
     try:
-        actual = candidate(images, config)
+        actual = call.result()
     except CandidateCrash as exc:
         return _crash_verdict(exc)
     verdict = compare(expected, actual, config, tolerance, sizes=[img.size for img in images])

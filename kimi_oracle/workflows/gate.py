@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from kimi_oracle.core import interrupts
+from kimi_oracle.core.activity import Activity, union_seconds
 from kimi_oracle.core.config import PROFILES, PreprocessConfig
 from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
@@ -142,19 +143,20 @@ class Stage:
 
 
 class _Clock:
-    """Seconds spent inside the candidates and inside the reference (the rest is overhead)."""
+    """When the reference runs (spans of wall-clock time; the candidates' processes keep their own,
+    `IsolatedCandidate.activity`): the overhead is the time none of them is at work."""
 
     def __init__(self) -> None:
-        self.candidate_s = 0.0
-        self.reference_s = 0.0
+        self.reference = Activity()
 
-    def wrap(self, func: Callable[..., Any], attr: str) -> Callable[..., Any]:
+    @property
+    def reference_s(self) -> float:
+        return self.reference.seconds()
+
+    def wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
+            with self.reference.span():
                 return func(*args, **kwargs)
-            finally:
-                setattr(self, attr, getattr(self, attr) + time.perf_counter() - t0)
 
         timed.__name__ = getattr(func, "__name__", "timed")
         timed.__doc__ = getattr(func, "__doc__", None)
@@ -164,7 +166,7 @@ class _Clock:
     def reference_timed(self) -> Iterator[None]:
         """Count the reference's time wherever the oracle calls `reference.preprocess`."""
         original = reference.preprocess
-        reference.preprocess = self.wrap(original, "reference_s")
+        reference.preprocess = self.wrap(original)
         try:
             yield
         finally:
@@ -1197,8 +1199,12 @@ class Gate:
             verdict = "fail"
         else:
             verdict = "pass"
-        in_candidates = self.new.busy_s + (self.old.busy_s if self.old is not None else 0.0)
-        overhead = max(elapsed - in_candidates - self.clock.reference_s, 0.0)
+        # Wall-clock unions: the candidates' processes work while this one computes the reference
+        # and draws the next example, so their times overlap; the overhead is the time in which
+        # no candidate's process works, none is waited for and the reference does not run.
+        olds = self.old.activity if self.old is not None else None
+        in_candidates = union_seconds(self.new.activity, olds)
+        overhead = max(elapsed - union_seconds(self.new.activity, olds, self.clock.reference), 0.0)
         report = {
             "schema": SCHEMA,
             "schema_version": SCHEMA_VERSION,
@@ -1220,7 +1226,8 @@ class Gate:
             "finished": utc_now(),
             "elapsed_s": round(elapsed, 3),
             "time": {
-                # Waiting for the candidates' processes (their calls and the transfers to them).
+                # A candidate's process at work or waited for (its calls and the transfers to it),
+                # NEW's and OLD's as one wall-clock union; it overlaps in_reference_s.
                 "in_candidate_s": round(in_candidates, 3),
                 "in_reference_s": round(self.clock.reference_s, 3),
                 "overhead_s": round(overhead, 3),
@@ -1278,9 +1285,10 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- profile: {report['profile']}, tolerance: {report['tolerance']}, budget: {report['budget_s']:.0f}s, "
         f"seed: {report['seed']}",
         f"- ran {report['elapsed_s']:.1f}s: {report['time']['in_candidate_s']:.1f}s in the candidates' processes, "
-        f"{report['time']['in_reference_s']:.1f}s in the reference, {report['time']['overhead_s']:.1f}s overhead "
-        f"({100 * (report['time']['overhead_share_of_budget'] or 0):.1f}% of the budget: the fuzzing engine, "
-        f"root-cause attribution, image generation, comparisons, reports); "
+        f"{report['time']['in_reference_s']:.1f}s in the reference (the two overlap), "
+        f"{report['time']['overhead_s']:.1f}s overhead "
+        f"({100 * (report['time']['overhead_share_of_budget'] or 0):.1f}% of the budget: time in which neither "
+        f"works, spent by the fuzzing engine, root-cause attribution, image generation, comparisons, reports); "
         f"{report['time']['over_budget_s']:.1f}s past the budget",
         "",
     ]

@@ -44,3 +44,15 @@ def exit_status_by_mode(images, config):
     if any(img.mode == "L" for img in images):
         os._exit(0)
     return reference.preprocess(images, config)
+
+
+def gated(images, config):
+    """Writes `started` in the folder its first image's info names (`kimi_test_events`), then
+    waits for `go` there before returning the reference's result: a test sees the call at work
+    while it has not answered yet."""
+    folder = images[0].info.get("kimi_test_events")
+    if folder:
+        open(os.path.join(folder, "started"), "w").close()
+        while not os.path.exists(os.path.join(folder, "go")):
+            time.sleep(0.005)
+    return reference.preprocess(images, config)

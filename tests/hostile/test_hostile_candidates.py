@@ -157,3 +157,35 @@ def test_an_interrupted_check_never_passes(tmp_path):
     assert rc == 130, out + err
     summary = json.loads((tmp_path / "run.json").read_text())
     assert summary["stopped"] == "interrupted" and 0 < len(summary["images"]) < 60
+
+
+def test_an_isolated_call_works_while_this_process_goes_on(tmp_path):
+    # start_call returns while the executor works: the candidate waits for a file that this
+    # process creates only after start_call returned (a synchronous call would time out), and
+    # the answer is the reference's, bit for bit. A second request first receives that answer.
+    from kimi_oracle.core.config import PreprocessConfig
+    from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
+    from kimi_oracle.pipelines import reference as ref
+
+    config = PreprocessConfig.k3()
+    img = Image.new("RGB", (30, 20), (200, 10, 40))
+    img.info["kimi_test_events"] = str(tmp_path)
+    import time
+
+    import torch
+
+    events_file = Path(__file__).parent / "event_candidates.py"
+    with IsolatedCandidate(f"{events_file}:gated", timeout_s=60) as cand:
+        call = cand.start_call([img], config)
+        for _ in range(60_000):  # the executor says it started (an event, not a duration)
+            if (tmp_path / "started").exists():
+                break
+            time.sleep(0.001)
+        assert (tmp_path / "started").exists() and not call.done
+        (tmp_path / "go").touch()
+        other = cand([Image.new("L", (9, 9), 7)], config)  # receives the first answer first
+        assert call.done
+        got = call.result()
+        assert torch.equal(got.pixel_values, ref.preprocess([img], config).pixel_values)
+        assert other.grid_thws.tolist() == [[1, 2, 2]]
+        assert cand.activity.count >= 4  # both calls: this process waiting, the executor working

@@ -1,0 +1,73 @@
+"""Wall-clock spans of work (a candidate's calls, the reference's runs) and the length of their union.
+
+The gate's overhead is the time during which neither a candidate nor the reference is at work. Once
+the fuzzing engine overlaps them (the candidate's process judges example i while this process
+computes the reference and draws example i+1), adding their durations would count the same second
+twice; the union of their spans does not. Spans are `time.monotonic()` readings, which on Linux
+come from one system-wide clock: an executor process reports its own spans in the same time base.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from array import array
+from typing import Iterator
+
+
+class Activity:
+    """Spans [start, end) of one kind of work, stored compactly (two float arrays)."""
+
+    def __init__(self) -> None:
+        self._starts = array("d")
+        self._ends = array("d")
+        self.count = 0
+
+    def add(self, start: float, end: float) -> None:
+        """Record a span (ignored when empty or reversed). Touching or overlapping the previous
+        span extends it, so that a long run of back-to-back calls stays one entry."""
+        if end <= start:
+            return
+        self.count += 1
+        if self._ends and start <= self._ends[-1] and start >= self._starts[-1]:
+            self._ends[-1] = max(self._ends[-1], end)
+            return
+        self._starts.append(start)
+        self._ends.append(end)
+
+    @contextlib.contextmanager
+    def span(self) -> Iterator[None]:
+        """Record the time the `with` block takes."""
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.add(t0, time.monotonic())
+
+    def spans(self) -> list[tuple[float, float]]:
+        """The recorded spans, in the order recorded."""
+        return list(zip(self._starts, self._ends))
+
+    def seconds(self) -> float:
+        """The length of the union of this activity's spans."""
+        return union_seconds(self)
+
+
+def union_seconds(*activities: Activity | None) -> float:
+    """Seconds covered by at least one span of `activities` (None entries are skipped)."""
+    spans = sorted(s for a in activities if a is not None for s in a.spans())
+    total = 0.0
+    cur_start = cur_end = None
+    for start, end in spans:
+        if cur_end is None or start > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start  # type: ignore[operator]
+            cur_start, cur_end = start, end
+        elif end > cur_end:
+            cur_end = end
+    if cur_end is not None:
+        total += cur_end - cur_start  # type: ignore[operator]
+    return total
+
+
+__all__ = ["Activity", "union_seconds"]
