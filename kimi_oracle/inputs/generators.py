@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NamedTuple
 
 import numpy as np
 from PIL import Image
@@ -199,7 +199,12 @@ _REQUEST_DEFAULTS = {"container": "", "orientation": 0, "icc": "", "frames": 1, 
 
 def _rng(seed: int, stream: int) -> np.random.Generator:
     # Separate streams, so that shrinking the mode or alpha keeps the colour content unchanged.
-    return np.random.default_rng([int(seed), int(stream)])
+    seed, stream = int(seed), int(stream)
+    if 0 <= seed < 2**32 and 0 <= stream < 2**32:
+        # The entropy of the list [seed, stream] (an int below 2**32 is one uint32 word), given
+        # as that uint32 array: NumPy seeds the same state and skips converting each int.
+        return np.random.default_rng(np.array([seed, stream], dtype=np.uint32))
+    return np.random.default_rng([seed, stream])
 
 
 def content_array(params: CaseParams) -> np.ndarray:
@@ -207,36 +212,38 @@ def content_array(params: CaseParams) -> np.ndarray:
     w, h = params.width, params.height
     rng = _rng(params.seed, 0)
     if params.content == "flat":
-        colour = rng.integers(0, 256, 3, dtype=np.uint8)
-        return np.broadcast_to(colour, (h, w, 3)).copy()
+        out = np.empty((h, w, 3), dtype=np.uint8)
+        out[...] = rng.integers(0, 256, 3, dtype=np.uint8)
+        return out
     if params.content == "noise":
         return rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
     xs = np.arange(w, dtype=np.float64)[None, :]
     ys = np.arange(h, dtype=np.float64)[:, None]
     if params.content == "gradient":
-        gx = np.broadcast_to(np.rint(255.0 * xs / max(w - 1, 1)), (h, w))
-        gy = np.broadcast_to(np.rint(255.0 * ys / max(h - 1, 1)), (h, w))
-        gd = np.floor((gx + gy) / 2.0)
-        out = np.stack([gx, gy, gd], axis=-1).astype(np.uint8)
+        gx = np.rint(255.0 * xs / max(w - 1, 1))  # (1, w): the same ramp on every row
+        gy = np.rint(255.0 * ys / max(h - 1, 1))  # (h, 1)
+        out = np.empty((h, w, 3), dtype=np.uint8)  # whole numbers 0..255: cast exactly
+        out[..., 0] = gx
+        out[..., 1] = gy
+        out[..., 2] = np.floor((gx + gy) / 2.0)
         flip = rng.integers(0, 2, 3).astype(bool)
         out[..., flip] = 255 - out[..., flip]
         return out
     # edges: stripes of extreme colours with random widths in both directions, which drives
     # bicubic overshoot into both clamps.
-    first = rng.integers(0, 2, 3, dtype=np.uint8) * 255
-    second = 255 - first
+    first = rng.integers(0, 2, 3, dtype=np.uint8) * 255  # each channel 0 or 255; the other stripes 255 - first
     col_bounds = np.cumsum(rng.integers(1, 6, w + 1))
     row_bounds = np.cumsum(rng.integers(1, 6, h + 1))
     col_stripe = np.searchsorted(col_bounds, np.arange(w), side="right")
     row_stripe = np.searchsorted(row_bounds, np.arange(h), side="right")
-    parity = ((row_stripe[:, None] + col_stripe[None, :]) % 2).astype(bool)
-    return np.where(parity[..., None], second, first).astype(np.uint8)
+    # 255 where the stripe parity is odd: XOR with 255 turns a 0/255 channel into its opposite.
+    odd = (((row_stripe[:, None] ^ col_stripe[None, :]) & 1) * 255).astype(np.uint8)
+    return odd[..., None] ^ first
 
 
 def alpha_array(params: CaseParams) -> np.ndarray:
     """The uint8 (h, w) alpha of the pattern ("key" and "opaque" give all 255)."""
     w, h = params.width, params.height
-    rng = _rng(params.seed, 1)
     pattern = params.alpha
     if pattern in ("opaque", "key"):
         return np.full((h, w), 255, dtype=np.uint8)
@@ -253,6 +260,7 @@ def alpha_array(params: CaseParams) -> np.ndarray:
     if pattern == "gradient":
         ramp = np.rint(255.0 * (xs + ys) / max(w + h - 2, 1))
         return np.broadcast_to(ramp, (h, w)).astype(np.uint8)
+    rng = _rng(params.seed, 1)  # (built only for the patterns that draw from it)
     if pattern == "single_pixel":
         out = np.zeros((h, w), dtype=np.uint8)
         out[int(rng.integers(0, h)), int(rng.integers(0, w))] = 255
@@ -271,25 +279,50 @@ def make_image(params: CaseParams) -> Image.Image:
     bytes travel with it, `core.images.encoded_bytes`)."""
     if not params.container:
         return _memory_image(params)
-    plain = dataclasses.replace(params, **_REQUEST_DEFAULTS)
-    frames = [_memory_image(plain)]
+    # The frames are built from what `_memory_image` reads (no request fields).
+    frames = [_memory_image(params)]
     for k in range(1, params.frames):
         # Frame k: other content; odd frames smaller than the canvas (placed at the top left).
         w, h = params.width, params.height
         if k % 2:
             w, h = max(1, w - w // 3), max(1, h - h // 3)
-        frames.append(_memory_image(dataclasses.replace(plain, width=w, height=h,
-                                                        seed=(params.seed * 31 + k) % 2**32)))
+        frames.append(_memory_image(_Look(w, h, params.mode, params.alpha, params.content,
+                                          (params.seed * 31 + k) % 2**32, params.square)))
     data = encode(frames, params.container, orientation=params.orientation, icc=params.icc,
                   disposal=params.disposal, dpi=params.dpi)
     return open_encoded(data, max_pixels=0, name=params.describe())
 
 
-def _memory_image(params: CaseParams) -> Image.Image:
+# A palette image's per-entry alpha: 16 levels, by the low four bits of the index.
+_P_ALPHA_LEVELS = bytes((i & 15) * 17 for i in range(256))
+
+
+class _Look(NamedTuple):
+    """What `_memory_image` reads of a `CaseParams` (an animation's later frames)."""
+
+    width: int
+    height: int
+    mode: str
+    alpha: str
+    content: str
+    seed: int
+    square: int
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return self.width, self.height
+
+
+# The modes whose pixels use the alpha pattern's array (P: unless opaque or keyed).
+_ALPHA_ARRAY_MODES = frozenset({"RGBA", "LA", "PA", "P"})
+
+
+def _memory_image(params: "CaseParams | _Look") -> Image.Image:
     mode = params.mode
     size = params.size
-    rgb = content_array(params)
-    alpha = alpha_array(params)
+    rgb = content_array(params)  # type: ignore[arg-type]
+    if mode in _ALPHA_ARRAY_MODES and not (mode == "P" and params.alpha in ("opaque", "key")):
+        alpha = alpha_array(params)  # type: ignore[arg-type]
     lum = np.ascontiguousarray(rgb[..., 0])
     if mode == "RGB":
         img = Image.frombytes("RGB", size, rgb.tobytes())
@@ -323,7 +356,7 @@ def _memory_image(params: CaseParams) -> Image.Image:
         if params.alpha == "key":
             img.info["transparency"] = int(index[0, 0])
         elif params.alpha != "opaque":
-            img.info["transparency"] = bytes((i & 15) * 17 for i in range(256))
+            img.info["transparency"] = _P_ALPHA_LEVELS
         return img
     if mode == "PA":
         img = Image.frombytes("PA", size, np.dstack([lum, alpha]).tobytes())

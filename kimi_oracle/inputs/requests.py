@@ -160,6 +160,7 @@ def icc_profile(name: str) -> bytes:
     return ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
 
 
+@functools.lru_cache(maxsize=16)
 def exif_bytes(orientation: int) -> bytes:
     """An EXIF block holding only the Orientation tag."""
     exif = Image.Exif()
