@@ -12,6 +12,7 @@ but fails a run only under `--strict` (`REPORTED_ONLY`, `failing`).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -307,10 +308,14 @@ def levels_of(values: torch.Tensor, config: PreprocessConfig) -> np.ndarray:
     return (v - offset.reshape(1, 3, 1, 1)) / slope.reshape(1, 3, 1, 1)
 
 
+@functools.lru_cache(maxsize=64)
 def _level_params(config: PreprocessConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Per channel, the normalized value of level 0 and the (signed) step of one level, float64."""
+    """Per channel, the normalized value of level 0 and the (signed) step of one level, float64
+    (read-only: cached per config)."""
     lut = normalization_lut(config).astype(np.float64)
-    return lut[:, 0], (lut[:, 255] - lut[:, 0]) / 255.0
+    offset, slope = lut[:, 0].copy(), (lut[:, 255] - lut[:, 0]) / 255.0
+    offset.flags.writeable = slope.flags.writeable = False
+    return offset, slope
 
 
 def _level_of(value: float, channel: int, config: PreprocessConfig) -> float:
@@ -321,6 +326,23 @@ def _level_of(value: float, channel: int, config: PreprocessConfig) -> float:
 
 def _level_slopes(config: PreprocessConfig) -> np.ndarray:
     return np.abs(_level_params(config)[1]).reshape(1, 3, 1, 1)
+
+
+@functools.lru_cache(maxsize=64)
+def _level_divisor(config: PreprocessConfig) -> "np.ndarray | np.float64":
+    """`_level_slopes`, as one scalar when the three channels share their step (dividing by it
+    gives the same values, faster)."""
+    slopes = _level_slopes(config)
+    if (slopes == slopes.flat[0]).all():
+        return slopes.flat[0]
+    slopes.flags.writeable = False
+    return slopes
+
+
+def _mean(flat: np.ndarray) -> float:
+    """`float(flat.mean())` of a non-empty 1-d float64 array, without np.mean's Python layer: the
+    same pairwise sum divided by the same count."""
+    return float(np.add.reduce(flat)) / flat.size
 
 
 def _differs_bitwise(expected: torch.Tensor, actual: torch.Tensor, tol: Tolerance) -> torch.Tensor:
@@ -361,9 +383,7 @@ def pixel_stats(
     diff = a.astype(np.float64)
     np.subtract(diff, e, out=diff)
     np.abs(diff, out=diff)
-    slopes = _level_slopes(config)
-    # By a scalar where the three channels share their step (the common case: it is faster).
-    np.divide(diff, slopes.flat[0] if (slopes == slopes.flat[0]).all() else slopes, out=diff)
+    np.divide(diff, _level_divisor(config), out=diff)
     values = int(diff.size)
     top = float(diff.max()) if values else 0.0
     if math.isnan(top):  # max propagates NaN: a NaN difference counts as infinite
@@ -374,7 +394,7 @@ def pixel_stats(
     # A finite largest difference means every difference (and every actual value) is finite.
     all_finite = math.isfinite(top)
     if all_finite:
-        mean = float(diff.reshape(-1).mean()) if values else 0.0
+        mean = _mean(diff.reshape(-1)) if values else 0.0
         non_finite = 0
     else:
         finite = diff[np.isfinite(diff)]
@@ -386,7 +406,7 @@ def pixel_stats(
         "values": values,
         "differing": differing,
         "share_differing": differing / values if values else 0.0,
-        "failing": int(np.count_nonzero(policy_fail)),
+        "failing": differing if policy_fail is bitwise else int(np.count_nonzero(policy_fail)),
         "max_level_diff": top,
         "mean_level_diff": mean,
         "non_finite": non_finite,
@@ -406,29 +426,35 @@ def pixel_stats(
     for i, g in enumerate(grids):
         lo, hi = offsets[i], offsets[i + 1]
         d = diff[lo:hi]
-        if lo == 0 and hi == len(diff):  # the whole batch: its max and mean are known
+        n_whole = lo == 0 and hi == len(diff)
+        if n_whole:  # the whole batch: its max, mean and counts are known
             d_max, d_mean = (top, mean) if d.size else (0.0, 0.0)
         elif all_finite:
-            d_max, d_mean = (float(d.max()), float(d.reshape(-1).mean())) if d.size else (0.0, 0.0)
+            d_max, d_mean = (float(d.max()), _mean(d.reshape(-1))) if d.size else (0.0, 0.0)
         else:
             d_max = float(d.max()) if d.size else 0.0
             d_mean = float(d[np.isfinite(d)].mean()) if d.size and np.isfinite(d).any() else 0.0
+        img_differing = differing if n_whole else int(np.count_nonzero(bitwise[lo:hi]))
         per_image.append({
             "image": i,
             "grid_thw": list(g),
             "max_level_diff": d_max,
             "mean_level_diff": d_mean,
-            "differing": int(np.count_nonzero(bitwise[lo:hi])),
-            "failing": int(np.count_nonzero(policy_fail[lo:hi])),
+            "differing": img_differing,
+            "failing": img_differing if policy_fail is bitwise else int(np.count_nonzero(policy_fail[lo:hi])),
         })
     stats["per_image"] = per_image
     if stats["failing"]:
         worst = max(per_image, key=lambda r: (r["failing"] > 0, r["max_level_diff"], r["failing"]))
         i = worst["image"]
         lo, hi = offsets[i], offsets[i + 1]
-        # Worst value among the failing ones of that image.
-        d = np.where(policy_fail[lo:hi], diff[lo:hi], -1.0)
+        # Worst value among the failing ones of that image: the first largest difference, when
+        # it is a failing value (then no failing value before it is as large), else searched
+        # among the failing values only.
+        d = diff[lo:hi]
         flat = int(np.argmax(d))
+        if not policy_fail[lo:hi].reshape(-1)[flat]:
+            flat = int(np.argmax(np.where(policy_fail[lo:hi], d, -1.0)))
         row, c, py, px = (int(v) for v in np.unravel_index(flat, d.shape))
         exp_value = float(e[lo + row, c, py, px])
         act_value = float(a[lo + row, c, py, px])
@@ -486,11 +512,11 @@ def _histogram(diff: np.ndarray, bitwise: np.ndarray) -> dict[str, int]:
     """Counts of equal values and of differing ones per level-difference bin (`diff` holds no NaN:
     `pixel_stats` counts a NaN difference as infinite)."""
     differing = np.compress(bitwise.reshape(-1), diff.reshape(-1))
-    counts = np.bincount(np.searchsorted(_HISTOGRAM_BOUNDS, differing, side="right"),
-                         minlength=len(_HISTOGRAM_BINS))
+    below = [int(np.count_nonzero(differing < bound)) for bound in _HISTOGRAM_BOUNDS.tolist()]
+    edges = [0, *below, int(differing.size)]
     out: dict[str, int] = {"equal": int(bitwise.size - differing.size)}
-    for name, count in zip(_HISTOGRAM_BINS, counts.tolist()):
-        out[name] = int(count)
+    for k, name in enumerate(_HISTOGRAM_BINS):
+        out[name] = edges[k + 1] - edges[k]
     return out
 
 
