@@ -222,12 +222,10 @@ def content_array(params: CaseParams) -> np.ndarray:
     if params.content == "gradient":
         gx = np.rint(255.0 * xs / max(w - 1, 1))  # (1, w): the same ramp on every row
         gy = np.rint(255.0 * ys / max(h - 1, 1))  # (h, 1)
+        flip = rng.integers(0, 2, 3)  # channels turned into 255 - value
         out = np.empty((h, w, 3), dtype=np.uint8)  # whole numbers 0..255: cast exactly
-        out[..., 0] = gx
-        out[..., 1] = gy
-        out[..., 2] = np.floor((gx + gy) / 2.0)
-        flip = rng.integers(0, 2, 3).astype(bool)
-        out[..., flip] = 255 - out[..., flip]
+        for c, ramp in enumerate((gx, gy, np.floor((gx + gy) / 2.0))):
+            out[..., c] = 255.0 - ramp if flip[c] else ramp
         return out
     # edges: stripes of extreme colours with random widths in both directions, which drives
     # bicubic overshoot into both clamps.
@@ -293,6 +291,16 @@ def make_image(params: CaseParams) -> Image.Image:
     return open_encoded(data, max_pixels=0, name=params.describe())
 
 
+def _with_band(bands: np.ndarray, extra: np.ndarray) -> np.ndarray:
+    """uint8 (h, w, n + 1): `bands` ((h, w, n) or (h, w)) and then `extra` (h, w), as np.dstack."""
+    if bands.ndim == 2:
+        bands = bands[..., None]
+    out = np.empty(bands.shape[:2] + (bands.shape[2] + 1,), dtype=np.uint8)
+    out[..., :-1] = bands
+    out[..., -1] = extra
+    return out
+
+
 # A palette image's per-entry alpha: 16 levels, by the low four bits of the index.
 _P_ALPHA_LEVELS = bytes((i & 15) * 17 for i in range(256))
 
@@ -330,14 +338,14 @@ def _memory_image(params: "CaseParams | _Look") -> Image.Image:
             img.info["transparency"] = tuple(int(v) for v in rgb[0, 0])
         return img
     if mode == "RGBA":
-        return Image.frombytes("RGBA", size, np.dstack([rgb, alpha]).tobytes())
+        return Image.frombytes("RGBA", size, _with_band(rgb, alpha).tobytes())
     if mode == "L":
         img = Image.frombytes("L", size, lum.tobytes())
         if params.alpha == "key":
             img.info["transparency"] = int(lum[0, 0])
         return img
     if mode == "LA":
-        return Image.frombytes("LA", size, np.dstack([lum, alpha]).tobytes())
+        return Image.frombytes("LA", size, _with_band(lum, alpha).tobytes())
     if mode == "1":
         img = Image.frombytes("L", size, np.where(lum > 127, 255, 0).astype(np.uint8).tobytes()).convert(
             "1", dither=Image.Dither.NONE
@@ -359,12 +367,12 @@ def _memory_image(params: "CaseParams | _Look") -> Image.Image:
             img.info["transparency"] = _P_ALPHA_LEVELS
         return img
     if mode == "PA":
-        img = Image.frombytes("PA", size, np.dstack([lum, alpha]).tobytes())
+        img = Image.frombytes("PA", size, _with_band(lum, alpha).tobytes())
         img.putpalette(_palette(params), rawmode="RGB")
         return img
     if mode == "CMYK":
-        k = (255 - rgb.max(axis=-1)) // 2
-        return Image.frombytes("CMYK", size, np.dstack([rgb, k.astype(np.uint8)]).tobytes())
+        brightest = np.maximum(np.maximum(rgb[..., 0], rgb[..., 1]), rgb[..., 2])
+        return Image.frombytes("CMYK", size, _with_band(rgb, (255 - brightest) // 2).tobytes())
     if mode in ("I;16", "I;16B"):
         # 0..382: half the values survive the clip to 0..255 of the RGB conversion.
         values = (lum.astype(np.uint32) * 3 // 2).astype(np.uint16)
