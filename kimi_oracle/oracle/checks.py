@@ -12,7 +12,6 @@ but fails a run only under `--strict` (`REPORTED_ONLY`, `failing`).
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -308,13 +307,33 @@ def levels_of(values: torch.Tensor, config: PreprocessConfig) -> np.ndarray:
     return (v - offset.reshape(1, 3, 1, 1)) / slope.reshape(1, 3, 1, 1)
 
 
-@functools.lru_cache(maxsize=64)
+# Level offsets, steps and divisors by normalization (mean, std): all they depend on (drawn
+# configurations differ in much else, so a cache by configuration would miss).
+_LEVEL_PARAMS: dict[tuple, tuple[np.ndarray, np.ndarray, "np.ndarray | np.float64"]] = {}
+
+
+def _level_entry(config: PreprocessConfig) -> tuple[np.ndarray, np.ndarray, "np.ndarray | np.float64"]:
+    key = (tuple(config.image_mean), tuple(config.image_std))
+    entry = _LEVEL_PARAMS.get(key)
+    if entry is None:
+        lut = normalization_lut(config).astype(np.float64)
+        offset, slope = lut[:, 0].copy(), (lut[:, 255] - lut[:, 0]) / 255.0
+        slopes = np.abs(slope).reshape(1, 3, 1, 1)
+        # One scalar divisor when the three channels share their step: dividing by it gives
+        # the same values, faster.
+        divisor = slopes.flat[0] if (slopes == slopes.flat[0]).all() else slopes
+        for array in (offset, slope, slopes):
+            array.flags.writeable = False
+        if len(_LEVEL_PARAMS) >= 64:
+            _LEVEL_PARAMS.clear()
+        entry = _LEVEL_PARAMS[key] = (offset, slope, divisor)
+    return entry
+
+
 def _level_params(config: PreprocessConfig) -> tuple[np.ndarray, np.ndarray]:
     """Per channel, the normalized value of level 0 and the (signed) step of one level, float64
-    (read-only: cached per config)."""
-    lut = normalization_lut(config).astype(np.float64)
-    offset, slope = lut[:, 0].copy(), (lut[:, 255] - lut[:, 0]) / 255.0
-    offset.flags.writeable = slope.flags.writeable = False
+    (read-only)."""
+    offset, slope, _ = _level_entry(config)
     return offset, slope
 
 
@@ -328,15 +347,9 @@ def _level_slopes(config: PreprocessConfig) -> np.ndarray:
     return np.abs(_level_params(config)[1]).reshape(1, 3, 1, 1)
 
 
-@functools.lru_cache(maxsize=64)
 def _level_divisor(config: PreprocessConfig) -> "np.ndarray | np.float64":
-    """`_level_slopes`, as one scalar when the three channels share their step (dividing by it
-    gives the same values, faster)."""
-    slopes = _level_slopes(config)
-    if (slopes == slopes.flat[0]).all():
-        return slopes.flat[0]
-    slopes.flags.writeable = False
-    return slopes
+    """`_level_slopes`, as one scalar when the three channels share their step."""
+    return _level_entry(config)[2]
 
 
 def _mean(flat: np.ndarray) -> float:
