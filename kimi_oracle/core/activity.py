@@ -53,9 +53,13 @@ class Activity:
         return union_seconds(self)
 
 
-def union_seconds(*activities: Activity | None) -> float:
-    """Seconds covered by at least one span of `activities` (None entries are skipped)."""
+def union_seconds(*activities: Activity | None, window: tuple[float, float] | None = None) -> float:
+    """Seconds covered by at least one span of `activities` (None entries are skipped), within
+    `window` (start, end) when given."""
     spans = sorted(s for a in activities if a is not None for s in a.spans())
+    if window is not None:
+        lo, hi = window
+        spans = [(max(a, lo), min(b, hi)) for a, b in spans if b > lo and a < hi]
     total = 0.0
     cur_start = cur_end = None
     for start, end in spans:

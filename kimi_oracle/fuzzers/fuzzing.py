@@ -127,6 +127,9 @@ class FuzzOptions:
     # Record a digest of each generated example's outcome (FuzzRun.outcomes): the gate compares
     # NEW's and OLD's, example by example, to find every input where they disagree.
     record_outcomes: bool = False
+    # Generated examples shared with another run of the same seed, config and drawing options
+    # (the gate's OLD run takes NEW's cases, images and expectations instead of making them again).
+    shared: "SharedExamples | None" = None
     shrink: bool = True
     hypothesis_profile: str = "ci"
     db_dir: Path | None = None  # saved failures (hypothesis example database); None: none
@@ -147,6 +150,40 @@ class FuzzOptions:
         return DrawOptions(self.vary_config, self.max_images, self.max_side, tuple(self.modes),
                            tuple(self.alpha_patterns) if self.alpha_patterns is not None else None,
                            tiles=self.tile_share > 0)
+
+
+class SharedExamples:
+    """Generated examples kept by one fuzz run for another that draws the same ones (same seed,
+    base config and drawing options: `fuzz()` checks), each with its images and the reference's
+    result, so that the second run spends its time in its candidate. Bounded by `max_bytes`
+    (pixels and expected values counted); examples past it are made again."""
+
+    def __init__(self, max_bytes: int = 256 * 2**20):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.signature: str | None = None
+        self._items: dict[int, tuple[FuzzCase, Any, list[Image.Image], Any]] = {}
+
+    def bind(self, seed: int, config: PreprocessConfig, options: "FuzzOptions") -> bool:
+        """Tie the store to a run's draw; False (and nothing shared) for a run that draws others."""
+        signature = json.dumps([seed, config.to_hf_json(), dataclasses.asdict(options.draw_options()),
+                                options.tile_share], sort_keys=True, default=str)
+        if self.signature is None:
+            self.signature = signature
+        return self.signature == signature
+
+    def put(self, index: int, case: FuzzCase, source: Any, images: list[Image.Image], expected: Any) -> None:
+        size = sum(img.size[0] * img.size[1] * 4 for img in images) + int(expected.pixel_values.numel()) * 4
+        if index in self._items or self.bytes + size > self.max_bytes:
+            return
+        self.bytes += size
+        self._items[index] = (case, source, images, expected)
+
+    def get(self, index: int) -> tuple[FuzzCase, Any, list[Image.Image], Any] | None:
+        return self._items.get(index)
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 @dataclass
@@ -355,6 +392,8 @@ class _Engine:
         self.published: set[str] = set()  # groups whose finding is out (a budget's later search)
         self.longest = {False: 0.0, True: 0.0}  # the longest example so far: ordinary, tile-crossing
         self.database = _database(options.db_dir) if options.db_dir else None
+        shared = options.shared
+        self.shared = shared if shared is not None and shared.bind(self.run.seed, config, options) else None
         self.db_key = _namespace(candidate, config, options, self.tol)
 
     # -- one evaluation
@@ -383,7 +422,7 @@ class _Engine:
             raise _HarnessAbort(exc) from None
 
     def finish(self, started: tuple[list[Image.Image], PreprocessConfig, Any] | None, invariance: bool, *,
-               shrinking: bool = False
+               shrinking: bool = False, expected: Any = None
                ) -> tuple[list[Image.Image], Verdict] | None:
         """The verdict on a begun case (the reference runs now, then the call's result is taken)."""
         if started is None:
@@ -394,7 +433,8 @@ class _Engine:
         if shrinking:
             run.shrink_calls += 1
         try:
-            verdict = evaluate(self.candidate, images, config, self.tol, invariance=invariance, call=call)
+            verdict = evaluate(self.candidate, images, config, self.tol, invariance=invariance, call=call,
+                               expected=expected)
         except Rejected:
             if not shrinking:
                 run.rejected += 1
@@ -460,7 +500,8 @@ class _Engine:
         if not self.records:
             return left <= 0 or next_cost > left + 1e-6  # (1 µs: sums of float clock readings)
         waiting = sum(r.cost for r in self.first_cases.values())
-        return left <= max((1 - SEARCH_SHARE) * self.budget, 2 * waiting)
+        shrinking = (1 - SEARCH_SHARE) * self.budget if self.options.shrink else 0.0
+        return left <= max(shrinking, 2 * waiting) or next_cost > left + 1e-6
 
     def over(self, fraction: float) -> bool:
         return self.budget is not None and self.clock() - self.start >= self.budget * fraction
@@ -557,10 +598,16 @@ class _Engine:
         if self.search_over(self.longest[tile], self.longest[pending["tile"]] if pending else 0.0):
             run.stopped = "budget"
             return None
-        case = draw_fuzz_case(source, self.config, self.draw_options)
+        kept = self.shared.get(i) if self.shared is not None else None
         run.examples += 1
-        return {"i": i, "source": source, "tile": tile, "case": case, "began": self.clock(),
-                "invariance": options.invariance and i % every == 0, "images": case.make_images()}
+        example = {"i": i, "source": source, "tile": tile, "began": self.clock(),
+                   "invariance": options.invariance and i % every == 0, "expected": None}
+        if kept is not None:  # drawn, made and computed by the run that shared it
+            example.update(case=kept[0], source=kept[1], images=list(kept[2]), expected=kept[3])
+        else:
+            example["case"] = case = draw_fuzz_case(source, self.config, self.draw_options)
+            example["images"] = case.make_images()
+        return example
 
     @staticmethod
     def hung(pending: dict[str, Any], case: FuzzCase) -> bool:
@@ -572,7 +619,7 @@ class _Engine:
     def complete(self, example: dict[str, Any]) -> None:
         """Judge a begun generated example and record what it found."""
         run = self.run
-        judged = self.finish(example["started"], example["invariance"])
+        judged = self.finish(example["started"], example["invariance"], expected=example["expected"])
         took = self.clock() - example["began"]
         tile = example["tile"]
         self.longest[tile] = max(self.longest[tile], took)
@@ -581,6 +628,8 @@ class _Engine:
         if judged is None:
             return
         images, verdict = judged
+        if self.shared is not None and example["expected"] is None and verdict.expected is not None:
+            self.shared.put(example["i"], example["case"], example["source"], images, verdict.expected)
         if not verdict.ok:
             self.note(example["case"], example["source"].choices, images, verdict, example["invariance"], took=took)
 
@@ -976,6 +1025,7 @@ __all__ = [
     "SHRINK_GRACE",
     "TILE_SHARE",
     "Rejected",
+    "SharedExamples",
     "check_images",
     "evaluate",
     "finding_from",

@@ -150,14 +150,23 @@ def check_request(mode: str, container: str, orientation: int, icc: str, frames:
         raise ValueError(f"DPI {dpi!r} in {container!r}: expected a positive value in a container with DPI")
 
 
+# The ICC header's creation date (bytes 24-35: year, month, day, hour, minute, second as big-endian
+# uint16): littlecms writes the current time there, so the same drawn case gave other file bytes
+# a second later. A fixed date makes a drawn request reproducible byte for byte. The profile ID
+# (bytes 84-99) is left unset (zeros) by littlecms, so nothing else covers these bytes.
+ICC_DATE = (2026, 1, 1, 0, 0, 0)
+
+
 @functools.lru_cache(maxsize=4)
 def icc_profile(name: str) -> bytes:
-    """The bytes of a named ICC profile (littlecms' built-in sRGB)."""
+    """The bytes of a named ICC profile (littlecms' built-in sRGB, dated `ICC_DATE`)."""
     from PIL import ImageCms
 
     if name != "srgb":
         raise ValueError(f"unknown ICC profile {name!r}")
-    return ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    data = bytearray(ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes())
+    data[24:36] = b"".join(v.to_bytes(2, "big") for v in ICC_DATE)
+    return bytes(data)
 
 
 @functools.lru_cache(maxsize=16)

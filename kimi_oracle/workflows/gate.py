@@ -44,8 +44,8 @@ from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
 from kimi_oracle.core.threads import one_torch_thread
 from kimi_oracle.core.result import PreprocessResult
-from kimi_oracle.fuzzers.fuzzing import (TILE_SHARE, FuzzOptions, FuzzRun, finding_from, fuzz, generated_case,
-                                         search_budget)
+from kimi_oracle.fuzzers.fuzzing import (TILE_SHARE, FuzzOptions, FuzzRun, SharedExamples, finding_from, fuzz,
+                                         generated_case, search_budget)
 from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.oracle.candidates import CandidateCrash
@@ -706,12 +706,14 @@ class Gate:
             picture.save(target)
             made += 1
 
-    def _fuzz_options(self, examples: int | None, budget_s: float | None) -> FuzzOptions:
+    def _fuzz_options(self, examples: int | None, budget_s: float | None, *, shared: SharedExamples | None = None,
+                      shrink: bool = True) -> FuzzOptions:
         return FuzzOptions(examples=examples, budget_s=None if budget_s is None else search_budget(budget_s),
+                           shared=shared,
                            seed=self.seed, tolerance=self.options.tolerance, vary_config=True,
                            # With a baseline no example database: NEW and OLD draw the same cases.
                            db_dir=None if self.old is not None else self.out_dir / "hypothesis-db",
-                           max_side=self.options.fuzz_max_side, shrink=self.options.fuzz_shrink,
+                           max_side=self.options.fuzz_max_side, shrink=self.options.fuzz_shrink and shrink,
                            tile_share=self.options.tile_share, record_outcomes=self.old is not None)
 
     def fuzzing(self, budget_s: float) -> Stage:
@@ -754,8 +756,13 @@ class Gate:
         examples with the same seed; every input either side failed on is judged on the other too,
         so each finding compares NEW and OLD on the same input."""
         t0 = time.monotonic()
+        # NEW's cases, images and expectations are kept for OLD, which then spends its time in
+        # its candidate; OLD's findings are not shrunk (every input either side failed on is
+        # judged on both below, and inputs where they disagree come from NEW's side or unshrunk).
+        shared = SharedExamples()
         run_new = fuzz(self.new, self.config,
-                       self._fuzz_options(examples, None if examples is not None else budget_s * FUZZ_RUN_SHARE),
+                       self._fuzz_options(examples, None if examples is not None else budget_s * FUZZ_RUN_SHARE,
+                                          shared=shared),
                        out_dir=None)
         run_old = None
         if run_new.stopped != "interrupted":
@@ -764,12 +771,17 @@ class Gate:
             # failed on is judged on the other below, so a shorter OLD run loses no comparison.
             left = None if examples is not None else max(
                 budget_s * 2 * FUZZ_RUN_SHARE - (time.monotonic() - t0), 1.0)
-            run_old = fuzz(self.old, self.config, self._fuzz_options(max(run_new.examples, 1), left), out_dir=None)
+            run_old = fuzz(self.old, self.config,
+                           self._fuzz_options(max(run_new.examples, 1), left, shared=shared, shrink=False),
+                           out_dir=None)
         inputs: dict[str, dict[str, Finding]] = {}
         for side, run in (("new", run_new), ("old", run_old)):
             for f in (run.findings if run is not None else []):
                 inputs.setdefault(_input_id("fuzz", f.config, f.params, f.images), {}).setdefault(side, f)
-        differing = self._differing_examples(run_new, run_old, inputs)
+        t_differing = time.monotonic()
+        differing = self._differing_examples(run_new, run_old, inputs, shared)
+        del shared  # freed
+        t_both = time.monotonic()
         disagree = 0
         for input_id, found in inputs.items():
             interrupts.raise_if_requested()
@@ -812,7 +824,13 @@ class Gate:
                                        "stopped": run_old.stopped, "counts": run_old.counts()}
                                       if run_old is not None else None),
                          "inputs_judged_on_both": len(inputs), "inputs_new_and_old_disagree": disagree,
-                         "examples_where_outputs_differ": differing}
+                         "examples_where_outputs_differ": differing,
+                         # where the stage's time went (seconds)
+                         "seconds": {"new_run": round(run_new.elapsed_s, 3), "new_search": round(run_new.search_s, 3),
+                                     "old_run": round(run_old.elapsed_s, 3) if run_old is not None else None,
+                                     "old_search": round(run_old.search_s, 3) if run_old is not None else None,
+                                     "differing_examples": round(t_both - t_differing, 3),
+                                     "judged_on_both": round(time.monotonic() - t_both, 3)}}
         stage.summary = (f"{run_new.examples} examples for NEW, "
                          f"{run_old.examples if run_old is not None else 0} for OLD (seed {self.seed}: the "
                          f"same cases); "
@@ -826,7 +844,7 @@ class Gate:
         return stage
 
     def _differing_examples(self, run_new: FuzzRun, run_old: FuzzRun | None,
-                            inputs: dict[str, dict[str, Finding]]) -> int:
+                            inputs: dict[str, dict[str, Finding]], shared: SharedExamples | None = None) -> int:
         """Every generated example where NEW's and OLD's outcomes differ (their digests, example by
         example: both runs drew the same cases), beyond the findings' own inputs: grouped by how
         each side fails there, up to DIFFERING_PER_GROUP examples of each group (at most
@@ -842,12 +860,17 @@ class Gate:
             if taken >= MAX_DIFFERING:
                 break
             interrupts.raise_if_requested()
-            case = generated_case(self.config, options, run_new.seed, i)
-            images = case.make_images()
-            try:
-                expected = reference.preprocess([im.copy() for im in images], case.config)
-            except InputError:
-                expected = None  # the checkpoint rejects it: evaluate runs the candidates anyway
+            kept = shared.get(i) if shared is not None else None
+            if kept is not None:  # the fuzz runs' own case, images and expectation
+                case, _, images, expected = kept
+                images = list(images)
+            else:
+                case = generated_case(self.config, options, run_new.seed, i)
+                images = case.make_images()
+                try:
+                    expected = reference.preprocess([im.copy() for im in images], case.config)
+                except InputError:
+                    expected = None  # the checkpoint rejects it: evaluate runs the candidates anyway
             found: dict[str, Finding] = {}
             keys = []
             for side, candidate in (("new", self.new), ("old", self.old)):
@@ -1124,7 +1147,12 @@ class Gate:
             stage.status = "error"
             stage.reasons.insert(0, f"{name}: interrupted")
             stage.summary = "interrupted; " + stage.summary
-        stage.elapsed_s = time.monotonic() - t0
+        t1 = time.monotonic()
+        stage.elapsed_s = t1 - t0
+        # The stage's overhead: its time in which no candidate process and no reference worked.
+        stage.details["overhead_s"] = round(stage.elapsed_s - union_seconds(
+            self.new.activity, self.old.activity if self.old is not None else None, self.clock.reference,
+            window=(t0, t1)), 3)
         self.stages.append(stage)
         self.progress(f"gate: {name}: {stage.status} ({stage.elapsed_s:.1f}s) {stage.summary}")
         return stage

@@ -14,6 +14,8 @@ def test_union_of_overlapping_and_disjoint_spans():
     assert a.seconds() == 3.0 and b.seconds() == 2.0 + 1.5 + 0.5
     assert union_seconds(a, None) == 3.0
     assert union_seconds() == 0.0
+    # within a window: [2.5, 6.0] holds [2.5, 3] and [5, 6]
+    assert union_seconds(a, b, window=(2.5, 6.0)) == 0.5 + 1.0
 
 
 def test_back_to_back_spans_merge_and_empty_ones_are_ignored():

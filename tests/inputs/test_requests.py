@@ -313,3 +313,19 @@ def test_noise_fills_every_jpeg_container(container):
     img = make_image(params)
     assert img.format == "JPEG" and img.size == (253, 202)
     assert Image.open(io.BytesIO(encoded_bytes(img))).convert("RGB").size == (253, 202)
+
+
+def test_the_drawn_icc_profile_is_the_same_bytes_every_time():
+    # littlecms dates a profile it writes (ICC header bytes 24-35); the drawn profile carries a
+    # fixed date instead, so a case's file is reproducible. Pillow reads it back as sRGB.
+    import io
+
+    from PIL import ImageCms
+
+    data = requests.icc_profile("srgb")
+    assert data[24:36] == bytes.fromhex("07ea00010001000000000000")  # 2026-01-01 00:00:00
+    assert data[84:100] == bytes(16)  # no profile ID covering the date
+    fresh = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    assert len(fresh) == len(data) and fresh[:24] == data[:24] and fresh[36:] == data[36:]
+    profile = ImageCms.ImageCmsProfile(io.BytesIO(data))
+    assert "sRGB" in ImageCms.getProfileDescription(profile)

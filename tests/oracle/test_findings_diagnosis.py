@@ -137,3 +137,36 @@ def test_diff_pictures_are_upscaled_to_a_readable_size(eager_run):
         with Image.open(Path(f["path"]) / "diff.png") as pic:
             panel_height = pic.height - 30  # minus the label row and gaps
             assert min(pic.width // 3, panel_height) >= 200, (f["key"], pic.size)
+
+
+def test_an_attribution_is_made_once_per_input_and_result(monkeypatch):
+    # The gate diagnoses NEW's and OLD's findings; where both returned the same bytes on the same
+    # input the second diagnosis is the first one's (memoized), and any other result is attributed.
+    import torch
+
+    from kimi_oracle.oracle import diagnosis
+    from kimi_oracle.oracle.checks import compare
+    from kimi_oracle.pipelines import reference
+
+    config = PreprocessConfig.k3()
+    img = Image.new("RGB", (40, 30))
+    img.putdata([((x * 37) % 256, (x * 11) % 256, 90) for x in range(40 * 30)])
+    expected = reference.preprocess([img], config)
+    swapped = type(expected)(expected.pixel_values.flip(1).contiguous(), expected.grid_thws.clone())
+    calls = []
+    real = diagnosis.attribute
+    monkeypatch.setattr(diagnosis, "attribute", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(diagnosis, "_ATTRIBUTIONS", {})
+    verdict = compare(expected, swapped, config)
+    first = diagnosis.finding_diagnosis("pixel_mismatch", verdict.stats, [img], config, expected, swapped)
+    again = diagnosis.finding_diagnosis("pixel_mismatch", verdict.stats, [img.copy()], config, expected,
+                                        type(swapped)(swapped.pixel_values.clone(), swapped.grid_thws.clone()))
+    assert len(calls) == 1 and again == first and first["root_causes"]
+    again["root_causes"].append("edited")  # a caller's edit does not reach the memo
+    other = swapped.pixel_values.clone()
+    other[0, 0, 0, 0] += 0.5
+    diagnosis.finding_diagnosis("pixel_mismatch", verdict.stats, [img], config, expected,
+                                type(swapped)(other, swapped.grid_thws.clone()))
+    assert len(calls) == 2
+    assert diagnosis.finding_diagnosis("pixel_mismatch", verdict.stats, [img], config, expected, swapped) == first
+    assert len(calls) == 2 and torch.equal(swapped.pixel_values, expected.pixel_values.flip(1))
