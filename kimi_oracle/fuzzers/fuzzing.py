@@ -127,9 +127,6 @@ class FuzzOptions:
     # Record a digest of each generated example's outcome (FuzzRun.outcomes): the gate compares
     # NEW's and OLD's, example by example, to find every input where they disagree.
     record_outcomes: bool = False
-    # Generated examples shared with another run of the same seed, config and drawing options
-    # (the gate's OLD run takes NEW's cases, images and expectations instead of making them again).
-    shared: "SharedExamples | None" = None
     shrink: bool = True
     hypothesis_profile: str = "ci"
     db_dir: Path | None = None  # saved failures (hypothesis example database); None: none
@@ -150,40 +147,6 @@ class FuzzOptions:
         return DrawOptions(self.vary_config, self.max_images, self.max_side, tuple(self.modes),
                            tuple(self.alpha_patterns) if self.alpha_patterns is not None else None,
                            tiles=self.tile_share > 0)
-
-
-class SharedExamples:
-    """Generated examples kept by one fuzz run for another that draws the same ones (same seed,
-    base config and drawing options: `fuzz()` checks), each with its images and the reference's
-    result, so that the second run spends its time in its candidate. Bounded by `max_bytes`
-    (pixels and expected values counted); examples past it are made again."""
-
-    def __init__(self, max_bytes: int = 256 * 2**20):
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self.signature: str | None = None
-        self._items: dict[int, tuple[FuzzCase, Any, list[Image.Image], Any]] = {}
-
-    def bind(self, seed: int, config: PreprocessConfig, options: "FuzzOptions") -> bool:
-        """Tie the store to a run's draw; False (and nothing shared) for a run that draws others."""
-        signature = json.dumps([seed, config.to_hf_json(), dataclasses.asdict(options.draw_options()),
-                                options.tile_share], sort_keys=True, default=str)
-        if self.signature is None:
-            self.signature = signature
-        return self.signature == signature
-
-    def put(self, index: int, case: FuzzCase, source: Any, images: list[Image.Image], expected: Any) -> None:
-        size = sum(img.size[0] * img.size[1] * 4 for img in images) + int(expected.pixel_values.numel()) * 4
-        if index in self._items or self.bytes + size > self.max_bytes:
-            return
-        self.bytes += size
-        self._items[index] = (case, source, images, expected)
-
-    def get(self, index: int) -> tuple[FuzzCase, Any, list[Image.Image], Any] | None:
-        return self._items.get(index)
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 @dataclass
@@ -392,8 +355,8 @@ class _Engine:
         self.published: set[str] = set()  # groups whose finding is out (a budget's later search)
         self.longest = {False: 0.0, True: 0.0}  # the longest example so far: ordinary, tile-crossing
         self.database = _database(options.db_dir) if options.db_dir else None
-        shared = options.shared
-        self.shared = shared if shared is not None and shared.bind(self.run.seed, config, options) else None
+        # fuzz_pair: the baseline's engine, judged on every generated example of this one in lockstep
+        self.partner: _Engine | None = None
         self.db_key = _namespace(candidate, config, options, self.tol)
 
     # -- one evaluation
@@ -450,8 +413,10 @@ class _Engine:
         return finding_key(check, verdict.stats, images) if self.options.split_by_mode else check
 
     def note(self, case: FuzzCase, choices: Sequence[int], images: list[Image.Image], verdict: Verdict,
-             invariance: bool, *, saved: bool = False, took: float = 0.0) -> None:
-        """Record a failing example (replayed or generated): hits, levels, a group's first case."""
+             invariance: bool, *, saved: bool = False, took: float = 0.0, tile: bool = False) -> None:
+        """Record a failing example (replayed or generated): hits, levels, a group's first case.
+        A tile-crossing example (one image of ~256-2048 px sides: a short choice sequence) never
+        replaces a group's case: shrinking and diagnosing it would cost hundreds of small ones."""
         check = str(verdict.check)
         group = self.group_of(verdict, images)
         if group in self.published:
@@ -466,7 +431,7 @@ class _Engine:
         if known is not None:
             # Hypothesis keeps the simplest failing case of each kind it generated; so do we: the
             # shrink starts from it (shorter choice sequences first, then smaller choices).
-            if not known.saved and (len(choices) < len(known.choices)
+            if not known.saved and not tile and (len(choices) < len(known.choices)
                                     or len(choices) == len(known.choices) and tuple(choices) < known.choices):
                 self.records[group] = _Record(case, tuple(choices), verdict, known.example, invariance, False,
                                               cost_to_judge=took)
@@ -497,9 +462,11 @@ class _Engine:
         if self.budget is None:
             return False
         left = self.start + self.budget - self.clock() - in_flight
-        if not self.records:
+        if not self.records and not (self.partner is not None and self.partner.records):
             return left <= 0 or next_cost > left + 1e-6  # (1 µs: sums of float clock readings)
         waiting = sum(r.cost for r in self.first_cases.values())
+        if self.partner is not None:  # fuzz_pair: the baseline's groups are published too
+            waiting += sum(r.cost for r in self.partner.first_cases.values())
         shrinking = (1 - SEARCH_SHARE) * self.budget if self.options.shrink else 0.0
         return left <= max(shrinking, 2 * waiting) or next_cost > left + 1e-6
 
@@ -566,11 +533,15 @@ class _Engine:
         pending: dict[str, Any] | None = None
         while True:
             upcoming = self.next_example(target, first, every, pending)
-            if pending is not None and upcoming is not None and self.hung(pending, upcoming["case"]):
+            if pending is not None and upcoming is not None and self.hung(pending):
                 self.complete(pending)  # its hang decides whether the next one is judged
                 pending = None
             if upcoming is not None:
-                upcoming["started"] = self.begin(upcoming["case"], images=upcoming.pop("images"))
+                images = upcoming.pop("images")
+                upcoming["started"] = self.begin(upcoming["case"], images=images)
+                if self.partner is not None:  # the baseline works on the same images meanwhile
+                    self.partner.run.examples += 1
+                    upcoming["partner_started"] = self.partner.begin(upcoming["case"], images=images)
             if pending is not None:
                 self.complete(pending)
             if upcoming is None:
@@ -598,26 +569,32 @@ class _Engine:
         if self.search_over(self.longest[tile], self.longest[pending["tile"]] if pending else 0.0):
             run.stopped = "budget"
             return None
-        kept = self.shared.get(i) if self.shared is not None else None
         run.examples += 1
-        example = {"i": i, "source": source, "tile": tile, "began": self.clock(),
-                   "invariance": options.invariance and i % every == 0, "expected": None}
-        if kept is not None:  # drawn, made and computed by the run that shared it
-            example.update(case=kept[0], source=kept[1], images=list(kept[2]), expected=kept[3])
-        else:
-            example["case"] = case = draw_fuzz_case(source, self.config, self.draw_options)
-            example["images"] = case.make_images()
-        return example
+        case = draw_fuzz_case(source, self.config, self.draw_options)
+        return {"i": i, "source": source, "tile": tile, "began": self.clock(), "case": case,
+                "invariance": options.invariance and i % every == 0, "expected": None,
+                "images": case.make_images()}
 
     @staticmethod
-    def hung(pending: dict[str, Any], case: FuzzCase) -> bool:
-        """Whether the example in flight hung (waited for): then it is judged before `case` starts."""
-        started = pending.get("started")
-        wait = getattr(started[2], "wait", None) if started is not None else None
-        return wait is not None and wait() == TIMEOUT
+    def hung(pending: dict[str, Any]) -> bool:
+        """Whether the example in flight hung on either side (waited for): then it is judged
+        before the next one starts."""
+        hangs = False
+        for key in ("started", "partner_started"):
+            started = pending.get(key)
+            wait = getattr(started[2], "wait", None) if started is not None else None
+            hangs = (wait is not None and wait() == TIMEOUT) or hangs
+        return hangs
 
     def complete(self, example: dict[str, Any]) -> None:
-        """Judge a begun generated example and record what it found."""
+        """Judge a begun generated example and record what it found (then the partner's call on
+        it, against the same expectation)."""
+        judged = self._complete(example)
+        if self.partner is not None:
+            expected = judged[1].expected if judged is not None else None
+            self.partner._complete({**example, "started": example.get("partner_started"), "expected": expected})
+
+    def _complete(self, example: dict[str, Any]) -> tuple[list[Image.Image], Verdict] | None:
         run = self.run
         judged = self.finish(example["started"], example["invariance"], expected=example["expected"])
         took = self.clock() - example["began"]
@@ -626,12 +603,12 @@ class _Engine:
         if self.options.record_outcomes:
             run.outcomes[example["i"]] = outcome_digest(judged[1] if judged is not None else None)
         if judged is None:
-            return
+            return None
         images, verdict = judged
-        if self.shared is not None and example["expected"] is None and verdict.expected is not None:
-            self.shared.put(example["i"], example["case"], example["source"], images, verdict.expected)
         if not verdict.ok:
-            self.note(example["case"], example["source"].choices, images, verdict, example["invariance"], took=took)
+            self.note(example["case"], example["source"].choices, images, verdict, example["invariance"], took=took,
+                      tile=example["tile"])
+        return judged
 
     def shrink(self, group: str, deadline: float | None) -> None:
         """Shrink a group's case with hypothesis (reuse + shrink phases over its recorded choices);
@@ -714,6 +691,11 @@ class _Engine:
         run, out_dir = self.run, self.out_dir
         record = self.records[group]
         first = self.first_cases.pop(group, None)
+        if (record.finding is None and first is not None and first.finding is not None
+                and self.budget is not None and self.over(1.0)):
+            # Past the budget, a simpler case met later (not shrunk) is not diagnosed anew: the
+            # first case, diagnosed when it was met, is the finding.
+            record = first
         finding = record.finding if record.finding is not None else self.finding(record)
         finding.extra["group"] = group
         seen = self.seen.get(group, {})
@@ -821,12 +803,40 @@ def fuzz(
         return _fuzz(candidate, config, options, out_dir, on_example)
 
 
+def fuzz_pair(
+    new: Candidate | str,
+    old: Candidate | str,
+    config: PreprocessConfig,
+    options: FuzzOptions | None = None,
+    *,
+    out_dir: str | Path | None = None,
+    on_example: Callable[[FuzzRun], None] | None = None,
+) -> tuple[FuzzRun, FuzzRun]:
+    """NEW and OLD judged on the same generated examples in lockstep: each example is drawn, made
+    and computed by the reference once, and both candidates work on it at once (each in its own
+    executor, while this process judges the example before). NEW's run is `fuzz`'s (its budget
+    and stops decide; its findings are written under `out_dir`); OLD's run counts the same
+    examples (`outcomes` by the same indices). Both sides' findings are shrunk, the time left
+    after the search shared in proportion to their groups. Saved failures are not replayed
+    (`db_dir` is ignored)."""
+    options = dataclasses.replace(options or FuzzOptions(), db_dir=None)
+    with one_torch_thread():
+        return _fuzz(new, config, options, out_dir, on_example, baseline=old)  # type: ignore[return-value]
+
+
 def _fuzz(candidate: Candidate | str, config: PreprocessConfig, options: FuzzOptions | None,
-          out_dir: str | Path | None, on_example: Callable[["FuzzRun"], None] | None) -> FuzzRun:
+          out_dir: str | Path | None, on_example: Callable[["FuzzRun"], None] | None,
+          baseline: Candidate | str | None = None) -> FuzzRun | tuple[FuzzRun, FuzzRun]:
     options = options or FuzzOptions()
     if isinstance(candidate, str):
         candidate = load_candidate(candidate)
     engine = _Engine(candidate, config, options, out_dir, on_example)
+    partner = None
+    if baseline is not None:
+        if isinstance(baseline, str):
+            baseline = load_candidate(baseline)
+        partner = engine.partner = _Engine(baseline, config, options, None, None)
+        partner.run.seed, partner.start = engine.run.seed, engine.start
     run = engine.run
     target = options.max_examples()
     abort: _HarnessAbort | None = None
@@ -848,7 +858,10 @@ def _fuzz(candidate: Candidate | str, config: PreprocessConfig, options: FuzzOpt
             run.stopped = "interrupted"
         try:
             # After a harness error the findings so far are published unshrunk, then it is raised.
-            engine.settle(shrink=abort is None)
+            if partner is None:
+                engine.settle(shrink=abort is None)
+            else:
+                _settle_pair(engine, partner, shrink=abort is None)
         except _HarnessAbort as exc:
             abort = exc
         first_pass = False
@@ -864,7 +877,29 @@ def _fuzz(candidate: Candidate | str, config: PreprocessConfig, options: FuzzOpt
     run.elapsed_s = engine.clock() - engine.start
     if abort is not None:
         raise abort.error from None
+    if partner is not None:
+        partner.run.search_s, partner.run.elapsed_s, partner.run.stopped = run.search_s, run.elapsed_s, run.stopped
+        return run, partner.run
     return run
+
+
+def _settle_pair(engine: _Engine, partner: _Engine, shrink: bool) -> None:
+    """fuzz_pair's settle: the time left is shared between NEW's groups and OLD's in proportion
+    to their counts, NEW's first (each side's settle ends at its share's end)."""
+    if engine.budget is None:
+        engine.settle(shrink=shrink)
+        partner.settle(shrink=shrink)
+        return
+    end = engine.start + engine.budget
+    now = engine.clock()
+    mine, theirs = len(engine.records), len(partner.records)
+    middle = now + max(end - now, 0.0) * mine / max(mine + theirs, 1)
+    engine.budget = middle - engine.start
+    try:
+        engine.settle(shrink=shrink)
+    finally:
+        engine.budget = end - engine.start
+    partner.settle(shrink=shrink)
 
 
 def _lost_causes(shrunk: Finding, first: Finding) -> list[str]:
@@ -1025,7 +1060,7 @@ __all__ = [
     "SHRINK_GRACE",
     "TILE_SHARE",
     "Rejected",
-    "SharedExamples",
+    "fuzz_pair",
     "check_images",
     "evaluate",
     "finding_from",

@@ -307,6 +307,19 @@ def levels_of(values: torch.Tensor, config: PreprocessConfig) -> np.ndarray:
     return (v - offset.reshape(1, 3, 1, 1)) / slope.reshape(1, 3, 1, 1)
 
 
+def levels_at(values: torch.Tensor, mask: np.ndarray, config: PreprocessConfig) -> np.ndarray:
+    """`levels_of(values, config)[mask]` for a boolean (N, 3, p, p) mask: the same float64
+    operations on each value, in the same (C) order; only the masked values are computed when
+    they are few."""
+    v = values.detach().cpu().float().numpy()
+    if mask.sum() * 4 > mask.size:
+        return levels_of(values, config)[mask]
+    offset, slope = _level_params(config)
+    flat = np.flatnonzero(mask)
+    channel = (flat // (v.shape[2] * v.shape[3])) % 3
+    return (v.reshape(-1)[flat].astype(np.float64) - offset[channel]) / slope[channel]
+
+
 # Level offsets, steps and divisors by normalization (mean, std): all they depend on (drawn
 # configurations differ in much else, so a cache by configuration would miss).
 _LEVEL_PARAMS: dict[tuple, tuple[np.ndarray, np.ndarray, "np.ndarray | np.float64"]] = {}
@@ -747,6 +760,7 @@ __all__ = [
     "difference_magnitude",
     "failing",
     "invariance_plan",
+    "levels_at",
     "levels_of",
     "locate",
     "pixel_stats",

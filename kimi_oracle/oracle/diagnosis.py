@@ -34,7 +34,7 @@ from kimi_oracle.core.geometry import ResizePlan, plan
 from kimi_oracle.core.images import ImageSource, call_copy, encoded_bytes, has_alpha, load_images
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.oracle.candidates import as_result
-from kimi_oracle.oracle.checks import levels_of
+from kimi_oracle.oracle.checks import levels_at, levels_of
 from kimi_oracle.pipelines.reference import (
     CHECKPOINT,
     PATTERN_VALUES,
@@ -784,7 +784,10 @@ class _Target:
         differ = self.bits != model.contiguous().view(torch.int32).numpy()
         if not differ.any():
             return LevelSummary(0.0, 0.0, 0, 0.0)
-        d = np.abs(self.levels - levels_of(model, self.config))[differ & self.finite]
+        # Levels of the model's differing finite values (only those, when few): the same values,
+        # in the same order, as indexing levels_of(model) by the mask.
+        mask = differ & self.finite
+        d = np.abs(self.levels[mask] - levels_at(model, mask, self.config))
         total = float(d.sum())
         infinite = int((differ & ~self.finite).sum())
         n = int(differ.sum())
@@ -833,11 +836,25 @@ class _Search:
         self.best_so_far: tuple[list[Explained], _Option] | None = None
         self.resized: dict[tuple[int, Steps], tuple[np.ndarray, ResizePlan]] = {}
         self.memo: dict[tuple[Steps, frozenset], list[_Option]] = {}
+        self.image_keys: list[bytes | None] = [None] * len(decoded)
 
     def run(self, i: int, steps: Steps) -> torch.Tensor:
         """Image i's patches under `steps` (one reference run; the resized, filled array is
-        shared by every variant of the later steps)."""
+        shared by every variant of the later steps, and the patches by every attribution of the
+        same image and config in this process: the gate attributes NEW's and OLD's results on
+        the same inputs)."""
         self.budget.spend()
+        if self.image_keys[i] is None:
+            self.image_keys[i] = _image_key(self.decoded[i])
+        shared_key = (self.image_keys[i], self.config, steps)
+        found_patches = _VARIANT_RUNS.get(shared_key)
+        if found_patches is not None:
+            return found_patches
+        patches = self._run(i, steps)
+        _remember_run(shared_key, patches)
+        return patches
+
+    def _run(self, i: int, steps: Steps) -> torch.Tensor:
         key = (i, steps.replace(pad=CHECKPOINT.pad, normalize=CHECKPOINT.normalize, patchify=CHECKPOINT.patchify))
         found = self.resized.get(key)
         if found is None:
@@ -1133,6 +1150,36 @@ def finding_diagnosis(check: str, stats: Mapping[str, Any] | None, images: Seque
     return fields
 
 
+# Reference runs of attributions (an image's patches under a variant of the steps) kept per
+# process, oldest dropped first past VARIANT_RUNS_BYTES, keyed by the image's digest, the config
+# and the steps.
+VARIANT_RUNS_BYTES = 256 * 2**20
+_VARIANT_RUNS: dict[tuple, torch.Tensor] = {}
+_VARIANT_BYTES = [0]
+
+
+def _remember_run(key: tuple, patches: torch.Tensor) -> None:
+    size = patches.numel() * patches.element_size()
+    if size > VARIANT_RUNS_BYTES // 4:
+        return
+    while _VARIANT_RUNS and _VARIANT_BYTES[0] + size > VARIANT_RUNS_BYTES:
+        old = _VARIANT_RUNS.pop(next(iter(_VARIANT_RUNS)))
+        _VARIANT_BYTES[0] -= old.numel() * old.element_size()
+    _VARIANT_RUNS[key] = patches
+    _VARIANT_BYTES[0] += size
+
+
+def _image_key(img: Image.Image) -> bytes:
+    """A digest of everything a reference run reads from a decoded image: mode, size, pixels,
+    frames, info and the encoded file it came from."""
+    h = hashlib.blake2b(digest_size=20)
+    h.update(repr((img.mode, img.size, getattr(img, "n_frames", 1), sorted(
+        (str(k), repr(v)) for k, v in img.info.items()))).encode())
+    h.update(img.tobytes())
+    h.update(encoded_bytes(img) or b"")
+    return h.digest()
+
+
 # Attributions kept per process (oldest dropped first), keyed by everything they depend on.
 ATTRIBUTION_MEMO = 256
 _ATTRIBUTIONS: dict[bytes, dict[str, Any]] = {}
@@ -1150,10 +1197,7 @@ def _attribution_key(images: Sequence[Any], config: PreprocessConfig, actual: An
     for img in images:
         if not isinstance(img, Image.Image):
             return None  # not memoized
-        h.update(repr((img.mode, img.size, getattr(img, "n_frames", 1), sorted(
-            (str(k), repr(v)) for k, v in img.info.items()))).encode())
-        h.update(img.tobytes())
-        h.update(encoded_bytes(img) or b"")
+        h.update(_image_key(img))
     for result in (actual, expected):
         if result is not None and not isinstance(result, PreprocessResult):
             return None

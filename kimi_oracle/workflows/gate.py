@@ -44,7 +44,7 @@ from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
 from kimi_oracle.core.threads import one_torch_thread
 from kimi_oracle.core.result import PreprocessResult
-from kimi_oracle.fuzzers.fuzzing import (TILE_SHARE, FuzzOptions, FuzzRun, SharedExamples, finding_from, fuzz,
+from kimi_oracle.fuzzers.fuzzing import (TILE_SHARE, FuzzOptions, FuzzRun, finding_from, fuzz, fuzz_pair,
                                          generated_case, search_budget)
 from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 from kimi_oracle.inputs.generators import CaseParams, make_image
@@ -80,9 +80,10 @@ STAGES = ("goldens", "planner", "fuzz", "corpus", "invariance", "performance")
 # reference and diagnosed (root causes, about a quarter of a second each) up to this many per
 # mode class of the case's image; the others are counted (the sample names the causes).
 GOLDEN_RERUN_PER_CLASS = 2
-# With a baseline, the fuzz stage's budget: NEW's run, then OLD's, get this share each; the rest
-# goes to judging every failing input on the other side (an attribution per differing output).
-FUZZ_RUN_SHARE = 0.35
+# With a baseline, the fuzz stage's budget: NEW and OLD fuzzed in lockstep (one draw, one image
+# and one reference run per example, both candidates at work on it at once) get this share; the
+# rest goes to judging every failing input on the other side (an attribution per differing output).
+FUZZ_PAIR_SHARE = 0.5
 
 
 @dataclass
@@ -706,14 +707,12 @@ class Gate:
             picture.save(target)
             made += 1
 
-    def _fuzz_options(self, examples: int | None, budget_s: float | None, *, shared: SharedExamples | None = None,
-                      shrink: bool = True) -> FuzzOptions:
+    def _fuzz_options(self, examples: int | None, budget_s: float | None) -> FuzzOptions:
         return FuzzOptions(examples=examples, budget_s=None if budget_s is None else search_budget(budget_s),
-                           shared=shared,
                            seed=self.seed, tolerance=self.options.tolerance, vary_config=True,
                            # With a baseline no example database: NEW and OLD draw the same cases.
                            db_dir=None if self.old is not None else self.out_dir / "hypothesis-db",
-                           max_side=self.options.fuzz_max_side, shrink=self.options.fuzz_shrink and shrink,
+                           max_side=self.options.fuzz_max_side, shrink=self.options.fuzz_shrink,
                            tile_share=self.options.tile_share, record_outcomes=self.old is not None)
 
     def fuzzing(self, budget_s: float) -> Stage:
@@ -752,35 +751,19 @@ class Gate:
             stage.reasons.insert(0, f"fuzz: interrupted after {run.examples} examples")
 
     def fuzzing_vs_baseline(self, stage: Stage, examples: int | None, budget_s: float) -> Stage:
-        """NEW fuzzed first (FUZZ_RUN_SHARE of the budget, or --fuzz-examples), then OLD on exactly as many
-        examples with the same seed; every input either side failed on is judged on the other too,
-        so each finding compares NEW and OLD on the same input."""
-        t0 = time.monotonic()
-        # NEW's cases, images and expectations are kept for OLD, which then spends its time in
-        # its candidate; OLD's findings are not shrunk (every input either side failed on is
-        # judged on both below, and inputs where they disagree come from NEW's side or unshrunk).
-        shared = SharedExamples()
-        run_new = fuzz(self.new, self.config,
-                       self._fuzz_options(examples, None if examples is not None else budget_s * FUZZ_RUN_SHARE,
-                                          shared=shared),
-                       out_dir=None)
-        run_old = None
-        if run_new.stopped != "interrupted":
-            # The same seed and example count: the same cases. Under a budget OLD also gets what
-            # NEW used (its shrinking must not eat the timing's share); every input either side
-            # failed on is judged on the other below, so a shorter OLD run loses no comparison.
-            left = None if examples is not None else max(
-                budget_s * 2 * FUZZ_RUN_SHARE - (time.monotonic() - t0), 1.0)
-            run_old = fuzz(self.old, self.config,
-                           self._fuzz_options(max(run_new.examples, 1), left, shared=shared, shrink=False),
-                           out_dir=None)
+        """NEW and OLD fuzzed in lockstep (`fuzz_pair`: FUZZ_PAIR_SHARE of the budget, or
+        --fuzz-examples): the same cases, each made once; both sides' findings shrunk. Every input either side failed on is judged on the other too, so each finding
+        compares NEW and OLD on the same input."""
+        run_new, run_old = fuzz_pair(
+            self.new, self.old, self.config,
+            self._fuzz_options(examples, None if examples is not None else budget_s * FUZZ_PAIR_SHARE),
+            out_dir=None)
         inputs: dict[str, dict[str, Finding]] = {}
         for side, run in (("new", run_new), ("old", run_old)):
             for f in (run.findings if run is not None else []):
                 inputs.setdefault(_input_id("fuzz", f.config, f.params, f.images), {}).setdefault(side, f)
         t_differing = time.monotonic()
-        differing = self._differing_examples(run_new, run_old, inputs, shared)
-        del shared  # freed
+        differing = self._differing_examples(run_new, run_old, inputs)
         t_both = time.monotonic()
         disagree = 0
         for input_id, found in inputs.items():
@@ -844,7 +827,7 @@ class Gate:
         return stage
 
     def _differing_examples(self, run_new: FuzzRun, run_old: FuzzRun | None,
-                            inputs: dict[str, dict[str, Finding]], shared: SharedExamples | None = None) -> int:
+                            inputs: dict[str, dict[str, Finding]]) -> int:
         """Every generated example where NEW's and OLD's outcomes differ (their digests, example by
         example: both runs drew the same cases), beyond the findings' own inputs: grouped by how
         each side fails there, up to DIFFERING_PER_GROUP examples of each group (at most
@@ -860,17 +843,12 @@ class Gate:
             if taken >= MAX_DIFFERING:
                 break
             interrupts.raise_if_requested()
-            kept = shared.get(i) if shared is not None else None
-            if kept is not None:  # the fuzz runs' own case, images and expectation
-                case, _, images, expected = kept
-                images = list(images)
-            else:
-                case = generated_case(self.config, options, run_new.seed, i)
-                images = case.make_images()
-                try:
-                    expected = reference.preprocess([im.copy() for im in images], case.config)
-                except InputError:
-                    expected = None  # the checkpoint rejects it: evaluate runs the candidates anyway
+            case = generated_case(self.config, options, run_new.seed, i)
+            images = case.make_images()
+            try:
+                expected = reference.preprocess([im.copy() for im in images], case.config)
+            except InputError:
+                expected = None  # the checkpoint rejects it: evaluate runs the candidates anyway
             found: dict[str, Finding] = {}
             keys = []
             for side, candidate in (("new", self.new), ("old", self.old)):
@@ -1091,8 +1069,10 @@ class Gate:
                 continue
             result = interleaved_ratio(new_fn, old_fn, rounds=self.options.perf_rounds, warmup=0, timer=clock)
             retried = False
-            if abs(result["ratio"] - limit) <= max(result["noise"], 0.02):
-                # Within noise of the threshold: measure once more with twice the rounds.
+            if (abs(result["ratio"] - limit) <= max(result["noise"], 0.02)
+                    and t_pair * 2 * self.options.perf_rounds <= deadline - time.monotonic()):
+                # Within noise of the threshold: measure once more with twice the rounds (when
+                # they fit in the stage's budget; else the first measurement stands).
                 interrupts.raise_if_requested()
                 result = interleaved_ratio(new_fn, old_fn, rounds=2 * self.options.perf_rounds, warmup=0,
                                            timer=clock)

@@ -224,3 +224,20 @@ def test_pixel_stats_per_channel_steps_by_hand():
     assert stats["worst"]["channel"] in "RGB" and stats["worst"]["level_diff"] == stats["max_level_diff"]
     assert stats["mean_level_diff"] == pytest.approx(6.0 / 588, rel=1e-5)
     assert "max_ulp" in stats and stats["non_finite"] == 0
+
+
+@pytest.mark.parametrize("share", [0.01, 0.3, 0.9])
+def test_levels_at_is_levels_of_under_the_mask(share):
+    # The attribution's shortcut: levels of the masked values only (when few), else all of them;
+    # either way the values of levels_of(values)[mask], bit for bit and in the same order.
+    import torch
+
+    from kimi_oracle.oracle.checks import levels_at, levels_of
+
+    config = PreprocessConfig.k3()
+    g = torch.Generator().manual_seed(3)
+    values = torch.randn(20, 3, 14, 14, generator=g)
+    mask = (torch.rand(20, 3, 14, 14, generator=g) < share).numpy()
+    want = levels_of(values, config)[mask]
+    got = levels_at(values, mask, config)
+    assert got.dtype == np.float64 and np.array_equal(got.view(np.int64), want.view(np.int64))
