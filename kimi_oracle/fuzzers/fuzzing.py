@@ -385,7 +385,7 @@ class _Engine:
             raise _HarnessAbort(exc) from None
 
     def finish(self, started: tuple[list[Image.Image], PreprocessConfig, Any] | None, invariance: bool, *,
-               shrinking: bool = False, expected: Any = None
+               shrinking: bool = False, expected: Any = None, same_as: Verdict | None = None
                ) -> tuple[list[Image.Image], Verdict] | None:
         """The verdict on a begun case (the reference runs now, then the call's result is taken)."""
         if started is None:
@@ -396,8 +396,9 @@ class _Engine:
         if shrinking:
             run.shrink_calls += 1
         try:
+            kwargs = {"same_as": same_as} if same_as is not None else {}
             verdict = evaluate(self.candidate, images, config, self.tol, invariance=invariance, call=call,
-                               expected=expected)
+                               expected=expected, **kwargs)
         except Rejected:
             if not shrinking:
                 run.rejected += 1
@@ -592,11 +593,13 @@ class _Engine:
         judged = self._complete(example)
         if self.partner is not None:
             expected = judged[1].expected if judged is not None else None
-            self.partner._complete({**example, "started": example.get("partner_started"), "expected": expected})
+            self.partner._complete({**example, "started": example.get("partner_started"), "expected": expected,
+                                    "same_as": judged[1] if judged is not None else None})
 
     def _complete(self, example: dict[str, Any]) -> tuple[list[Image.Image], Verdict] | None:
         run = self.run
-        judged = self.finish(example["started"], example["invariance"], expected=example["expected"])
+        judged = self.finish(example["started"], example["invariance"], expected=example["expected"],
+                             same_as=example.get("same_as"))
         took = self.clock() - example["began"]
         tile = example["tile"]
         self.longest[tile] = max(self.longest[tile], took)

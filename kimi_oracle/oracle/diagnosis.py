@@ -31,7 +31,7 @@ from PIL import Image, ImageOps
 from kimi_oracle.core.config import FILL_STAGES, PreprocessConfig, TransparentBgConfig
 from kimi_oracle.core.errors import CandidateError, KimiOracleError
 from kimi_oracle.core.geometry import ResizePlan, plan
-from kimi_oracle.core.images import ImageSource, call_copy, encoded_bytes, has_alpha, load_images
+from kimi_oracle.core.images import ImageSource, call_copy, convert, encoded_bytes, has_alpha, load_images
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.oracle.candidates import as_result
 from kimi_oracle.oracle.checks import levels_at, levels_of
@@ -349,7 +349,7 @@ def frame_taker(k: int) -> Callable[[Image.Image], Image.Image]:
 def _rgba(img: Image.Image) -> Image.Image:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        return img.convert("RGBA")
+        return convert(img, "RGBA")
 
 
 def flattened_on_white(img: Image.Image) -> Image.Image:

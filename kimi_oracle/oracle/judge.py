@@ -4,12 +4,15 @@ the nightly runner and the gate."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable, Sequence
 
+import torch
 from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError
+from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.oracle.candidates import Candidate, CandidateCrash, SelfCheckFailed
 from kimi_oracle.oracle.checks import ACCEPTS_INVALID, CRASH, Tolerance, Verdict, check_invariance, compare
 from kimi_oracle.pipelines import reference
@@ -67,6 +70,7 @@ def evaluate(
     invariance: bool = True,
     expected: Any = None,
     call: Any = None,
+    same_as: Verdict | None = None,
 ) -> Verdict:
     """Judge `candidate` on one batch: differential checks, then (when they pass) invariances.
 
@@ -78,6 +82,10 @@ def evaluate(
     `call`: the candidate's call on `images`, already started (`Candidate.start_call`); by
     default it is started here, before the reference runs, so that a candidate in an executor
     process works while the reference does.
+
+    `same_as`: another candidate's verdict on the same images, config, tolerance and `expected`
+    (the gate's lockstep fuzzing); when this candidate returned the very same bytes and no
+    invariance is asked, the comparison is that verdict's (copied), not made again.
     """
     if not isinstance(candidate, Candidate):
         candidate = Candidate(getattr(candidate, "__name__", "candidate"), candidate)
@@ -93,6 +101,10 @@ def evaluate(
         actual = call.result()
     except CandidateCrash as exc:
         return _crash_verdict(exc)
+    if (same_as is not None and not invariance and same_as.expected is expected
+            and _same_bytes(same_as.actual, actual)):
+        return Verdict(same_as.check, same_as.message, copy.deepcopy(same_as.stats),
+                       expected=same_as.expected, actual=actual)
     verdict = compare(expected, actual, config, tolerance, sizes=[img.size for img in images])
     if not verdict.ok or not invariance:
         return verdict
@@ -104,6 +116,19 @@ def evaluate(
         return inv
     verdict.stats["invariance"] = "held"
     return verdict
+
+
+def _same_bytes(a: Any, b: Any) -> bool:
+    """Two results with the same dtypes, shapes and bytes (NaN payloads included)."""
+    if not isinstance(a, PreprocessResult) or not isinstance(b, PreprocessResult):
+        return False
+    for x, y in ((a.pixel_values, b.pixel_values), (a.grid_thws, b.grid_thws)):
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return False
+        if x.numel() and not torch.equal(x.contiguous().reshape(-1).view(torch.uint8),
+                                         y.contiguous().reshape(-1).view(torch.uint8)):
+            return False
+    return True
 
 
 def _copy(img: Image.Image) -> Image.Image:

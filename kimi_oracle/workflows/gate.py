@@ -74,7 +74,7 @@ MAX_DIFF_IMAGES = 8
 # Generated examples where NEW's and OLD's outputs differ, judged on both sides beyond the
 # findings' inputs: per group (NEW's failure key, OLD's), and in all.
 DIFFERING_PER_GROUP = 2
-MAX_DIFFERING = 40
+MAX_DIFFERING = 30
 STAGES = ("goldens", "planner", "fuzz", "corpus", "invariance", "performance")
 # With a baseline, golden cases where NEW and OLD give different results are re-run against the
 # reference and diagnosed (root causes, about a quarter of a second each) up to this many per
@@ -83,7 +83,7 @@ GOLDEN_RERUN_PER_CLASS = 2
 # With a baseline, the fuzz stage's budget: NEW and OLD fuzzed in lockstep (one draw, one image
 # and one reference run per example, both candidates at work on it at once) get this share; the
 # rest goes to judging every failing input on the other side (an attribution per differing output).
-FUZZ_PAIR_SHARE = 0.5
+FUZZ_PAIR_SHARE = 0.4
 
 
 @dataclass

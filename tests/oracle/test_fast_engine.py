@@ -222,3 +222,47 @@ def test_stop_early_ends_like_one_hypothesis_round():
                FuzzOptions(examples=300, seed=2, max_side=40, invariance=False, keep_searching=False))
     first = run.first_found["grid_mismatch"]
     assert run.examples == max(10, 2 * first)
+
+
+def test_fuzz_pair_judges_both_sides_on_the_same_examples_made_once(monkeypatch):
+    # The gate's lockstep fuzzing: each example is drawn and made once and judged on both sides;
+    # OLD's outcomes are those of a run of its own (same seed and count), and so are its findings.
+    made = []
+    real_make = fuzzing.FuzzCase.make_images
+    monkeypatch.setattr(fuzzing.FuzzCase, "make_images", lambda case: made.append(1) or real_make(case))
+    options = FuzzOptions(examples=30, seed=4, max_side=32, invariance=False, record_outcomes=True, shrink=False)
+    new, old = Candidate("wide", _wide_fails), Candidate("ref", reference.preprocess)
+    run_new, run_old = fuzzing.fuzz_pair(new, old, PreprocessConfig.k3_small(), options)
+    # once per example (two runs would make 60), plus the findings' fresh images (a group's first
+    # case when met, and its simplest case when published)
+    assert 30 <= len(made) <= 30 + 2 * (len(run_new.findings) + len(run_old.findings)) < 60
+    assert run_new.examples == run_old.examples == 30
+    assert sorted(run_new.outcomes) == sorted(run_old.outcomes) == list(range(30))
+    assert run_new.findings and not run_old.findings
+    alone = fuzz(old, PreprocessConfig.k3_small(), options)
+    assert alone.outcomes == run_old.outcomes
+    alone_new = fuzz(new, PreprocessConfig.k3_small(), options)
+    assert alone_new.outcomes == run_new.outcomes
+    assert [f.key for f in alone_new.findings] == [f.key for f in run_new.findings]
+
+
+def test_evaluate_reuses_a_verdict_only_for_the_same_bytes(monkeypatch):
+    from PIL import Image
+
+    from kimi_oracle.oracle import judge
+
+    images = [Image.new("RGB", (30, 20), (9, 80, 200))]
+    expected = reference.preprocess(images, K3)
+    shifted = lambda imgs, cfg: type(expected)(expected.pixel_values + 0.5, expected.grid_thws.clone())
+    first = judge.evaluate(Candidate("a", shifted), images, K3, invariance=False, expected=expected)
+    assert first.check == "pixel_mismatch"
+    compares = []
+    real = judge.compare
+    monkeypatch.setattr(judge, "compare", lambda *a, **k: compares.append(1) or real(*a, **k))
+    again = judge.evaluate(Candidate("b", shifted), images, K3, invariance=False, expected=expected, same_as=first)
+    assert not compares and again == first and again.stats is not first.stats
+    other = judge.evaluate(Candidate("c", lambda imgs, cfg: expected), images, K3, invariance=False,
+                           expected=expected, same_as=first)
+    assert compares == [1] and other.ok
+    judge.evaluate(Candidate("d", shifted), images, K3, invariance=True, expected=expected, same_as=first)
+    assert compares == [1, 1]  # invariances asked: judged in full
