@@ -25,6 +25,7 @@ written, says `stopped: interrupted`, and its verdict is `error`, never `pass`.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
@@ -83,7 +84,7 @@ GOLDEN_RERUN_PER_CLASS = 2
 # With a baseline, the fuzz stage's budget: NEW and OLD fuzzed in lockstep (one draw, one image
 # and one reference run per example, both candidates at work on it at once) get this share; the
 # rest goes to judging every failing input on the other side (an attribution per differing output).
-FUZZ_PAIR_SHARE = 0.4
+FUZZ_PAIR_SHARE = 0.35
 
 
 @dataclass
@@ -766,6 +767,49 @@ class Gate:
         differing = self._differing_examples(run_new, run_old, inputs)
         t_both = time.monotonic()
         disagree = 0
+        # Findings are written by one writer thread while this one judges the next inputs (the
+        # writes are mostly zlib, PNG encoding and fsync, which release the GIL); each is atomic,
+        # and all are done before the stage ends, in order.
+        writes: list[tuple[str, Finding, concurrent.futures.Future]] = []
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="finding-writer") as writer:
+            try:
+                disagree = self._judge_on_both(inputs, writer, writes)
+            finally:
+                for side, f, done in writes:
+                    done.result()  # a write's error is the stage's
+                    entry = {"stage": "fuzz", **finding_summary(f)}
+                    (self.findings if side == "new" else self.baseline_findings).append(entry)
+        stage.details = {"examples": run_new.examples, "calls": run_new.calls, "rejected": run_new.rejected,
+                         "seed": self.seed, "stopped": run_new.stopped, "counts": run_new.counts(),
+                         "skipped_hanging": run_new.skipped_hanging,
+                         "baseline": ({"examples": run_old.examples, "calls": run_old.calls,
+                                       "stopped": run_old.stopped, "counts": run_old.counts()}
+                                      if run_old is not None else None),
+                         "inputs_judged_on_both": len(inputs), "inputs_new_and_old_disagree": disagree,
+                         "examples_where_outputs_differ": differing,
+                         # where the stage's time went (seconds)
+                         "seconds": {"new_run": round(run_new.elapsed_s, 3), "new_search": round(run_new.search_s, 3),
+                                     "old_run": round(run_old.elapsed_s, 3) if run_old is not None else None,
+                                     "old_search": round(run_old.search_s, 3) if run_old is not None else None,
+                                     "differing_examples": round(t_both - t_differing, 3),
+                                     "judged_on_both": round(time.monotonic() - t_both, 3)}}
+        stage.summary = (f"{run_new.examples} examples for NEW, "
+                         f"{run_old.examples if run_old is not None else 0} for OLD (seed {self.seed}: the "
+                         f"same cases); "
+                         f"{len(inputs)} failing inputs judged on both, {disagree} where they differ; "
+                         f"NEW {len(run_new.findings)} findings, OLD "
+                         f"{len(run_old.findings) if run_old is not None else '-'}")
+        stage.status = "pass"
+        self._fuzz_interrupted(stage, run_new)
+        if run_old is not None:
+            self._fuzz_interrupted(stage, run_old)
+        return stage
+
+    def _judge_on_both(self, inputs: dict[str, dict[str, Finding]], writer: concurrent.futures.Executor,
+                       writes: list) -> int:
+        """Every failing input judged on the side that did not report it; observations for both
+        sides, each side's finding handed to `writer`. Returns how many inputs the sides disagree on."""
+        disagree = 0
         for input_id, found in inputs.items():
             interrupts.raise_if_requested()
             base = found.get("new") or found["old"]
@@ -793,38 +837,12 @@ class Gate:
                     "root_causes": list(other.root_causes) if other is not None else [],
                     "same_output": same,
                     "outputs": "outputs.npz (expected, new, old)"}
-                write_finding(self.out_dir if side == "new" else self.out_dir / "baseline", f,
-                              extra_files={"outputs.npz": _outputs_npz(
-                                  expected=f.expected,
-                                  new=f.actual if side == "new" else other_out,
-                                  old=other_out if side == "new" else f.actual)})
-                entry = {"stage": "fuzz", **finding_summary(f)}
-                (self.findings if side == "new" else self.baseline_findings).append(entry)
-        stage.details = {"examples": run_new.examples, "calls": run_new.calls, "rejected": run_new.rejected,
-                         "seed": self.seed, "stopped": run_new.stopped, "counts": run_new.counts(),
-                         "skipped_hanging": run_new.skipped_hanging,
-                         "baseline": ({"examples": run_old.examples, "calls": run_old.calls,
-                                       "stopped": run_old.stopped, "counts": run_old.counts()}
-                                      if run_old is not None else None),
-                         "inputs_judged_on_both": len(inputs), "inputs_new_and_old_disagree": disagree,
-                         "examples_where_outputs_differ": differing,
-                         # where the stage's time went (seconds)
-                         "seconds": {"new_run": round(run_new.elapsed_s, 3), "new_search": round(run_new.search_s, 3),
-                                     "old_run": round(run_old.elapsed_s, 3) if run_old is not None else None,
-                                     "old_search": round(run_old.search_s, 3) if run_old is not None else None,
-                                     "differing_examples": round(t_both - t_differing, 3),
-                                     "judged_on_both": round(time.monotonic() - t_both, 3)}}
-        stage.summary = (f"{run_new.examples} examples for NEW, "
-                         f"{run_old.examples if run_old is not None else 0} for OLD (seed {self.seed}: the "
-                         f"same cases); "
-                         f"{len(inputs)} failing inputs judged on both, {disagree} where they differ; "
-                         f"NEW {len(run_new.findings)} findings, OLD "
-                         f"{len(run_old.findings) if run_old is not None else '-'}")
-        stage.status = "pass"
-        self._fuzz_interrupted(stage, run_new)
-        if run_old is not None:
-            self._fuzz_interrupted(stage, run_old)
-        return stage
+                npz = _outputs_npz(expected=f.expected, new=f.actual if side == "new" else other_out,
+                                   old=other_out if side == "new" else f.actual)
+                writes.append((side, f, writer.submit(
+                    write_finding, self.out_dir if side == "new" else self.out_dir / "baseline", f,
+                    extra_files={"outputs.npz": npz})))
+        return disagree
 
     def _differing_examples(self, run_new: FuzzRun, run_old: FuzzRun | None,
                             inputs: dict[str, dict[str, Finding]]) -> int:
