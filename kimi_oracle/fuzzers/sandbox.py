@@ -524,7 +524,9 @@ class IsolatedCandidate(Candidate):
 
     def _receive(self, call: "Call") -> None:
         """Wait for `call`'s answer (what is left of its timeout since it was sent)."""
-        assert call is self._in_flight
+        if call is not self._in_flight:  # abandoned (an interrupt) or its process stopped
+            call._settle(error=CandidateError(f"candidate {self.spec!r}: the call was abandoned before it answered"))
+            return
         self._in_flight = None
         conn = self._conn
         began = time.monotonic()
@@ -544,6 +546,7 @@ class IsolatedCandidate(Candidate):
             self.activity.add(*span)
             call._settle(answer=answer)
         except KeyboardInterrupt:
+            call._settle(error=CandidateError(f"candidate {self.spec!r}: interrupted while waiting for its answer"))
             self._abandon()
             raise
         finally:

@@ -189,3 +189,29 @@ def test_an_isolated_call_works_while_this_process_goes_on(tmp_path):
         assert torch.equal(got.pixel_values, ref.preprocess([img], config).pixel_values)
         assert other.grid_thws.tolist() == [[1, 2, 2]]
         assert cand.activity.count >= 4  # both calls: this process waiting, the executor working
+
+
+def test_a_call_in_flight_when_its_process_is_stopped_has_no_result(tmp_path):
+    # close() (the end of a run, or an interrupt) with a call in flight: that call reports a
+    # harness error when asked, never another call's answer or a candidate result.
+    from kimi_oracle.core.config import PreprocessConfig
+    import torch
+
+    from kimi_oracle.core.errors import CandidateError
+    from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
+
+    config = PreprocessConfig.k3()
+    img = Image.new("RGB", (30, 20), (200, 10, 40))
+    img.info["kimi_test_events"] = str(tmp_path)  # the candidate waits for `go`, never created
+    events_file = Path(__file__).parent / "event_candidates.py"
+    cand = IsolatedCandidate(f"{events_file}:gated", timeout_s=60)
+    call = cand.start_call([img], config)
+    cand.close()
+    with pytest.raises(CandidateError, match="stopped before it answered"):
+        call.result()
+    # the candidate starts again for the next call
+    (tmp_path / "go").touch()
+    from kimi_oracle.pipelines import reference as ref
+
+    assert torch.equal(cand([img], config).pixel_values, ref.preprocess([img], config).pixel_values)
+    cand.close()
