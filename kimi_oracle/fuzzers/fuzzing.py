@@ -328,6 +328,7 @@ class _Record:
     finding: Finding | None = None  # the case's finding (diagnosed), once made
     cost_to_judge: float = 0.0  # the clock's time judging it took
     cost: float = 0.0  # the clock's time making that finding took
+    shrunk: bool = False  # a case the shrink found
 
 
 class _Engine:
@@ -354,6 +355,7 @@ class _Engine:
         self.last_new = 0  # the example number the latest new group was met at
         self.published: set[str] = set()  # groups whose finding is out (a budget's later search)
         self.longest = {False: 0.0, True: 0.0}  # the longest example so far: ordinary, tile-crossing
+        self.last_done: float | None = None  # when the latest example's judging (and noting) ended
         self.database = _database(options.db_dir) if options.db_dir else None
         # fuzz_pair: the baseline's engine, judged on every generated example of this one in lockstep
         self.partner: _Engine | None = None
@@ -414,10 +416,13 @@ class _Engine:
         return finding_key(check, verdict.stats, images) if self.options.split_by_mode else check
 
     def note(self, case: FuzzCase, choices: Sequence[int], images: list[Image.Image], verdict: Verdict,
-             invariance: bool, *, saved: bool = False, took: float = 0.0, tile: bool = False) -> None:
+             invariance: bool, *, saved: bool = False, took: float = 0.0, tile: bool = False,
+             number: int | None = None) -> None:
         """Record a failing example (replayed or generated): hits, levels, a group's first case.
         A tile-crossing example (one image of ~256-2048 px sides: a short choice sequence) never
-        replaces a group's case: shrinking and diagnosing it would cost hundreds of small ones."""
+        replaces a group's case: shrinking and diagnosing it would cost hundreds of small ones.
+        `number`: the example's number (1-based; default: the examples counted so far, which is it
+        unless the search has begun the next one already)."""
         check = str(verdict.check)
         group = self.group_of(verdict, images)
         if group in self.published:
@@ -427,7 +432,7 @@ class _Engine:
         level = verdict.stats.get("max_level_diff")
         if isinstance(level, (int, float)):
             seen["max"] = max(seen["max"], float(level))
-        example = self.run.examples
+        example = number if number is not None else self.run.examples
         known = self.records.get(group)
         if known is not None:
             # Hypothesis keeps the simplest failing case of each kind it generated; so do we: the
@@ -531,6 +536,7 @@ class _Engine:
         # works while this process does. Not with keep_searching=False, whose stop depends on
         # each verdict before the next example.
         ahead = options.keep_searching
+        self.last_done = None  # (a later pass: the time shrinking took is no example's)
         pending: dict[str, Any] | None = None
         while True:
             upcoming = self.next_example(target, first, every, pending)
@@ -572,7 +578,7 @@ class _Engine:
             return None
         run.examples += 1
         case = draw_fuzz_case(source, self.config, self.draw_options)
-        return {"i": i, "source": source, "tile": tile, "began": self.clock(), "case": case,
+        return {"i": i, "number": run.examples, "source": source, "tile": tile, "case": case,
                 "invariance": options.invariance and i % every == 0, "expected": None,
                 "images": case.make_images()}
 
@@ -598,20 +604,29 @@ class _Engine:
 
     def _complete(self, example: dict[str, Any]) -> tuple[list[Image.Image], Verdict] | None:
         run = self.run
+        began = self.clock()  # waiting for the candidate's answer, the reference, the comparison
         judged = self.finish(example["started"], example["invariance"], expected=example["expected"],
                              same_as=example.get("same_as"))
-        took = self.clock() - example["began"]
+        done = self.clock()
+        took = done - began
+        # What an example costs the search: from the end of the previous one's judging (its
+        # diagnosis excluded) to the end of this one's, the next example's drawing and making
+        # included; the longest of its kind tells the budget whether another one fits.
+        period = done - self.last_done if self.last_done is not None else took
         tile = example["tile"]
-        self.longest[tile] = max(self.longest[tile], took)
-        if self.options.record_outcomes:
-            run.outcomes[example["i"]] = outcome_digest(judged[1] if judged is not None else None)
-        if judged is None:
-            return None
-        images, verdict = judged
-        if not verdict.ok:
-            self.note(example["case"], example["source"].choices, images, verdict, example["invariance"], took=took,
-                      tile=example["tile"])
-        return judged
+        self.longest[tile] = max(self.longest[tile], took, period)
+        try:
+            if self.options.record_outcomes:
+                run.outcomes[example["i"]] = outcome_digest(judged[1] if judged is not None else None)
+            if judged is None:
+                return None
+            images, verdict = judged
+            if not verdict.ok:
+                self.note(example["case"], example["source"].choices, images, verdict, example["invariance"],
+                          took=took, tile=example["tile"], number=example["number"])
+            return judged
+        finally:
+            self.last_done = self.clock()
 
     def shrink(self, group: str, deadline: float | None) -> None:
         """Shrink a group's case with hypothesis (reuse + shrink phases over its recorded choices);
@@ -640,7 +655,8 @@ class _Engine:
             if verdict.ok or self.group_of(verdict, images) != group:
                 return  # another group's failure is not this group's shrink step
             if (len(choices), choices) <= (len(self.records[group].choices), self.records[group].choices):
-                self.records[group] = _Record(case, tuple(choices), verdict, record.example, record.invariance)
+                self.records[group] = _Record(case, tuple(choices), verdict, record.example, record.invariance,
+                                              shrunk=True)
             if verdict.check == TIMEOUT and len(images) == 1:
                 self.hanging.add(mode_class(images[0]))
             if failure_type(verdict.stats).split("[")[0] in COSTLY_FAILURES:
@@ -694,10 +710,10 @@ class _Engine:
         run, out_dir = self.run, self.out_dir
         record = self.records[group]
         first = self.first_cases.pop(group, None)
-        if (record.finding is None and first is not None and first.finding is not None
+        if (record.finding is None and not record.shrunk and first is not None and first.finding is not None
                 and self.budget is not None and self.over(1.0)):
-            # Past the budget, a simpler case met later (not shrunk) is not diagnosed anew: the
-            # first case, diagnosed when it was met, is the finding.
+            # Past the budget, a simpler case met later (not one the shrink found) is not
+            # diagnosed anew: the first case, diagnosed when it was met, is the finding.
             record = first
         finding = record.finding if record.finding is not None else self.finding(record)
         finding.extra["group"] = group
@@ -864,6 +880,7 @@ def _fuzz(candidate: Candidate | str, config: PreprocessConfig, options: FuzzOpt
             if partner is None:
                 engine.settle(shrink=abort is None)
             else:
+                partner.run.stopped = run.stopped  # (an interrupt ends the baseline's shrinking too)
                 _settle_pair(engine, partner, shrink=abort is None)
         except _HarnessAbort as exc:
             abort = exc

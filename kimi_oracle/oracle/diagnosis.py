@@ -1171,11 +1171,13 @@ def _remember_run(key: tuple, patches: torch.Tensor) -> None:
 
 def _image_key(img: Image.Image) -> bytes:
     """A digest of everything a reference run reads from a decoded image: mode, size, pixels,
-    frames, info and the encoded file it came from."""
+    palette, frames, info and the encoded file it came from."""
     h = hashlib.blake2b(digest_size=20)
     h.update(repr((img.mode, img.size, getattr(img, "n_frames", 1), sorted(
         (str(k), repr(v)) for k, v in img.info.items()))).encode())
     h.update(img.tobytes())
+    if img.palette is not None:  # P and PA: the same indices under another palette differ
+        h.update(img.palette.mode.encode() + b"|" + bytes(img.getpalette(img.palette.mode) or b""))
     h.update(encoded_bytes(img) or b"")
     return h.digest()
 

@@ -33,6 +33,7 @@ import io
 import json
 import os
 import platform
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +51,8 @@ from kimi_oracle.fuzzers.fuzzing import (TILE_SHARE, FuzzOptions, FuzzRun, findi
 from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.oracle.candidates import CandidateCrash
-from kimi_oracle.oracle.checks import ACCEPTS_INVALID, INVARIANCE, PIXEL_MISMATCH, Verdict, check_invariance, compare
+from kimi_oracle.oracle.checks import (ACCEPTS_INVALID, INVARIANCE, PIXEL_MISMATCH, TIMEOUT, Verdict, check_invariance,
+                                       compare)
 from kimi_oracle.oracle.diagnosis import finding_diagnosis
 from kimi_oracle.oracle.grouping import finding_key, image_at_fault, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
@@ -775,10 +777,17 @@ class Gate:
             try:
                 disagree = self._judge_on_both(inputs, writer, writes)
             finally:
+                failed: BaseException | None = None
                 for side, f, done in writes:
-                    done.result()  # a write's error is the stage's
+                    try:
+                        done.result()
+                    except Exception as exc:  # noqa: BLE001 - the first write error is the stage's
+                        failed = failed or exc
+                        continue
                     entry = {"stage": "fuzz", **finding_summary(f)}
                     (self.findings if side == "new" else self.baseline_findings).append(entry)
+                if failed is not None and sys.exc_info()[0] is None:
+                    raise failed
         stage.details = {"examples": run_new.examples, "calls": run_new.calls, "rejected": run_new.rejected,
                          "seed": self.seed, "stopped": run_new.stopped, "counts": run_new.counts(),
                          "skipped_hanging": run_new.skipped_hanging,
@@ -854,10 +863,15 @@ class Gate:
         if run_old is None:
             return 0
         indices = sorted(i for i, d in run_new.outcomes.items() if i in run_old.outcomes and run_old.outcomes[i] != d)
+        # Not re-run: examples a side did not judge (a mode class it hung on) or timed out on:
+        # each would cost a whole case timeout again, and the hang is a finding of its own.
+        costly = ("not-judged", f"{TIMEOUT}:")
+        rerun = [i for i in indices
+                 if not any(o[i].startswith(costly) for o in (run_new.outcomes, run_old.outcomes))]
         options = self._fuzz_options(None, None)
         per_group: dict[tuple[str, str], int] = {}
         taken = 0
-        for i in indices:
+        for i in rerun:
             if taken >= MAX_DIFFERING:
                 break
             interrupts.raise_if_requested()

@@ -266,3 +266,18 @@ def test_evaluate_reuses_a_verdict_only_for_the_same_bytes(monkeypatch):
     assert compares == [1] and other.ok
     judge.evaluate(Candidate("d", shifted), images, K3, invariance=True, expected=expected, same_as=first)
     assert compares == [1, 1]  # invariances asked: judged in full
+
+
+@pytest.mark.parametrize("keep_searching", [True, False])
+def test_a_findings_example_number_is_the_one_it_was_met_at(keep_searching):
+    # The search runs one example ahead: the number a finding carries (and first_found) must be
+    # the failing example's own, 1-based, not the next one's (found by review).
+    def off_by_half(images, config):
+        out = reference.preprocess(images, config)
+        return type(out)(out.pixel_values + 0.5, out.grid_thws)
+
+    run = fuzz(Candidate("half", off_by_half), PreprocessConfig.k3_small(),
+               FuzzOptions(examples=3, seed=1, max_side=24, invariance=False, shrink=False,
+                           keep_searching=keep_searching, split_by_mode=False))
+    assert run.first_found == {"pixel_mismatch": 1}
+    assert [f.example for f in run.findings] == [1]

@@ -170,3 +170,27 @@ def test_an_attribution_is_made_once_per_input_and_result(monkeypatch):
     assert len(calls) == 2
     assert diagnosis.finding_diagnosis("pixel_mismatch", verdict.stats, [img], config, expected, swapped) == first
     assert len(calls) == 2 and torch.equal(swapped.pixel_values, expected.pixel_values.flip(1))
+
+
+def test_shared_reference_runs_tell_palettes_apart(monkeypatch):
+    # Two palette images with the same indices and different palettes are different inputs: an
+    # attribution of the second may not reuse the first one's reference runs (found by review:
+    # a spurious normalize-float at 114 levels appeared).
+    from kimi_oracle.oracle import diagnosis
+    from kimi_oracle.pipelines import reference
+
+    monkeypatch.setattr(diagnosis, "_VARIANT_RUNS", {})
+    monkeypatch.setattr(diagnosis, "_VARIANT_BYTES", [0])
+    monkeypatch.setattr(diagnosis, "_ATTRIBUTIONS", {})
+    config = PreprocessConfig.k3()
+    first, second = Image.new("P", (3, 2), 1), Image.new("P", (3, 2), 1)
+    first.putpalette([0, 0, 0, 250, 10, 10] * 128)
+    second.putpalette([0, 0, 0, 10, 250, 10] * 128)
+    alone = diagnosis.attribute([second], config, reference.preprocess([second], config))
+    monkeypatch.setattr(diagnosis, "_VARIANT_RUNS", {})
+    monkeypatch.setattr(diagnosis, "_VARIANT_BYTES", [0])
+    shifted = reference.preprocess([first], config)
+    shifted = type(shifted)(shifted.pixel_values + 0.25, shifted.grid_thws)
+    diagnosis.attribute([first], config, shifted)  # fills the shared runs with the first image's
+    after = diagnosis.attribute([second], config, reference.preprocess([second], config))
+    assert alone.root_causes == after.root_causes == () and after.max_levels == 0
