@@ -881,7 +881,7 @@ class Gate:
                 expected = reference.preprocess([im.copy() for im in images], case.config)
             except InputError:
                 expected = None  # the checkpoint rejects it: evaluate runs the candidates anyway
-            found: dict[str, Finding] = {}
+            verdicts: dict[str, Verdict] = {}
             keys = []
             for side, candidate in (("new", self.new), ("old", self.old)):
                 try:
@@ -892,17 +892,20 @@ class Gate:
                     continue
                 keys.append(finding_key(str(verdict.check), verdict.stats, images) if not verdict.ok else "ok")
                 if not verdict.ok:
-                    found[side] = finding_from(verdict, candidate.spec, case.config, images,
-                                               params=[p.to_dict() for p in case.images],
-                                               tolerance=self.options.tolerance, seed=run_new.seed, example=i)
+                    verdicts[side] = verdict
             group = (keys[0], keys[-1])
-            if not found or per_group.get(group, 0) >= DIFFERING_PER_GROUP:
-                continue
+            if not verdicts or per_group.get(group, 0) >= DIFFERING_PER_GROUP:
+                continue  # (no attribution spent on an example that is not kept)
             input_id = _input_id("fuzz", case.config, [p.to_dict() for p in case.images], images)
             if input_id in inputs:
                 continue
+            # (generated example i is the run's example i + 1: no saved failures replay here)
+            inputs[input_id] = {
+                side: finding_from(verdict, (self.new if side == "new" else self.old).spec,  # type: ignore[union-attr]
+                                   case.config, images, params=[p.to_dict() for p in case.images],
+                                   tolerance=self.options.tolerance, seed=run_new.seed, example=i + 1)
+                for side, verdict in verdicts.items()}
             per_group[group] = per_group.get(group, 0) + 1
-            inputs[input_id] = found
             taken += 1
         return len(indices)
 
