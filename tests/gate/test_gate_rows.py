@@ -249,3 +249,29 @@ def test_write_known_escapes_what_toml_forbids(tmp_path):
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     assert data["comment"] == text and data["known"][0]["note"] == text
     assert read_known(path).entries[0].note == text  # and our own reader accepts it
+
+
+def test_differing_examples_skip_those_a_side_did_not_judge_or_timed_out_on(tmp_path):
+    # An example NEW skipped (a mode class it hung on) or timed out on differs from OLD's outcome,
+    # but re-running it would cost a whole case timeout each, unbudgeted (found by review): only
+    # the other differing examples are judged on both sides.
+    from kimi_oracle.fuzzers.fuzzing import FuzzOptions, FuzzRun
+    from kimi_oracle.oracle.candidates import Candidate
+    from kimi_oracle.pipelines import reference
+    from kimi_oracle.workflows.gate import Gate, GateOptions
+
+    gate = Gate("reference", "reference", GateOptions(budget_s=10, seed=3), tmp_path)
+    calls = []
+
+    def counted(images, config):
+        calls.append(1)
+        return reference.preprocess(images, config)
+
+    gate.new, gate.old = Candidate("new", counted), Candidate("old", counted)
+    run_new = FuzzRun("new", gate.config, FuzzOptions(seed=3), 3)
+    run_old = FuzzRun("old", gate.config, FuzzOptions(seed=3), 3)
+    run_new.outcomes = {0: "not-judged", 1: "timeout:CallTimedOut", 2: "aaa", 3: "same"}
+    run_old.outcomes = {0: "bbb", 1: "ccc", 2: "ddd", 3: "same"}
+    inputs: dict = {}
+    assert gate._differing_examples(run_new, run_old, inputs) == 3  # all three counted
+    assert len(calls) == 2  # only example 2 re-run, once per side
