@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from PIL import Image
-import torch
 
 from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
@@ -59,7 +58,7 @@ from kimi_oracle.inputs.strategies import DEFAULT_MAX_SIDE, recorded_fuzz_cases
 from kimi_oracle.oracle.candidates import Candidate, load_candidate
 from kimi_oracle.oracle.checks import (FINDING_KINDS, INVARIANCE,
                                        PIXEL_MISMATCH, TIMEOUT, Tolerance,
-                                       Verdict)
+                                       Verdict, update_digest)
 from kimi_oracle.oracle.diagnosis import finding_diagnosis
 from kimi_oracle.oracle.grouping import failure_type, finding_key, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
@@ -398,9 +397,8 @@ class _Engine:
         if shrinking:
             run.shrink_calls += 1
         try:
-            kwargs = {"same_as": same_as} if same_as is not None else {}
             verdict = evaluate(self.candidate, images, config, self.tol, invariance=invariance, call=call,
-                               expected=expected, **kwargs)
+                               expected=expected, same_as=same_as)
         except Rejected:
             if not shrinking:
                 run.rejected += 1
@@ -579,8 +577,7 @@ class _Engine:
         run.examples += 1
         case = draw_fuzz_case(source, self.config, self.draw_options)
         return {"i": i, "number": run.examples, "source": source, "tile": tile, "case": case,
-                "invariance": options.invariance and i % every == 0, "expected": None,
-                "images": case.make_images()}
+                "invariance": options.invariance and i % every == 0, "images": case.make_images()}
 
     @staticmethod
     def hung(pending: dict[str, Any]) -> bool:
@@ -605,7 +602,7 @@ class _Engine:
     def _complete(self, example: dict[str, Any]) -> tuple[list[Image.Image], Verdict] | None:
         run = self.run
         began = self.clock()  # waiting for the candidate's answer, the reference, the comparison
-        judged = self.finish(example["started"], example["invariance"], expected=example["expected"],
+        judged = self.finish(example["started"], example["invariance"], expected=example.get("expected"),
                              same_as=example.get("same_as"))
         done = self.clock()
         took = done - began
@@ -705,13 +702,13 @@ class _Engine:
                             params=[p.to_dict() for p in case.images], tolerance=str(self.tol),
                             seed=self.run.seed, example=record.example)
 
-    def publish(self, group: str) -> None:
-        """The group's finding (and, when shrinking lost root causes, its first case's), written."""
+    def publish(self, group: str, past_end: bool = False) -> None:
+        """The group's finding (and, when shrinking lost root causes, its first case's), written.
+        `past_end`: the settle's time is spent."""
         run, out_dir = self.run, self.out_dir
         record = self.records[group]
         first = self.first_cases.pop(group, None)
-        if (record.finding is None and not record.shrunk and first is not None and first.finding is not None
-                and self.budget is not None and self.over(1.0)):
+        if record.finding is None and not record.shrunk and first is not None and first.finding is not None and past_end:
             # Past the budget, a simpler case met later (not one the shrink found) is not
             # diagnosed anew: the first case, diagnosed when it was met, is the finding.
             record = first
@@ -741,11 +738,13 @@ class _Engine:
                     write_finding(out_dir, extra_finding)
                 run.findings.append(extra_finding)
 
-    def settle(self, shrink: bool = True) -> None:
+    def settle(self, shrink: bool = True, until: float | None = None) -> None:
         """Shrink (unless off, interrupted or replayed from the database), save and publish every
-        group in report order; the budget left is shared among the groups still to go, each
-        given its share minus the time publishing one has taken on average."""
+        group in report order; the time left until `until` (default: the budget's end) is shared
+        among the groups still to go, each given its share minus the time publishing one has
+        taken on average."""
         run = self.run
+        end = until if until is not None else self.start + self.budget if self.budget is not None else None
         order = {c: i for i, c in enumerate(FINDING_KINDS)}
         groups = sorted(self.records, key=lambda g: (order.get(g.split("[")[0], 99), self.records[g].example, g))
         abort: _HarnessAbort | None = None
@@ -754,14 +753,14 @@ class _Engine:
                           and not self.records[group].saved)
             if shrinkable:
                 deadline = None
-                if self.budget is not None:
+                if end is not None:
                     # Publishing (diagnosis, files) cannot stop half-way: every group still to go
                     # keeps the average publishing time so far; the rest is shared for shrinking.
                     # The first case's diagnosis time stands for each group's publishing time.
                     now = self.clock()
                     left = len(groups) - k
                     reserve = sum(self.first_cases.get(g, self.records[g]).cost for g in groups[k:])
-                    deadline = now + (self.start + self.budget - now - reserve) / left
+                    deadline = now + (end - now - reserve) / left
                 try:
                     if deadline is None or deadline > self.clock():
                         self.shrink(group, deadline)
@@ -770,7 +769,7 @@ class _Engine:
                 except KeyboardInterrupt:
                     run.stopped = "interrupted"
             self.save(group)
-            self.publish(group)
+            self.publish(group, past_end=end is not None and self.clock() >= end)
         self.published.update(self.records)
         self.records.clear()
         if abort is not None:
@@ -786,9 +785,7 @@ def outcome_digest(verdict: Verdict | None) -> str:
     if actual is None:
         return f"{verdict.check}:{str(verdict.stats.get('exception', verdict.message)).split(':')[0]}"
     h = hashlib.sha256()
-    for t in (actual.grid_thws, actual.pixel_values):
-        h.update(str((tuple(t.shape), t.dtype)).encode())
-        h.update(t.contiguous().numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().numpy().tobytes())
+    update_digest(h, actual)
     return h.hexdigest()[:24]
 
 
@@ -906,19 +903,12 @@ def _fuzz(candidate: Candidate | str, config: PreprocessConfig, options: FuzzOpt
 def _settle_pair(engine: _Engine, partner: _Engine, shrink: bool) -> None:
     """fuzz_pair's settle: the time left is shared between NEW's groups and OLD's in proportion
     to their counts, NEW's first (each side's settle ends at its share's end)."""
-    if engine.budget is None:
-        engine.settle(shrink=shrink)
-        partner.settle(shrink=shrink)
-        return
-    end = engine.start + engine.budget
-    now = engine.clock()
-    mine, theirs = len(engine.records), len(partner.records)
-    middle = now + max(end - now, 0.0) * mine / max(mine + theirs, 1)
-    engine.budget = middle - engine.start
-    try:
-        engine.settle(shrink=shrink)
-    finally:
-        engine.budget = end - engine.start
+    middle = None
+    if engine.budget is not None:
+        now = engine.clock()
+        mine, theirs = len(engine.records), len(partner.records)
+        middle = now + max(engine.start + engine.budget - now, 0.0) * mine / max(mine + theirs, 1)
+    engine.settle(shrink=shrink, until=middle)
     partner.settle(shrink=shrink)
 
 

@@ -315,7 +315,6 @@ class IsolatedCandidate(Candidate):
         self.restarts = 0
         self.crashes = 0
         self.timeouts = 0
-        self.busy_s = 0.0  # seconds spent waiting for the executor (calls, transfers, timings)
         # Spans in which the executor worked on a request or this process waited for it.
         self.activity = Activity()
         self._in_flight: Call | None = None
@@ -553,9 +552,7 @@ class IsolatedCandidate(Candidate):
             self._waited(began)
 
     def _waited(self, began: float) -> None:
-        now = time.monotonic()
-        self.busy_s += now - began
-        self.activity.add(began, now)
+        self.activity.add(began, time.monotonic())
 
     def _abandon(self) -> None:
         # Ctrl-C or SIGTERM in the middle of a call: the executor's answer would be read as the
@@ -630,9 +627,8 @@ class Call:
 
     def answer(self) -> tuple:
         """The executor's raw answer; the crash, death or timeout raised."""
-        if not self.done:
-            self.owner._receive(self)
-        if self._error is not None:
+        if self.wait() is not None:
+            assert self._error is not None
             raise self._error
         assert self._answer is not None
         return self._answer

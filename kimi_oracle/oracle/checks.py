@@ -176,6 +176,30 @@ def _rows_of(grid: Sequence[Any]) -> int:
     return int(t) * int(h) * int(w)
 
 
+def update_digest(h: Any, result: PreprocessResult) -> None:
+    """Feed a result's grids and pixel values (shape, dtype and bytes) to a hashlib object: equal
+    digests for bit-identical results (`same_output`)."""
+    for t in (result.grid_thws, result.pixel_values):
+        t = torch.as_tensor(t).detach().cpu().contiguous()
+        h.update(str((tuple(t.shape), t.dtype)).encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+
+
+def same_output(a: Any, b: Any) -> bool:
+    """Two results with the same dtypes, shapes and bytes, pixel values and grids alike (NaN
+    payloads and signed zeros told apart): bit-identical outputs."""
+    if not isinstance(a, PreprocessResult) or not isinstance(b, PreprocessResult):
+        return False
+    for x, y in ((a.pixel_values, b.pixel_values), (a.grid_thws, b.grid_thws)):
+        x, y = torch.as_tensor(x).detach().cpu(), torch.as_tensor(y).detach().cpu()
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return False
+        if x.numel() and not torch.equal(x.contiguous().reshape(-1).view(torch.uint8),
+                                         y.contiguous().reshape(-1).view(torch.uint8)):
+            return False
+    return True
+
+
 def compare(
     expected: Any,
     actual: Any,
@@ -311,9 +335,9 @@ def levels_at(values: torch.Tensor, mask: np.ndarray, config: PreprocessConfig) 
     """`levels_of(values, config)[mask]` for a boolean (N, 3, p, p) mask: the same float64
     operations on each value, in the same (C) order; only the masked values are computed when
     they are few."""
-    v = values.detach().cpu().float().numpy()
     if mask.sum() * 4 > mask.size:
         return levels_of(values, config)[mask]
+    v = values.detach().cpu().float().numpy()
     offset, slope = _level_params(config)
     flat = np.flatnonzero(mask)
     channel = (flat // (v.shape[2] * v.shape[3])) % 3
@@ -764,7 +788,9 @@ __all__ = [
     "levels_of",
     "locate",
     "pixel_stats",
+    "same_output",
     "self_check",
     "source_range",
     "ulp_distance",
+    "update_digest",
 ]

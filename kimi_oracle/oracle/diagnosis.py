@@ -34,7 +34,7 @@ from kimi_oracle.core.geometry import ResizePlan, plan
 from kimi_oracle.core.images import ImageSource, call_copy, convert, encoded_bytes, has_alpha, load_images
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.oracle.candidates import as_result
-from kimi_oracle.oracle.checks import levels_at, levels_of
+from kimi_oracle.oracle.checks import levels_at, levels_of, update_digest
 from kimi_oracle.pipelines.reference import (
     CHECKPOINT,
     PATTERN_VALUES,
@@ -1203,10 +1203,9 @@ def _attribution_key(images: Sequence[Any], config: PreprocessConfig, actual: An
     for result in (actual, expected):
         if result is not None and not isinstance(result, PreprocessResult):
             return None
-        for t in ((result.pixel_values, result.grid_thws) if result is not None else ()):
-            t = t.detach().cpu().contiguous()
-            h.update(str((tuple(t.shape), t.dtype)).encode())
-            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(b"-" if result is None else b"+")
+        if result is not None:
+            update_digest(h, result)
     return h.digest()
 
 

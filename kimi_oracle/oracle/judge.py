@@ -7,14 +7,13 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Sequence
 
-import torch
 from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError
-from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.oracle.candidates import Candidate, CandidateCrash, SelfCheckFailed
-from kimi_oracle.oracle.checks import ACCEPTS_INVALID, CRASH, Tolerance, Verdict, check_invariance, compare
+from kimi_oracle.oracle.checks import (ACCEPTS_INVALID, CRASH, Tolerance, Verdict, check_invariance, compare,
+                                       same_output)
 from kimi_oracle.pipelines import reference
 
 
@@ -102,7 +101,7 @@ def evaluate(
     except CandidateCrash as exc:
         return _crash_verdict(exc)
     if (same_as is not None and not invariance and same_as.expected is expected
-            and _same_bytes(same_as.actual, actual)):
+            and same_output(same_as.actual, actual)):
         return Verdict(same_as.check, same_as.message, copy.deepcopy(same_as.stats),
                        expected=same_as.expected, actual=actual)
     verdict = compare(expected, actual, config, tolerance, sizes=[img.size for img in images])
@@ -116,19 +115,6 @@ def evaluate(
         return inv
     verdict.stats["invariance"] = "held"
     return verdict
-
-
-def _same_bytes(a: Any, b: Any) -> bool:
-    """Two results with the same dtypes, shapes and bytes (NaN payloads included)."""
-    if not isinstance(a, PreprocessResult) or not isinstance(b, PreprocessResult):
-        return False
-    for x, y in ((a.pixel_values, b.pixel_values), (a.grid_thws, b.grid_thws)):
-        if x.dtype != y.dtype or x.shape != y.shape:
-            return False
-        if x.numel() and not torch.equal(x.contiguous().reshape(-1).view(torch.uint8),
-                                         y.contiguous().reshape(-1).view(torch.uint8)):
-            return False
-    return True
 
 
 def _copy(img: Image.Image) -> Image.Image:

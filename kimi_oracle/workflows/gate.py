@@ -52,7 +52,7 @@ from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.oracle.candidates import CandidateCrash
 from kimi_oracle.oracle.checks import (ACCEPTS_INVALID, INVARIANCE, PIXEL_MISMATCH, TIMEOUT, Verdict, check_invariance,
-                                       compare)
+                                       compare, same_output)
 from kimi_oracle.oracle.diagnosis import finding_diagnosis
 from kimi_oracle.oracle.grouping import finding_key, image_at_fault, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
@@ -122,7 +122,7 @@ class GateOptions:
     # rejects are reported only).
     planner: str | None = None
     planner_sizes: int = 200_000
-    tile_share: float = TILE_SHARE  # fuzzers.fuzzing.TILE_SHARE: one example in 250 crosses kernel tiles
+    tile_share: float = TILE_SHARE  # fuzzers.fuzzing.TILE_SHARE: one example in 200 crosses kernel tiles
     # Library callers and tests: only the golden cases this accepts run (golden.CaseFilter), and
     # fuzz findings unshrunk (cheaper; the verdict rules are the same).
     golden_select: Callable[[Any], bool] | None = None
@@ -282,19 +282,6 @@ def _same_entry(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
     if a is None or b is None:
         return a is b
     return all(a.get(k) == b.get(k) for k in ("sha256", "grid_thw", "error"))
-
-
-def _same_output(a: Any, b: Any) -> bool:
-    """Bit-identical results (pixel values and grids)."""
-    import torch
-
-    if not isinstance(a, PreprocessResult) or not isinstance(b, PreprocessResult):
-        return False
-    pa, pb = a.pixel_values, b.pixel_values
-    if not (isinstance(pa, torch.Tensor) and isinstance(pb, torch.Tensor)) or pa.dtype != pb.dtype:
-        return False
-    return bool(torch.equal(pa.cpu(), pb.cpu()) and torch.equal(torch.as_tensor(a.grid_thws).cpu(),
-                                                                 torch.as_tensor(b.grid_thws).cpu()))
 
 
 def _input_id(prefix: str, config: PreprocessConfig, params: Sequence[Any], images: Sequence[Any]) -> str:
@@ -755,15 +742,16 @@ class Gate:
 
     def fuzzing_vs_baseline(self, stage: Stage, examples: int | None, budget_s: float) -> Stage:
         """NEW and OLD fuzzed in lockstep (`fuzz_pair`: FUZZ_PAIR_SHARE of the budget, or
-        --fuzz-examples): the same cases, each made once; both sides' findings shrunk. Every input either side failed on is judged on the other too, so each finding
-        compares NEW and OLD on the same input."""
+        --fuzz-examples): the same cases, each made once; both sides' findings shrunk. Every
+        input either side failed on is judged on the other too, so each finding compares NEW and
+        OLD on the same input."""
         run_new, run_old = fuzz_pair(
             self.new, self.old, self.config,
             self._fuzz_options(examples, None if examples is not None else budget_s * FUZZ_PAIR_SHARE),
             out_dir=None)
         inputs: dict[str, dict[str, Finding]] = {}
         for side, run in (("new", run_new), ("old", run_old)):
-            for f in (run.findings if run is not None else []):
+            for f in run.findings:
                 inputs.setdefault(_input_id("fuzz", f.config, f.params, f.images), {}).setdefault(side, f)
         t_differing = time.monotonic()
         differing = self._differing_examples(run_new, run_old, inputs)
@@ -791,27 +779,22 @@ class Gate:
         stage.details = {"examples": run_new.examples, "calls": run_new.calls, "rejected": run_new.rejected,
                          "seed": self.seed, "stopped": run_new.stopped, "counts": run_new.counts(),
                          "skipped_hanging": run_new.skipped_hanging,
-                         "baseline": ({"examples": run_old.examples, "calls": run_old.calls,
-                                       "stopped": run_old.stopped, "counts": run_old.counts()}
-                                      if run_old is not None else None),
+                         "baseline": {"examples": run_old.examples, "calls": run_old.calls,
+                                      "stopped": run_old.stopped, "counts": run_old.counts()},
                          "inputs_judged_on_both": len(inputs), "inputs_new_and_old_disagree": disagree,
                          "examples_where_outputs_differ": differing,
                          # where the stage's time went (seconds)
                          "seconds": {"new_run": round(run_new.elapsed_s, 3), "new_search": round(run_new.search_s, 3),
-                                     "old_run": round(run_old.elapsed_s, 3) if run_old is not None else None,
-                                     "old_search": round(run_old.search_s, 3) if run_old is not None else None,
+                                     "old_run": round(run_old.elapsed_s, 3),
+                                     "old_search": round(run_old.search_s, 3),
                                      "differing_examples": round(t_both - t_differing, 3),
                                      "judged_on_both": round(time.monotonic() - t_both, 3)}}
-        stage.summary = (f"{run_new.examples} examples for NEW, "
-                         f"{run_old.examples if run_old is not None else 0} for OLD (seed {self.seed}: the "
-                         f"same cases); "
-                         f"{len(inputs)} failing inputs judged on both, {disagree} where they differ; "
-                         f"NEW {len(run_new.findings)} findings, OLD "
-                         f"{len(run_old.findings) if run_old is not None else '-'}")
+        stage.summary = (f"{run_new.examples} examples for NEW, {run_old.examples} for OLD (seed {self.seed}: "
+                         f"the same cases); {len(inputs)} failing inputs judged on both, {disagree} where they "
+                         f"differ; NEW {len(run_new.findings)} findings, OLD {len(run_old.findings)}")
         stage.status = "pass"
         self._fuzz_interrupted(stage, run_new)
-        if run_old is not None:
-            self._fuzz_interrupted(stage, run_old)
+        self._fuzz_interrupted(stage, run_old)
         return stage
 
     def _judge_on_both(self, inputs: dict[str, dict[str, Finding]], writer: concurrent.futures.Executor,
@@ -828,7 +811,7 @@ class Gate:
             # (or, without outputs, the same way: crash and timeout keys name the failure type)
             same = (new_f is None) == (old_f is None) and (
                 new_f is None or (new_f.check == old_f.check and (  # type: ignore[union-attr]
-                    _same_output(new_out, old_out)
+                    same_output(new_out, old_out)
                     or (new_out is None and old_out is None and new_f.key.split("{")[0] == old_f.key.split("{")[0]))))
             disagree += int(not same)
             index = image_at_fault(base.stats)  # both sides observed on the same image of the batch
@@ -853,15 +836,13 @@ class Gate:
                     extra_files={"outputs.npz": npz})))
         return disagree
 
-    def _differing_examples(self, run_new: FuzzRun, run_old: FuzzRun | None,
+    def _differing_examples(self, run_new: FuzzRun, run_old: FuzzRun,
                             inputs: dict[str, dict[str, Finding]]) -> int:
         """Every generated example where NEW's and OLD's outcomes differ (their digests, example by
         example: both runs drew the same cases), beyond the findings' own inputs: grouped by how
         each side fails there, up to DIFFERING_PER_GROUP examples of each group (at most
         MAX_DIFFERING in all) are judged on both sides and join `inputs` unshrunk. Returns how
         many examples differ."""
-        if run_old is None:
-            return 0
         indices = sorted(i for i, d in run_new.outcomes.items() if i in run_old.outcomes and run_old.outcomes[i] != d)
         # Not re-run: examples a side did not judge (a mode class it hung on) or timed out on:
         # each would cost a whole case timeout again, and the hang is a finding of its own.
@@ -918,7 +899,7 @@ class Gate:
             return None, None
         if verdict.ok:
             return None, verdict.actual
-        if verdict.check == base.check and _same_output(verdict.actual, base.actual):
+        if verdict.check == base.check and same_output(verdict.actual, base.actual):
             # the same output as the other side: its diagnosis holds, no second attribution
             f = dataclasses.replace(base, candidate=candidate.spec, message=verdict.message, stats=verdict.stats,
                                     expected=verdict.expected, actual=verdict.actual, extra=dict(base.extra),
@@ -984,7 +965,7 @@ class Gate:
                                            expected=expected)
                 nv, ov = verdicts["new"], verdicts["old"]
                 same_failure = nv.check == ov.check and (
-                    _same_output(nv.actual, ov.actual)
+                    same_output(nv.actual, ov.actual)
                     or (nv.actual is None and ov.actual is None
                         and nv.stats.get("exception") == ov.stats.get("exception")))
                 if nv.ok == ov.ok and (nv.ok or same_failure):
@@ -1165,9 +1146,7 @@ class Gate:
         t1 = time.monotonic()
         stage.elapsed_s = t1 - t0
         # The stage's overhead: its time in which no candidate process and no reference worked.
-        stage.details["overhead_s"] = round(stage.elapsed_s - union_seconds(
-            self.new.activity, self.old.activity if self.old is not None else None, self.clock.reference,
-            window=(t0, t1)), 3)
+        stage.details["overhead_s"] = round(stage.elapsed_s - self._at_work(window=(t0, t1)), 3)
         self.stages.append(stage)
         self.progress(f"gate: {name}: {stage.status} ({stage.elapsed_s:.1f}s) {stage.summary}")
         return stage
@@ -1228,6 +1207,12 @@ class Gate:
                 if failing:
                     stage.summary += f"; {len(failing)} failing row(s)"
 
+    def _at_work(self, window: tuple[float, float] | None = None, reference: bool = True) -> float:
+        """Wall-clock seconds (within `window`) in which a candidate's process worked or was
+        waited for, or (with `reference`) the reference ran: the union of their spans."""
+        return union_seconds(self.new.activity, self.old.activity if self.old is not None else None,
+                             self.clock.reference if reference else None, window=window)
+
     def _report(self, started: str, t0: float, budget: float) -> dict[str, Any]:
         elapsed = time.monotonic() - t0
         reasons = [r for s in self.stages for r in s.reasons]
@@ -1245,9 +1230,8 @@ class Gate:
         # Wall-clock unions: the candidates' processes work while this one computes the reference
         # and draws the next example, so their times overlap; the overhead is the time in which
         # no candidate's process works, none is waited for and the reference does not run.
-        olds = self.old.activity if self.old is not None else None
-        in_candidates = union_seconds(self.new.activity, olds)
-        overhead = max(elapsed - union_seconds(self.new.activity, olds, self.clock.reference), 0.0)
+        in_candidates = self._at_work(reference=False)
+        overhead = max(elapsed - self._at_work(), 0.0)
         report = {
             "schema": SCHEMA,
             "schema_version": SCHEMA_VERSION,
