@@ -244,3 +244,33 @@ def test_nondeterminism():
 
     v = check_invariance(flaky, _three())
     assert v.check == "invariance" and v.stats["kind"] == "determinism"
+
+
+def test_same_output_and_digest_mean_bit_identical():
+    # checks.same_output and checks.update_digest: the gate's "the same output" and a fuzz run's
+    # outcome digest. Bit-identical means the bytes: -0.0 is not 0.0, a NaN equals its own payload.
+    import hashlib
+
+    from kimi_oracle.oracle.checks import same_output, update_digest
+
+    grids = torch.tensor([[1, 1, 2]])
+
+    def result(values):
+        return PreprocessResult(torch.tensor(values, dtype=torch.float32).reshape(2, 1, 1, 1), grids.clone())
+
+    def digest(r):
+        h = hashlib.sha256()
+        update_digest(h, r)
+        return h.hexdigest()
+
+    nan = float("nan")
+    pairs = [([0.5, 1.0], [0.5, 1.0], True), ([0.0, 1.0], [-0.0, 1.0], False), ([nan, 1.0], [nan, 1.0], True),
+             ([0.5, 1.0], [0.5, 1.5], False)]
+    for a, b, same in pairs:
+        assert same_output(result(a), result(b)) is same
+        assert (digest(result(a)) == digest(result(b))) is same
+    other_grid = PreprocessResult(result([0.5, 1.0]).pixel_values, torch.tensor([[1, 2, 1]]))
+    assert not same_output(result([0.5, 1.0]), other_grid)
+    as_bf16 = PreprocessResult(result([0.5, 1.0]).pixel_values.to(torch.bfloat16), grids.clone())
+    assert not same_output(result([0.5, 1.0]), as_bf16) and same_output(as_bf16, as_bf16)
+    assert not same_output(result([0.5, 1.0]), None)
