@@ -9,6 +9,7 @@ come from one system-wide clock: an executor process reports its own spans in th
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import time
 from array import array
@@ -22,6 +23,8 @@ class Activity:
         self._starts = array("d")
         self._ends = array("d")
         self.count = 0
+        self._ordered = True  # starts recorded in nondecreasing order (then a window is bisected)
+        self._longest = 0.0  # the longest span stored
 
     def add(self, start: float, end: float) -> None:
         """Record a span (ignored when empty or reversed). Touching or overlapping the previous
@@ -31,9 +34,13 @@ class Activity:
         self.count += 1
         if self._ends and start <= self._ends[-1] and start >= self._starts[-1]:
             self._ends[-1] = max(self._ends[-1], end)
+            self._longest = max(self._longest, self._ends[-1] - self._starts[-1])
             return
+        if self._starts and start < self._starts[-1]:
+            self._ordered = False
         self._starts.append(start)
         self._ends.append(end)
+        self._longest = max(self._longest, end - start)
 
     @contextlib.contextmanager
     def span(self) -> Iterator[None]:
@@ -48,6 +55,15 @@ class Activity:
         """The recorded spans, in the order recorded."""
         return list(zip(self._starts, self._ends))
 
+    def spans_within(self, lo: float, hi: float) -> list[tuple[float, float]]:
+        """The recorded spans that overlap [lo, hi), clipped to it (in recorded order); only the
+        recent end of the record is read when spans were recorded in order."""
+        first = 0
+        if self._ordered:  # a span that overlaps lo starts at lo - (the longest span) or later
+            first = bisect.bisect_left(self._starts, lo - self._longest)
+        return [(max(a, lo), min(b, hi))
+                for a, b in zip(self._starts[first:], self._ends[first:]) if b > lo and a < hi]
+
     def seconds(self) -> float:
         """The length of the union of this activity's spans."""
         return union_seconds(self)
@@ -56,10 +72,10 @@ class Activity:
 def union_seconds(*activities: Activity | None, window: tuple[float, float] | None = None) -> float:
     """Seconds covered by at least one span of `activities` (None entries are skipped), within
     `window` (start, end) when given."""
-    spans = sorted(s for a in activities if a is not None for s in a.spans())
-    if window is not None:
-        lo, hi = window
-        spans = [(max(a, lo), min(b, hi)) for a, b in spans if b > lo and a < hi]
+    if window is None:
+        spans = sorted(s for a in activities if a is not None for s in a.spans())
+    else:
+        spans = sorted(s for a in activities if a is not None for s in a.spans_within(*window))
     total = 0.0
     cur_start = cur_end = None
     for start, end in spans:

@@ -41,7 +41,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from PIL import Image
 
@@ -72,6 +72,8 @@ SHRINK_GRACE = 1.0
 
 # Share of a budget the search gets once a failure waits to be shrunk (the rest shrinks).
 SEARCH_SHARE = 0.8
+# How often (seconds of the clock) the search measures its overhead under FuzzOptions.overhead_s.
+OVERHEAD_CHECK_S = 0.25
 
 # Invariances (a second run, the batch image by image, sub-batches, a permutation: up to six
 # more candidate calls) run on one generated example in this many by default.
@@ -132,6 +134,13 @@ class FuzzOptions:
     split_by_mode: bool = True  # one pixel_mismatch / crash finding per mode class
     keep_searching: bool = True  # False: stop searching soon after the first failure (`_Engine.round_over`)
     clock: Callable[[], float] = time.monotonic  # the budget's clock (tests inject a fake one)
+    # The harness's own allowance (the gate's lockstep run): seconds of the clock in which no
+    # candidate works and the reference does not run, as `at_work(t0, t1)` (seconds at work
+    # within that window) tells. The search ends (stopped "overhead") once what it spent, plus
+    # what settling will take (its usual share of the run, or at least publishing the waiting
+    # groups), reaches the allowance; the run's budget then ends when settling has had that time.
+    overhead_s: float | None = None
+    at_work: Callable[[float, float], float] | None = None
 
     def max_examples(self) -> int:
         """The number of examples the run draws (huge under a time budget alone)."""
@@ -355,6 +364,10 @@ class _Engine:
         self.published: set[str] = set()  # groups whose finding is out (a budget's later search)
         self.longest = {False: 0.0, True: 0.0}  # the longest example so far: ordinary, tile-crossing
         self.last_done: float | None = None  # when the latest example's judging (and noting) ended
+        # Under FuzzOptions.overhead_s: the harness's time in the search, measured up to overhead_checked
+        # (every OVERHEAD_CHECK_S, from next_overhead_check on).
+        self.harness_s = 0.0
+        self.overhead_checked = self.next_overhead_check = self.start
         self.database = _database(options.db_dir) if options.db_dir else None
         # fuzz_pair: the baseline's engine, judged on every generated example of this one in lockstep
         self.partner: _Engine | None = None
@@ -468,11 +481,44 @@ class _Engine:
         left = self.start + self.budget - self.clock() - in_flight
         if not self.records and not (self.partner is not None and self.partner.records):
             return left <= 0 or next_cost > left + 1e-6  # (1 µs: sums of float clock readings)
-        waiting = sum(r.cost for r in self.first_cases.values())
-        if self.partner is not None:  # fuzz_pair: the baseline's groups are published too
-            waiting += sum(r.cost for r in self.partner.first_cases.values())
         shrinking = (1 - SEARCH_SHARE) * self.budget if self.options.shrink else 0.0
-        return left <= max(shrinking, 2 * waiting) or next_cost > left + 1e-6
+        return left <= max(shrinking, 2 * self.waiting()) or next_cost > left + 1e-6
+
+    def waiting(self) -> float:
+        """What diagnosing the waiting groups' first cases took (the partner's too): publishing
+        them takes about as long again."""
+        waiting = sum(r.cost for r in self.first_cases.values())
+        if self.partner is not None:  # fuzz_pair: the baseline's groups are published too (those
+            # this side has as well as they were met: `_settle_pair`)
+            waiting += sum(r.cost for g, r in self.partner.first_cases.items() if g not in self.records)
+        return waiting
+
+    def overhead_spent(self) -> bool:
+        """Under `FuzzOptions.overhead_s`: whether the search has spent its part of the harness's
+        allowance (measured every OVERHEAD_CHECK_S of the clock); then the run's budget shrinks to
+        the search's time plus settling's."""
+        options = self.options
+        if options.overhead_s is None or options.at_work is None:
+            return False
+        now = self.clock()
+        if now < self.next_overhead_check:
+            return False
+        # Summed window by window (the union of spans within adjacent windows adds up to the
+        # union within their span), so that each check reads only the spans since the last one.
+        self.harness_s += (now - self.overhead_checked) - options.at_work(self.overhead_checked, now)
+        self.overhead_checked, self.next_overhead_check = now, now + OVERHEAD_CHECK_S
+        elapsed = now - self.start
+        spent = self.harness_s
+        # What settling will add (mostly the harness's: hypothesis, the reference, diagnoses):
+        # the share of the run it gets under a budget, or publishing the waiting groups.
+        settling = max(elapsed * (1 - SEARCH_SHARE) / SEARCH_SHARE if options.shrink else 0.0, 2 * self.waiting())
+        if spent + settling < options.overhead_s:
+            return False
+        took = elapsed + settling
+        self.budget = took if self.budget is None else min(self.budget, took)
+        if self.partner is not None:
+            self.partner.budget = self.budget
+        return True
 
     def over(self, fraction: float) -> bool:
         return self.budget is not None and self.clock() - self.start >= self.budget * fraction
@@ -567,6 +613,9 @@ class _Engine:
             run.stopped = "interrupted"
             return None
         if self.records and not options.keep_searching and self.round_over():
+            return None
+        if self.overhead_spent():
+            run.stopped = "overhead"
             return None
         i = run.examples - first
         source, tile = example_source(run.seed, i, options.tile_share)
@@ -738,11 +787,11 @@ class _Engine:
                     write_finding(out_dir, extra_finding)
                 run.findings.append(extra_finding)
 
-    def settle(self, shrink: bool = True, until: float | None = None) -> None:
+    def settle(self, shrink: bool = True, until: float | None = None, keep: Collection[str] = ()) -> None:
         """Shrink (unless off, interrupted or replayed from the database), save and publish every
         group in report order; the time left until `until` (default: the budget's end) is shared
         among the groups still to go, each given its share minus the time publishing one has
-        taken on average."""
+        taken on average. Groups in `keep` are published as they were met (not shrunk)."""
         run = self.run
         end = until if until is not None else self.start + self.budget if self.budget is not None else None
         order = {c: i for i, c in enumerate(FINDING_KINDS)}
@@ -750,7 +799,7 @@ class _Engine:
         abort: _HarnessAbort | None = None
         for k, group in enumerate(groups):
             shrinkable = (shrink and self.options.shrink and abort is None and run.stopped != "interrupted"
-                          and not self.records[group].saved)
+                          and not self.records[group].saved and group not in keep)
             if shrinkable:
                 deadline = None
                 if end is not None:
@@ -759,7 +808,7 @@ class _Engine:
                     # The first case's diagnosis time stands for each group's publishing time.
                     now = self.clock()
                     left = len(groups) - k
-                    reserve = sum(self.first_cases.get(g, self.records[g]).cost for g in groups[k:])
+                    reserve = sum(self.first_cases.get(g, self.records[g]).cost for g in groups[k:] if g not in keep)
                     deadline = now + (end - now - reserve) / left
                 try:
                     if deadline is None or deadline > self.clock():
@@ -769,7 +818,8 @@ class _Engine:
                 except KeyboardInterrupt:
                     run.stopped = "interrupted"
             self.save(group)
-            self.publish(group, past_end=end is not None and self.clock() >= end)
+            # (a kept group's finding is its first case, diagnosed when it was met)
+            self.publish(group, past_end=group in keep or (end is not None and self.clock() >= end))
         self.published.update(self.records)
         self.records.clear()
         if abort is not None:
@@ -884,7 +934,7 @@ def _fuzz(candidate: Candidate | str, config: PreprocessConfig, options: FuzzOpt
         first_pass = False
         # Under a budget, time that shrinking left over goes back to the search (a group found
         # then is shrunk in what remains).
-        if (abort is not None or run.stopped == "interrupted" or engine.budget is None
+        if (abort is not None or run.stopped in ("interrupted", "overhead") or engine.budget is None
                 or run.examples >= target or not options.keep_searching or engine.over(1.0)
                 or run.examples == examples_before):
             break
@@ -902,14 +952,17 @@ def _fuzz(candidate: Candidate | str, config: PreprocessConfig, options: FuzzOpt
 
 def _settle_pair(engine: _Engine, partner: _Engine, shrink: bool) -> None:
     """fuzz_pair's settle: the time left is shared between NEW's groups and OLD's in proportion
-    to their counts, NEW's first (each side's settle ends at its share's end)."""
+    to the counts they shrink, NEW's first (each side's settle ends at its share's end). OLD's
+    groups that NEW has too are not shrunk: the gate judges NEW's shrunk case on OLD as well,
+    and OLD's finding is the case it was met on (diagnosed then)."""
     middle = None
+    shared = set(engine.records)
     if engine.budget is not None:
         now = engine.clock()
-        mine, theirs = len(engine.records), len(partner.records)
+        mine, theirs = len(engine.records), len(set(partner.records) - shared)
         middle = now + max(engine.start + engine.budget - now, 0.0) * mine / max(mine + theirs, 1)
     engine.settle(shrink=shrink, until=middle)
-    partner.settle(shrink=shrink)
+    partner.settle(shrink=shrink, keep=shared)
 
 
 def _lost_causes(shrunk: Finding, first: Finding) -> list[str]:

@@ -87,6 +87,18 @@ GOLDEN_RERUN_PER_CLASS = 2
 # and one reference run per example, both candidates at work on it at once) get this share; the
 # rest goes to judging every failing input on the other side (an attribution per differing output).
 FUZZ_PAIR_SHARE = 0.35
+# The harness's own time (the wall-clock time in which no candidate's process works and the
+# reference does not run: generating inputs, comparing, diagnosing, shrinking, writing) that the
+# gate aims at, as a share of its budget (the target is at most 20 %). With a baseline the fuzz
+# stage is held to what is left of it after the goldens, minus LATER_OVERHEAD_SHARE kept for the
+# stages after it; of that, FUZZ_OVERHEAD_PAIR goes to the lockstep run (its search ends when
+# spent: `FuzzOptions.overhead_s`), the rest to the differing examples and writing the findings.
+OVERHEAD_AIM = 0.185
+LATER_OVERHEAD_SHARE = 0.02
+FUZZ_OVERHEAD_PAIR = 0.7
+# What writing one side's finding takes (diff image, PNG inputs, JSON, fsync: 11-14 ms measured),
+# kept back from the fuzz stage's allowance for each input judged on both sides.
+WRITE_ESTIMATE_S = 0.015
 
 
 @dataclass
@@ -705,7 +717,7 @@ class Gate:
                            max_side=self.options.fuzz_max_side, shrink=self.options.fuzz_shrink,
                            tile_share=self.options.tile_share, record_outcomes=self.old is not None)
 
-    def fuzzing(self, budget_s: float) -> Stage:
+    def fuzzing(self, budget_s: float, overhead_s: float | None = None) -> Stage:
         stage = Stage("fuzz")
         examples = self.options.fuzz_examples
         if examples is None and budget_s < 1.0:
@@ -714,7 +726,7 @@ class Gate:
             stage.reasons.append("fuzzing skipped: the goldens used the whole budget")
             return stage
         if self.old is not None:
-            return self.fuzzing_vs_baseline(stage, examples, budget_s)
+            return self.fuzzing_vs_baseline(stage, examples, budget_s, overhead_s)
         run = fuzz(self.new, self.config, self._fuzz_options(examples, None if examples is not None else budget_s),
                    out_dir=self.out_dir)
         summary = run.summary()
@@ -740,21 +752,34 @@ class Gate:
             stage.summary = f"interrupted after {run.examples} examples; " + stage.summary
             stage.reasons.insert(0, f"fuzz: interrupted after {run.examples} examples")
 
-    def fuzzing_vs_baseline(self, stage: Stage, examples: int | None, budget_s: float) -> Stage:
+    def fuzzing_vs_baseline(self, stage: Stage, examples: int | None, budget_s: float,
+                            overhead_s: float | None = None) -> Stage:
         """NEW and OLD fuzzed in lockstep (`fuzz_pair`: FUZZ_PAIR_SHARE of the budget, or
         --fuzz-examples): the same cases, each made once; both sides' findings shrunk. Every
         input either side failed on is judged on the other too, so each finding compares NEW and
-        OLD on the same input."""
-        run_new, run_old = fuzz_pair(
-            self.new, self.old, self.config,
-            self._fuzz_options(examples, None if examples is not None else budget_s * FUZZ_PAIR_SHARE),
-            out_dir=None)
+        OLD on the same input. `overhead_s`: the harness time the stage may take (under a
+        budget): FUZZ_OVERHEAD_PAIR of it ends the lockstep run's search, the whole of it ends
+        the differing examples."""
+        t0 = time.monotonic()
+        options = self._fuzz_options(examples, None if examples is not None else budget_s * FUZZ_PAIR_SHARE)
+        if examples is None and overhead_s is not None:
+            options = dataclasses.replace(options, overhead_s=FUZZ_OVERHEAD_PAIR * overhead_s,
+                                          at_work=lambda a, b: self._at_work(window=(a, b)))
+        run_new, run_old = fuzz_pair(self.new, self.old, self.config, options, out_dir=None)
         inputs: dict[str, dict[str, Finding]] = {}
         for side, run in (("new", run_new), ("old", run_old)):
             for f in run.findings:
                 inputs.setdefault(_input_id("fuzz", f.config, f.params, f.images), {}).setdefault(side, f)
         t_differing = time.monotonic()
-        differing = self._differing_examples(run_new, run_old, inputs)
+
+        def allowance_spent() -> bool:  # what judging and writing `inputs` will take kept back
+            if examples is not None or overhead_s is None:
+                return False
+            now = time.monotonic()
+            spent = (now - t0) - self._at_work(window=(t0, now))
+            return spent + WRITE_ESTIMATE_S * 2 * len(inputs) >= overhead_s
+
+        differing = self._differing_examples(run_new, run_old, inputs, allowance_spent)
         t_both = time.monotonic()
         disagree = 0
         # Findings are written by one writer thread while this one judges the next inputs (the
@@ -836,13 +861,13 @@ class Gate:
                     extra_files={"outputs.npz": npz})))
         return disagree
 
-    def _differing_examples(self, run_new: FuzzRun, run_old: FuzzRun,
-                            inputs: dict[str, dict[str, Finding]]) -> int:
+    def _differing_examples(self, run_new: FuzzRun, run_old: FuzzRun, inputs: dict[str, dict[str, Finding]],
+                            allowance_spent: Callable[[], bool] = lambda: False) -> int:
         """Every generated example where NEW's and OLD's outcomes differ (their digests, example by
         example: both runs drew the same cases), beyond the findings' own inputs: grouped by how
         each side fails there, up to DIFFERING_PER_GROUP examples of each group (at most
-        MAX_DIFFERING in all) are judged on both sides and join `inputs` unshrunk. Returns how
-        many examples differ."""
+        MAX_DIFFERING in all, none once `allowance_spent()`) are judged on both sides and join
+        `inputs` unshrunk. Returns how many examples differ."""
         indices = sorted(i for i, d in run_new.outcomes.items() if i in run_old.outcomes and run_old.outcomes[i] != d)
         # Not re-run: examples a side did not judge (a mode class it hung on) or timed out on:
         # each would cost a whole case timeout again, and the hang is a finding of its own.
@@ -853,7 +878,7 @@ class Gate:
         per_group: dict[tuple[str, str], int] = {}
         taken = 0
         for i in rerun:
-            if taken >= MAX_DIFFERING:
+            if taken >= MAX_DIFFERING or allowance_spent():
                 break
             interrupts.raise_if_requested()
             case = generated_case(self.config, options, run_new.seed, i)
@@ -1168,7 +1193,10 @@ class Gate:
                 self._run_stage("planner", self.planner_stage)
                 perf_budget = PERF_SHARE * budget if self.old is not None else 0.0
                 fuzz_budget = budget - (time.monotonic() - t0) - perf_budget - INVARIANCE_SHARE * budget
-                self._run_stage("fuzz", lambda: self.fuzzing(fuzz_budget))
+                # the harness time left for fuzzing (module comment at OVERHEAD_AIM)
+                spent = (time.monotonic() - t0) - self._at_work(window=(t0, time.monotonic()))
+                allowance = max((OVERHEAD_AIM - LATER_OVERHEAD_SHARE) * budget - spent, 0.0)
+                self._run_stage("fuzz", lambda: self.fuzzing(fuzz_budget, allowance))
                 self._run_stage("corpus", self.corpus)
                 self._run_stage("invariance", self.invariance)
                 self._compare()

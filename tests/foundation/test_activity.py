@@ -35,3 +35,36 @@ def test_spans_recorded_out_of_order_still_union_correctly():
     a.add(0.0, 1.0)  # an executor's span may be reported after a later local one
     a.add(0.5, 4.5)
     assert a.seconds() == 5.0
+
+
+def _covered_cells(spans, lo, hi):
+    """Integer cells [k, k+1) inside [lo, hi) covered by a span: an independent count for spans
+    with integer ends."""
+    return sum(1 for k in range(lo, hi) if any(a <= k and k + 1 <= b for a, b in spans))
+
+
+def test_a_window_reads_the_spans_it_overlaps_whatever_their_order_and_length():
+    import random
+
+    rng = random.Random(7)
+    for ordered in (True, False):
+        spans = []
+        t = 0
+        for _ in range(200):
+            t += rng.randint(0, 5)
+            spans.append((t, t + rng.choice([1, 2, 3, 40])))  # a few long spans among short ones
+        if not ordered:
+            rng.shuffle(spans)
+        a = Activity()
+        for s in spans:
+            a.add(float(s[0]), float(s[1]))
+        end = max(b for _, b in spans) + 2
+        for _ in range(50):
+            lo = rng.randint(0, end)
+            hi = rng.randint(lo, end)
+            assert union_seconds(a, window=(lo, hi)) == _covered_cells(spans, lo, hi), (ordered, lo, hi)
+        # adjacent windows add up to the window they cover (the fuzz engine sums them)
+        cuts = sorted(rng.sample(range(1, end), 10))
+        bounds = [0, *cuts, end]
+        parts = sum(union_seconds(a, window=(x, y)) for x, y in zip(bounds, bounds[1:]))
+        assert parts == union_seconds(a, window=(0, end)) == a.seconds()

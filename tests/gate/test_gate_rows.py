@@ -275,3 +275,29 @@ def test_differing_examples_skip_those_a_side_did_not_judge_or_timed_out_on(tmp_
     inputs: dict = {}
     assert gate._differing_examples(run_new, run_old, inputs) == 3  # all three counted
     assert len(calls) == 2  # only example 2 re-run, once per side
+
+
+def test_differing_examples_stop_once_the_fuzz_stages_allowance_is_spent(tmp_path):
+    # Under the gate's overhead allowance the differing examples are judged only while it lasts:
+    # `allowance_spent` is asked before each one (here: spent after the first).
+    from kimi_oracle.fuzzers.fuzzing import FuzzOptions, FuzzRun
+    from kimi_oracle.oracle.candidates import Candidate
+    from kimi_oracle.pipelines import reference
+    from kimi_oracle.workflows.gate import Gate, GateOptions
+
+    gate = Gate("reference", "reference", GateOptions(budget_s=10, seed=3), tmp_path)
+    calls = []
+
+    def counted(images, config):
+        calls.append(1)
+        return reference.preprocess(images, config)
+
+    gate.new, gate.old = Candidate("new", counted), Candidate("old", counted)
+    run_new = FuzzRun("new", gate.config, FuzzOptions(seed=3), 3)
+    run_old = FuzzRun("old", gate.config, FuzzOptions(seed=3), 3)
+    run_new.outcomes = {0: "a0", 1: "a1", 2: "a2"}
+    run_old.outcomes = {0: "b0", 1: "b1", 2: "b2"}
+    asked = []
+    spent = lambda: asked.append(1) or len(asked) > 1  # noqa: E731
+    assert gate._differing_examples(run_new, run_old, {}, spent) == 3  # all counted as differing
+    assert len(calls) == 2 and len(asked) == 2  # one example re-run (once per side), then it stopped

@@ -67,6 +67,9 @@ def test_tile_examples_are_an_exact_share_with_tile_sides():
         sides = {s for p in case.images for s in p.size}
         if tile:
             assert len(case.images) == 1 and sides <= set(TILE_SIDES)
+            # built in memory: no request container (encoding a 4-Mpx frame costs up to a second)
+            request = case.images[0].to_dict()
+            assert not {"container", "frames", "orientation", "icc", "dpi"} & set(request), request
         else:
             assert max(sides) <= 4 * options.max_side  # the ratio class reaches ~4x max_side
 
@@ -209,6 +212,57 @@ def test_a_budget_without_findings_searches_to_its_end():
     assert run.stopped == "budget" and not run.findings
     # No example starts that would end past the budget (as long as the longest so far: 10 ms).
     assert 0.99 - 1e-9 <= run.elapsed_s <= 1.0 + 1e-9 and 99 <= run.examples == run.calls <= 100
+
+
+@pytest.mark.parametrize("at_work_share", [0.0, 0.5])
+def test_an_overhead_allowance_ends_the_search_and_shortens_the_run(at_work_share):
+    # FuzzOptions.overhead_s (the gate's lockstep run): the harness's time, measured every
+    # OVERHEAD_CHECK_S by `at_work` (here: a fixed share of each window at work), plus what
+    # settling will take (a quarter of the search's time, SEARCH_SHARE 0.8), ends the search at
+    # the first check where it reaches the allowance; the run then ends when settling has had it.
+    clock = _CallClock()
+
+    def slow_wide_fails(images, config):
+        clock.now += 0.01
+        return _wide_fails(images, config)
+
+    windows = []
+
+    def at_work(a, b):
+        windows.append((a, b))
+        return at_work_share * (b - a)
+
+    allowance = 1.0
+    run = fuzz(Candidate("wide", slow_wide_fails), PreprocessConfig.k3_small(),
+               FuzzOptions(budget_s=100.0, seed=2, max_side=40, invariance=False, clock=clock,
+                           overhead_s=allowance, at_work=at_work))
+    assert run.stopped == "overhead" and run.findings
+    # By hand: spent = (1 - share) * t and settling = t / 4, so the search may end from
+    # t = allowance / (1 - share + 1/4) on: 0.8 s (share 0) or 1.33 s (share 0.5), at the
+    # first check after that (checks are OVERHEAD_CHECK_S apart, the clock moves 10 ms a call).
+    threshold = allowance / (1 - at_work_share + 0.25)
+    search_end = windows[-1][1]
+    assert threshold - 1e-9 <= search_end <= threshold + fuzzing.OVERHEAD_CHECK_S + 0.02
+    # each check reads only the window since the last one: adjacent, from the run's start
+    assert windows[0][0] == 0.0 and all(w[0] == v[1] for v, w in zip(windows, windows[1:]))
+    # the run's budget became the search's time plus a quarter of it (settling), not 100 s
+    assert run.elapsed_s <= 1.25 * search_end + 0.05
+
+
+def test_fuzz_pair_shrinks_only_the_baselines_groups_new_has_not(monkeypatch):
+    # OLD's groups that NEW has too are published as they were met (NEW's shrunk case is judged
+    # on OLD in the gate); a group of OLD's alone is shrunk.
+    options = FuzzOptions(examples=30, seed=4, max_side=32, invariance=False, record_outcomes=True)
+    wide, ref = Candidate("wide", _wide_fails), Candidate("ref", reference.preprocess)
+    run_new, run_old = fuzzing.fuzz_pair(wide, wide, PreprocessConfig.k3_small(), options)
+    assert run_new.findings and run_new.shrink_calls > 0
+    assert [f.key for f in run_old.findings] == [f.key for f in run_new.findings]
+    assert run_old.shrink_calls == 0
+    for f in run_old.findings:  # the first case: the widest image is 20 pixels or more, unshrunk
+        assert f.example == run_old.first_found[f.check] and max(img.width for img in f.images) >= 20
+    assert any(max(img.width for img in f.images) == 20 for f in run_new.findings)  # NEW's shrunk
+    run_new, run_old = fuzzing.fuzz_pair(ref, wide, PreprocessConfig.k3_small(), options)
+    assert not run_new.findings and run_old.findings and run_old.shrink_calls > 0
 
 
 def test_search_budget_is_the_identity_now():
