@@ -301,3 +301,73 @@ def test_differing_examples_stop_once_the_fuzz_stages_allowance_is_spent(tmp_pat
     spent = lambda: asked.append(1) or len(asked) > 1  # noqa: E731
     assert gate._differing_examples(run_new, run_old, {}, spent) == 3  # all counted as differing
     assert len(calls) == 2 and len(asked) == 2  # one example re-run (once per side), then it stopped
+
+
+def test_a_side_left_with_a_level_unexplained_is_attributed_again_with_the_other_sides_explanation(monkeypatch):
+    # `_explain_with` (the judging on both sides): only where a side's attribution leaves a level
+    # or more, and the other side explained something, with that explanation as the hint; the
+    # finding then carries what the new attribution found.
+    from types import SimpleNamespace
+
+    from kimi_oracle.workflows import gate
+
+    calls = []
+
+    def diagnosis(check, stats, images, config, expected=None, actual=None, hint=(), max_runs=None):
+        calls.append((list(hint), max_runs))
+        return {"root_causes": ["fill-stage", "patch-order"], "residual_max_levels": 0.0,
+                "attribution": {"explained": []}}
+
+    monkeypatch.setattr(gate, "finding_diagnosis", diagnosis)
+
+    def finding(left, explained=(), complete=True):
+        return SimpleNamespace(check="pixel_mismatch", stats={}, images=[], config=None, expected=None, actual=None,
+                               root_causes=["unexplained"],
+                               attribution={"residual_max_levels": left, "complete": complete,
+                                            "explained": [{"root_cause": c, "variant": v} for c, v in explained]})
+
+    old = finding(0.0, [("fill-stage", "after-resize"), ("resample-float", "torch")])
+    explained_enough = finding(0.9)
+    gate._explain_with(explained_enough, old)
+    assert not calls and explained_enough.root_causes == ["unexplained"]  # under a level: left as is
+    nothing_to_go_on = finding(78.0)
+    gate._explain_with(nothing_to_go_on, finding(0.0))
+    assert not calls  # the other side explained nothing
+    left = finding(78.0)
+    gate._explain_with(left, old)
+    assert calls == [([("fill-stage", "after-resize"), ("resample-float", "torch")], gate.FINDING_MAX_RUNS)]
+    assert left.root_causes == ["fill-stage", "patch-order"] and left.residual_max_levels == 0.0
+    infinite = finding(None)  # an infinite residual is written as null: attributed again too
+    gate._explain_with(infinite, old)
+    assert len(calls) == 2
+    # out of reference runs: again with more of them, even when the other side explains nothing
+    short = finding(22.0, [("fill-stage", "before-resize")], complete=False)
+    gate._explain_with(short, finding(0.0))
+    assert calls[-1] == ([], gate.GATE_MAX_RUNS) and gate.GATE_MAX_RUNS > gate.FINDING_MAX_RUNS
+
+
+def _explained(cause, residual_max, residual_mean, *, max_levels=30.0, mean_levels=3.0, input="i1"):
+    o = obs(cause, input=input, max_levels=max_levels, mean_levels=mean_levels)
+    o["attribution"] = {"max_levels": max_levels, "mean_levels": mean_levels, "residual_max_levels": residual_max,
+                        "residual_mean_levels": residual_mean,
+                        "explained": [{"root_cause": cause, "variant": "v", "residual_max_levels": residual_max,
+                                       "residual_mean_levels": residual_mean, "image": 0}]}
+    return o
+
+
+def test_what_the_causes_leave_unexplained_is_a_row_of_its_own():
+    # NEW = OLD's cause plus one value moved by 6 levels on the same input (found by
+    # tests/gate/test_gate_baseline.py's batch nudge): the shared cause accounts for the same
+    # levels on both sides, and only the 6 levels left on NEW's side tell them apart.
+    new = [_explained("fill-stage", 6.0, 0.001)]
+    old = [_explained("fill-stage", 0.0, 0.0)]
+    v, rows = verdicts(new, old)
+    assert v[("fill-stage", "RGB")] == ("known", False)
+    assert v[("unexplained", "RGB")] == ("new", True)
+    row = next(r for r in rows if r["root_cause"] == "unexplained")
+    assert row["new"]["max_levels"] == 6.0 and row["new"]["mean_levels"] == 0.001
+    # under a level left (float rounding), or the same left on both sides: no failing row
+    v, _ = verdicts([_explained("fill-stage", 0.9, 0.001)], old)
+    assert ("unexplained", "RGB") not in v
+    v, _ = verdicts(new, [_explained("fill-stage", 6.0, 0.001)])
+    assert v[("unexplained", "RGB")] == ("known", False)

@@ -194,3 +194,44 @@ def test_shared_reference_runs_tell_palettes_apart(monkeypatch):
     diagnosis.attribute([first], config, shifted)  # fills the shared runs with the first image's
     after = diagnosis.attribute([second], config, reference.preprocess([second], config))
     assert alone.root_causes == after.root_causes == () and after.max_levels == 0
+
+
+def _stacked_case():
+    """A palette image with a transparent key under a black background, on a small patch budget
+    (met by the gate on seed 1796140253): `eager` differs there by three root causes of its own,
+    and the planted regression (examples/planted_regression.py: `eager` with every patch's
+    channels reversed) by those and `patch-order`."""
+    from kimi_oracle.inputs.generators import CaseParams, make_image
+    from kimi_oracle.oracle.candidates import load_candidate
+    from kimi_oracle.pipelines import reference
+
+    config = PreprocessConfig.from_hf_json({
+        "patch_size": 14, "merge_kernel_size": 2, "in_patch_limit": 235, "patch_limit_on_one_side": 16,
+        "fixed_output_tokens": None, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+        "transparent_bg_config": {"pattern": "black", "chessboard_square_size": 8,
+                                  "chessboard_square_on_top_left": True, "chessboard_white_value": 255,
+                                  "chessboard_gray_value": 180}})
+    img = make_image(CaseParams(226, 251, "P", "key", "edges", 2163939951, 8))
+    repo = Path(__file__).resolve().parents[2]
+    planted = load_candidate(f"{repo / 'examples' / 'planted_regression.py'}:preprocess")
+    expected = reference.preprocess([img.copy()], config)
+    return config, img, expected, planted([img.copy()], config), load_candidate("eager")([img.copy()], config)
+
+
+def test_the_other_sides_explanation_as_a_hint_names_a_cause_stacked_on_three():
+    # With four causes on one input the greedy search from the checkpoint finds no single swap
+    # that brings the model close enough and names nothing; the baseline's explanation on the
+    # same input, tried first (the gate does so where a side leaves a level or more), leads to
+    # the planted cause, and the whole difference is explained.
+    from kimi_oracle.oracle.diagnosis import finding_diagnosis
+
+    config, img, expected, new, old = _stacked_case()
+    stats = {"max_level_diff": 1.0}  # (only the image at fault is read: one image)
+    old_d = finding_diagnosis("pixel_mismatch", stats, [img], config, expected=expected, actual=old)
+    assert "patch-order" not in old_d["root_causes"] and old_d["residual_max_levels"] < 1.0
+    plain = finding_diagnosis("pixel_mismatch", stats, [img], config, expected=expected, actual=new)
+    assert plain["root_causes"] == ["unexplained"]  # the case the hint is for
+    hint = [(e["root_cause"], e["variant"]) for e in old_d["attribution"]["explained"]]
+    hinted = finding_diagnosis("pixel_mismatch", stats, [img], config, expected=expected, actual=new, hint=hint)
+    assert "patch-order" in hinted["root_causes"] and set(old_d["root_causes"]) <= set(hinted["root_causes"])
+    assert hinted["residual_max_levels"] == 0.0 and hinted["attribution"]["complete"]
