@@ -947,14 +947,12 @@ class _Search:
             return [seed, partner], ()
         return [], ()
 
-    def greedy(self, start: _Option, first_rank: int = 0, prefix: Sequence[Explained] = ()
-               ) -> tuple[list[Explained], _Option] | None:
+    def greedy(self, start: _Option, first_rank: int = 0) -> tuple[list[Explained], _Option] | None:
         """Swaps taken one step at a time until nothing qualifies (the first step: the
-        `first_rank`-th qualifying swap; None when there is no such swap). `prefix`: the swaps
-        that led to `start` (`hinted`), kept in front and not taken again."""
-        taken: list[Explained] = list(prefix)
+        `first_rank`-th qualifying swap; None when there is no such swap)."""
+        taken: list[Explained] = []
         current = start
-        self.best_so_far = (list(taken), current) if taken else None
+        self.best_so_far = None
         while current.total > 0:
             rank = first_rank if not taken else 0
             chosen, same = self.step(current, {e.root_cause for e in taken}, rank)
@@ -970,33 +968,6 @@ class _Search:
             self.best_so_far = (list(taken), current)
         return taken, current
 
-    def hinted(self, start: _Option, hint: Sequence[tuple[str, str]]) -> tuple[list[Explained], _Option] | None:
-        """Another explanation's swaps applied first, in its order (each one that brings the
-        model closer to the candidate; the others are skipped), then the greedy from there. None
-        when no swap of the hint brings it closer."""
-        taken: list[Explained] = []
-        current = start
-        for cause_id, variant_name in hint:
-            if current.total <= 0 or cause_id in {e.root_cause for e in taken}:
-                continue
-            found = [(ci, vi, cause, variant) for ci, cause in enumerate(self.catalogue) if cause.id == cause_id
-                     for vi, variant in enumerate(cause.variants(self.config)) if variant.name == variant_name]
-            if not found:
-                continue
-            ci, vi, cause, variant = found[0]
-            trial = variant.apply(current.steps)
-            outs = {i: self.run(i, trial) for i in self.scope}
-            dist = {**current.dist, **{i: self.targets[i].summary(outs[i]) for i in self.scope}}
-            total = self.total(dist)
-            if total.total_levels >= current.total:
-                continue
-            current = _Option(total.total_levels, ci, vi, cause, variant, trial, {**current.model, **outs}, dist, True)
-            taken.append(Explained(cause.id, variant.name, total.max_levels, total.mean_levels, total.total_levels,
-                                   (), self.scope[0]))
-        if not taken:
-            return None
-        return self.greedy(current, prefix=taken)
-
 
 def attribute(
     images: Sequence[ImageSource],
@@ -1007,7 +978,6 @@ def attribute(
     image: int | None = None,
     causes: Sequence[str] | None = None,
     max_runs: int | None = None,
-    hint: Sequence[tuple[str, str]] = (),
 ) -> Attribution:
     """The root causes of the candidate's pixel differences (rule: docs/diagnosis.md).
 
@@ -1015,10 +985,8 @@ def attribute(
     (pixel_values, grid_thws) pair), with the reference's grids and shape (a pixel finding);
     `expected`, when given, is the reference's result (saves one run); `image` restricts the
     diagnosis to one image's rows; `causes` to some root-cause ids; `max_runs` bounds the
-    reference runs spent (the search stops where it is, `complete` False); `hint`, (root cause,
-    variant) pairs of another explanation (the gate: the other side's, on the same input), is
-    tried first: those of its swaps that bring the model closer, then the greedy from there; the
-    plain search runs after it unless it explained everything, and the closer one is kept. Raises CandidateError when the candidate's shape is not the reference's."""
+    reference runs spent (the search stops where it is, `complete` False). Raises
+    CandidateError when the candidate's shape is not the reference's."""
     start = time.perf_counter()
     decoded = load_images(images)
     act = as_result(actual)
@@ -1056,15 +1024,9 @@ def attribute(
         current = start_point
         before_parts.append(dist[i])
         if complete:
-            found: tuple[list[Explained], _Option] | None = None
             try:
-                if hint:  # first, while the runs last: it is asked for where the plain search fell short
-                    found = search.hinted(start_point, hint)
-                if found is None or found[1].total > 0:
-                    plain = search.greedy(start_point)
-                    assert plain is not None
-                    if found is None or plain[1].total < found[1].total:
-                        found = plain
+                found = search.greedy(start_point)
+                assert found is not None
                 image_taken, current = found
                 if current.total > 0 and image_taken:
                     # A residual left: retry from the next-best first swaps; keep the smallest.
@@ -1074,10 +1036,8 @@ def attribute(
                             image_taken, current = other
             except _OutOfRuns:
                 complete = False
-                if not image_taken:  # cut short on its first run (the hinted one, when done, counts)
-                    partial = [x for x in (found, search.best_so_far) if x is not None]
-                    if partial:
-                        image_taken, current = min(partial, key=lambda t: t[1].total)
+                if not image_taken and search.best_so_far is not None:  # cut short on its first run
+                    image_taken, current = search.best_so_far
         after_parts.append(current.dist[i])
         taken += image_taken
         if (complete and not image_taken and dist[i].differing and _lossy_file(decoded[i])
@@ -1146,12 +1106,10 @@ FINDING_MAX_RUNS = 400
 
 
 def finding_diagnosis(check: str, stats: Mapping[str, Any] | None, images: Sequence[Any],
-                      config: PreprocessConfig, expected: Any = None, actual: Any = None,
-                      hint: Sequence[tuple[str, str]] = (), max_runs: int = FINDING_MAX_RUNS) -> dict[str, Any]:
+                      config: PreprocessConfig, expected: Any = None, actual: Any = None) -> dict[str, Any]:
     """`root_causes`, `max_levels`, `mean_levels`, `residual_max_levels`, `residual_mean_levels`
     and the `attribution` itself for a finding. Pixel mismatches are attributed (on the image at
-    fault, spending at most `max_runs` reference runs; `hint`: `attribute`'s); other checks have
-    no root cause (`[]`) and carry the levels their stats measured."""
+    fault); other checks have no root cause (`[]`) and carry the levels their stats measured."""
     stats = stats or {}
     fields: dict[str, Any] = {
         "root_causes": [],
@@ -1166,7 +1124,7 @@ def finding_diagnosis(check: str, stats: Mapping[str, Any] | None, images: Seque
     from kimi_oracle.oracle.grouping import image_at_fault
 
     index = min(image_at_fault(stats), len(images) - 1)
-    key = _attribution_key(images, config, actual, expected, index, hint, max_runs)
+    key = _attribution_key(images, config, actual, expected, index)
     known = _ATTRIBUTIONS.get(key) if key is not None else None
     if known is not None:
         # The same images, config and result attributed before (the gate's baseline returns the
@@ -1174,7 +1132,7 @@ def finding_diagnosis(check: str, stats: Mapping[str, Any] | None, images: Seque
         fields.update(copy.deepcopy(known))
         return fields
     try:
-        found = attribute(images, config, actual, expected=expected, image=index, max_runs=max_runs, hint=hint)
+        found = attribute(images, config, actual, expected=expected, image=index, max_runs=FINDING_MAX_RUNS)
     except (KimiOracleError, ValueError) as exc:  # a result the diagnosis cannot line up
         fields["root_causes"] = [UNEXPLAINED]
         fields["attribution"] = {"error": f"{type(exc).__name__}: {exc}"}
@@ -1232,14 +1190,12 @@ _ATTRIBUTED_FIELDS = ("root_causes", "max_levels", "mean_levels", "residual_max_
 
 
 def _attribution_key(images: Sequence[Any], config: PreprocessConfig, actual: Any, expected: Any,
-                     index: int, hint: Sequence[tuple[str, str]] = (), max_runs: int = 0) -> bytes | None:
+                     index: int) -> bytes | None:
     """None, or a digest of what an attribution depends on: the config, every image (mode, size, pixels,
-    frames, info, the encoded file it came from), the candidate's result, the expectation, the hint
-    and the runs it may spend."""
+    frames, info, the encoded file it came from), the candidate's result and the expectation."""
     h = hashlib.blake2b(digest_size=20)
     h.update(json.dumps(config.to_hf_json(), sort_keys=True, default=str).encode())
     h.update(str(index).encode())
-    h.update(json.dumps([[list(p) for p in hint], max_runs]).encode())
     for img in images:
         if not isinstance(img, Image.Image):
             return None  # not memoized

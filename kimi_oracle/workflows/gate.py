@@ -53,7 +53,7 @@ from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.oracle.candidates import CandidateCrash
 from kimi_oracle.oracle.checks import (ACCEPTS_INVALID, INVARIANCE, PIXEL_MISMATCH, TIMEOUT, Verdict, check_invariance,
                                        compare, same_output)
-from kimi_oracle.oracle.diagnosis import FINDING_MAX_RUNS, finding_diagnosis
+from kimi_oracle.oracle.diagnosis import finding_diagnosis
 from kimi_oracle.oracle.grouping import finding_key, image_at_fault, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
 from kimi_oracle.pipelines import reference
@@ -96,14 +96,9 @@ FUZZ_PAIR_SHARE = 0.35
 OVERHEAD_AIM = 0.185
 LATER_OVERHEAD_SHARE = 0.02
 FUZZ_OVERHEAD_PAIR = 0.7
-# Reference runs a finding's attribution may spend when the judging on both sides attributes it
-# again because it ran out of them (FINDING_MAX_RUNS, 400) with a level or more unexplained.
-GATE_MAX_RUNS = 1200
-# What the judging on both sides takes per finding of each side, kept back from the fuzz stage's
-# allowance for each input: writing it (diff image, PNG inputs, JSON, fsync: 11-14 ms measured)
-# and, where an attribution fell short, attributing it again (`_explain_with`): 45 ms an input
-# measured on the README's gate.
-JUDGE_ESTIMATE_S = 0.025
+# What writing one side's finding takes (diff image, PNG inputs, JSON, fsync: 11-14 ms measured),
+# kept back from the fuzz stage's allowance for each input judged on both sides.
+WRITE_ESTIMATE_S = 0.015
 
 
 @dataclass
@@ -373,26 +368,6 @@ def _finding_observation(input_id: str, stage: str, f: Finding, index: int | Non
         obs["key"] = finding_key(f.check, {"max_level_diff": d["max_levels"] or 0.0, "worst": {"image": index}},
                                  f.images)
     return obs
-
-
-def _explain_with(f: Finding, other: Finding) -> None:
-    """Where `f`'s attribution leaves a level or more unexplained, `f` attributed again: with the
-    other side's explanation on the same input tried first (`attribute`'s hint; kept only when
-    it leaves less), and with GATE_MAX_RUNS reference runs when it ran out of them. A new cause
-    stacked on the baseline's own ones (three to five causes on one input) can defeat the greedy
-    search from the checkpoint, or outlast its runs, which then names nothing (`unexplained`) or
-    splits the difference otherwise than on the baseline's side, where the new cause acts
-    unseen (docs/gate.md)."""
-    attribution = f.attribution or {}
-    left = attribution.get("residual_max_levels")
-    hint = [(str(e.get("root_cause")), str(e.get("variant"))) for e in (other.attribution or {}).get("explained") or []]
-    short = attribution.get("complete") is False
-    if (left is not None and left < 1.0) or not (hint or short):
-        return
-    fields = finding_diagnosis(f.check, f.stats, f.images, f.config, expected=f.expected, actual=f.actual,
-                               hint=hint, max_runs=GATE_MAX_RUNS if short else FINDING_MAX_RUNS)
-    for name, value in fields.items():
-        setattr(f, name, value)
 
 
 def _outputs_npz(**results: Any) -> bytes:
@@ -797,12 +772,12 @@ class Gate:
                 inputs.setdefault(_input_id("fuzz", f.config, f.params, f.images), {}).setdefault(side, f)
         t_differing = time.monotonic()
 
-        def allowance_spent() -> bool:  # what judging `inputs` on both sides will take kept back
+        def allowance_spent() -> bool:  # what judging and writing `inputs` will take kept back
             if examples is not None or overhead_s is None:
                 return False
             now = time.monotonic()
             spent = (now - t0) - self._at_work(window=(t0, now))
-            return spent + JUDGE_ESTIMATE_S * 2 * len(inputs) >= overhead_s
+            return spent + WRITE_ESTIMATE_S * 2 * len(inputs) >= overhead_s
 
         differing = self._differing_examples(run_new, run_old, inputs, allowance_spent)
         t_both = time.monotonic()
@@ -864,9 +839,6 @@ class Gate:
                     same_output(new_out, old_out)
                     or (new_out is None and old_out is None and new_f.key.split("{")[0] == old_f.key.split("{")[0]))))
             disagree += int(not same)
-            if new_f is not None and old_f is not None and new_f.check == old_f.check == PIXEL_MISMATCH:
-                _explain_with(new_f, old_f)
-                _explain_with(old_f, new_f)
             index = image_at_fault(base.stats)  # both sides observed on the same image of the batch
             for side, f, other, other_out in (("new", new_f, old_f, old_out), ("old", old_f, new_f, new_out)):
                 if f is None:

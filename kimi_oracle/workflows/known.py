@@ -24,7 +24,6 @@ from typing import Any, Iterable, Mapping, Sequence
 from kimi_oracle.core.errors import InputError
 from kimi_oracle.core.files import atomic_write_text
 from kimi_oracle.oracle.checks import ACCEPTS_INVALID, PIXEL_MISMATCH
-from kimi_oracle.oracle.diagnosis import UNEXPLAINED
 from kimi_oracle.oracle.grouping import key_mode_class
 from kimi_oracle.results.report import cause_levels
 
@@ -129,14 +128,6 @@ def aggregate(observations: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str]
         mode = key_mode_class(key)
         levels = cause_levels(o) if check == PIXEL_MISMATCH else {}
         whole = (_number(o.get("max_levels")), _number(o.get("mean_levels")))
-        attribution = o.get("attribution") if check == PIXEL_MISMATCH else None
-        if isinstance(attribution, Mapping) and attribution.get("explained") and UNEXPLAINED not in causes:
-            # What the causes leave, a level or more, is a row of its own (`unexplained`): a new
-            # divergence on inputs where OLD has the same causes would otherwise hide behind them.
-            left = attribution.get("residual_max_levels", 0.0)
-            if left is None or float(left) >= 1.0:  # (None: an infinite difference is left)
-                causes.append(UNEXPLAINED)
-                levels = {**levels, UNEXPLAINED: (_number(left), _number(attribution.get("residual_mean_levels")))}
         # The share of values that differ is measured for the whole image: it is a cause's only
         # when no other cause accounts for a level or more on that input (float-rounding causes
         # riding along do not count); with two real causes neither gets it.
