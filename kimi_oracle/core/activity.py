@@ -23,7 +23,6 @@ class Activity:
         self._starts = array("d")
         self._ends = array("d")
         self.count = 0
-        self._ordered = True  # starts recorded in nondecreasing order (then a window is bisected)
         self._longest = 0.0  # the longest span stored
 
     def add(self, start: float, end: float) -> None:
@@ -36,11 +35,16 @@ class Activity:
             self._ends[-1] = max(self._ends[-1], end)
             self._longest = max(self._longest, self._ends[-1] - self._starts[-1])
             return
+        self._longest = max(self._longest, end - start)
         if self._starts and start < self._starts[-1]:
-            self._ordered = False
+            # Reported late (an executor's span arrives with its answer, after the wait span this
+            # process recorded): put in its place, near the end, so that the starts stay sorted.
+            i = bisect.bisect_right(self._starts, start)
+            self._starts.insert(i, start)
+            self._ends.insert(i, end)
+            return
         self._starts.append(start)
         self._ends.append(end)
-        self._longest = max(self._longest, end - start)
 
     @contextlib.contextmanager
     def span(self) -> Iterator[None]:
@@ -52,15 +56,14 @@ class Activity:
             self.add(t0, time.monotonic())
 
     def spans(self) -> list[tuple[float, float]]:
-        """The recorded spans, in the order recorded."""
+        """The recorded spans, by start."""
         return list(zip(self._starts, self._ends))
 
     def spans_within(self, lo: float, hi: float) -> list[tuple[float, float]]:
-        """The recorded spans that overlap [lo, hi), clipped to it (in recorded order); only the
-        recent end of the record is read when spans were recorded in order."""
-        first = 0
-        if self._ordered:  # a span that overlaps lo starts at lo - (the longest span) or later
-            first = bisect.bisect_left(self._starts, lo - self._longest)
+        """The recorded spans that overlap [lo, hi), clipped to it (by start); only the spans from
+        lo minus the longest span on are read."""
+        # (starts are kept sorted: a span that overlaps lo starts at lo - the longest span or later)
+        first = bisect.bisect_left(self._starts, lo - self._longest)
         return [(max(a, lo), min(b, hi))
                 for a, b in zip(self._starts[first:], self._ends[first:]) if b > lo and a < hi]
 

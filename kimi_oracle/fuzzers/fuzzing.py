@@ -72,8 +72,10 @@ SHRINK_GRACE = 1.0
 
 # Share of a budget the search gets once a failure waits to be shrunk (the rest shrinks).
 SEARCH_SHARE = 0.8
-# How often (seconds of the clock) the search measures its overhead under FuzzOptions.overhead_s.
+# How often (seconds of the clock) the search measures its overhead under FuzzOptions.overhead_s,
+# and how far back each check reads the candidates' spans again (they arrive with the answers).
 OVERHEAD_CHECK_S = 0.25
+OVERHEAD_LAG_S = 2.0
 
 # Invariances (a second run, the batch image by image, sub-batches, a permutation: up to six
 # more candidate calls) run on one generated example in this many by default.
@@ -138,9 +140,11 @@ class FuzzOptions:
     # candidate works and the reference does not run, as `at_work(t0, t1)` (seconds at work
     # within that window) tells. The search ends (stopped "overhead") once what it spent, plus
     # what settling will take (its usual share of the run, or at least publishing the waiting
-    # groups), reaches the allowance; the run's budget then ends when settling has had that time.
+    # groups), reaches the allowance, once `overhead_min_examples` ran; the run's budget then ends
+    # when settling has had that time.
     overhead_s: float | None = None
     at_work: Callable[[float, float], float] | None = None
+    overhead_min_examples: int = 0  # examples the search runs whatever the allowance (a floor)
 
     def max_examples(self) -> int:
         """The number of examples the run draws (huge under a time budget alone)."""
@@ -337,6 +341,7 @@ class _Record:
     cost_to_judge: float = 0.0  # the clock's time judging it took
     cost: float = 0.0  # the clock's time making that finding took
     shrunk: bool = False  # a case the shrink found
+    tile: bool = False  # a tile-crossing example's case (one image of ~256-2048 px sides)
 
 
 class _Engine:
@@ -455,7 +460,7 @@ class _Engine:
             return
         self.last_new = example
         self.run.first_found.setdefault(check, example)
-        record = _Record(case, tuple(choices), verdict, example, invariance, saved, cost_to_judge=took)
+        record = _Record(case, tuple(choices), verdict, example, invariance, saved, cost_to_judge=took, tile=tile)
         self.records[group] = record
         self.first_cases[group] = record
         if check == TIMEOUT and len(images) == 1:
@@ -503,12 +508,18 @@ class _Engine:
         now = self.clock()
         if now < self.next_overhead_check:
             return False
+        self.next_overhead_check = now + OVERHEAD_CHECK_S
         # Summed window by window (the union of spans within adjacent windows adds up to the
-        # union within their span), so that each check reads only the spans since the last one.
-        self.harness_s += (now - self.overhead_checked) - options.at_work(self.overhead_checked, now)
-        self.overhead_checked, self.next_overhead_check = now, now + OVERHEAD_CHECK_S
+        # union within their span), so that each check reads only recent spans; the last
+        # OVERHEAD_LAG_S are read again at each check, since an executor's span is recorded when
+        # its answer arrives (a span later than that counts as the harness's: the safe side).
+        until = max(self.overhead_checked, now - OVERHEAD_LAG_S)
+        self.harness_s += (until - self.overhead_checked) - options.at_work(self.overhead_checked, until)
+        self.overhead_checked = until
+        spent = self.harness_s + (now - until) - options.at_work(until, now)
+        if self.run.examples < options.overhead_min_examples:
+            return False
         elapsed = now - self.start
-        spent = self.harness_s
         # What settling will add (mostly the harness's: hypothesis, the reference, diagnoses):
         # the share of the run it gets under a budget, or publishing the waiting groups.
         settling = max(elapsed * (1 - SEARCH_SHARE) / SEARCH_SHARE if options.shrink else 0.0, 2 * self.waiting())
@@ -807,7 +818,7 @@ class _Engine:
                     # keeps the average publishing time so far; the rest is shared for shrinking.
                     # The first case's diagnosis time stands for each group's publishing time.
                     now = self.clock()
-                    left = len(groups) - k
+                    left = sum(1 for g in groups[k:] if g not in keep)
                     reserve = sum(self.first_cases.get(g, self.records[g]).cost for g in groups[k:] if g not in keep)
                     deadline = now + (end - now - reserve) / left
                 try:
@@ -953,10 +964,14 @@ def _fuzz(candidate: Candidate | str, config: PreprocessConfig, options: FuzzOpt
 def _settle_pair(engine: _Engine, partner: _Engine, shrink: bool) -> None:
     """fuzz_pair's settle: the time left is shared between NEW's groups and OLD's in proportion
     to the counts they shrink, NEW's first (each side's settle ends at its share's end). OLD's
-    groups that NEW has too are not shrunk: the gate judges NEW's shrunk case on OLD as well,
-    and OLD's finding is the case it was met on (diagnosed then)."""
+    groups that NEW has too are not shrunk (unless met on a tile-crossing example): the gate
+    judges NEW's shrunk case on OLD as well, and OLD's finding is the case it was met on
+    (diagnosed then)."""
     middle = None
-    shared = set(engine.records)
+    # (a group OLD met on a tile-crossing example is shrunk all the same: its first case would
+    # cost the gate an attribution at up to 4 Mpx on each side)
+    shared = {g for g in engine.records
+              if g in partner.records and not partner.first_cases.get(g, partner.records[g]).tile}
     if engine.budget is not None:
         now = engine.clock()
         mine, theirs = len(engine.records), len(set(partner.records) - shared)

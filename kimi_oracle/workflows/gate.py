@@ -96,6 +96,9 @@ FUZZ_PAIR_SHARE = 0.35
 OVERHEAD_AIM = 0.185
 LATER_OVERHEAD_SHARE = 0.02
 FUZZ_OVERHEAD_PAIR = 0.7
+# The lockstep search runs at least this many examples whatever the allowance (about 3-5 s on
+# 2 cores): goldens that used the whole allowance never leave the fuzz stage without examples.
+OVERHEAD_MIN_EXAMPLES = 500
 # What writing one side's finding takes (diff image, PNG inputs, JSON, fsync: 11-14 ms measured),
 # kept back from the fuzz stage's allowance for each input judged on both sides.
 WRITE_ESTIMATE_S = 0.015
@@ -764,7 +767,8 @@ class Gate:
         options = self._fuzz_options(examples, None if examples is not None else budget_s * FUZZ_PAIR_SHARE)
         if examples is None and overhead_s is not None:
             options = dataclasses.replace(options, overhead_s=FUZZ_OVERHEAD_PAIR * overhead_s,
-                                          at_work=lambda a, b: self._at_work(window=(a, b)))
+                                          at_work=lambda a, b: self._at_work(window=(a, b)),
+                                          overhead_min_examples=OVERHEAD_MIN_EXAMPLES)
         run_new, run_old = fuzz_pair(self.new, self.old, self.config, options, out_dir=None)
         inputs: dict[str, dict[str, Finding]] = {}
         for side, run in (("new", run_new), ("old", run_old)):
@@ -807,6 +811,9 @@ class Gate:
                          "baseline": {"examples": run_old.examples, "calls": run_old.calls,
                                       "stopped": run_old.stopped, "counts": run_old.counts()},
                          "inputs_judged_on_both": len(inputs), "inputs_new_and_old_disagree": disagree,
+                         # the harness time the stage was allowed (None: --fuzz-examples, no allowance)
+                         "overhead_allowance_s": None if examples is not None or overhead_s is None
+                         else round(overhead_s, 3),
                          "examples_where_outputs_differ": differing,
                          # where the stage's time went (seconds)
                          "seconds": {"new_run": round(run_new.elapsed_s, 3), "new_search": round(run_new.search_s, 3),
@@ -815,7 +822,8 @@ class Gate:
                                      "differing_examples": round(t_both - t_differing, 3),
                                      "judged_on_both": round(time.monotonic() - t_both, 3)}}
         stage.summary = (f"{run_new.examples} examples for NEW, {run_old.examples} for OLD (seed {self.seed}: "
-                         f"the same cases); {len(inputs)} failing inputs judged on both, {disagree} where they "
+                         f"the same cases{'; the search ended at its overhead allowance' if run_new.stopped == 'overhead' else ''}"
+                         f"); {len(inputs)} failing inputs judged on both, {disagree} where they "
                          f"differ; NEW {len(run_new.findings)} findings, OLD {len(run_old.findings)}")
         stage.status = "pass"
         self._fuzz_interrupted(stage, run_new)

@@ -1,6 +1,7 @@
 """The gate's overhead share (issue 11): the share of the gate's budget spent outside NEW's and
 OLD's processes and the reference (attribution, image generation, comparisons, reports), on the
-README's baseline-relative job. Target: <= 20 % on 2 idle cores. A measurement, not a timed test:
+README's baseline-relative job. Target: <= 20 % on 2 idle cores, asserted outside
+`--kimi-bench-quick` (a 40 s budget carries more fixed overhead). A measurement, not a timed test:
 run it with `pytest -m bench --benchmark-enable tests/benchmarks/test_gate_benchmark.py`."""
 
 from __future__ import annotations
@@ -39,3 +40,7 @@ def test_gate_overhead_share(benchmark, tmp_path, new, quick):
     # what the job must say, whatever the machine's speed
     expected = "pass" if new == "eager" else "fail"
     assert report["verdict"] == expected or report["stages"]["performance"]["status"] == "fail"
+    if new == PLANTED:  # the planted channel reversal is named, and only it fails
+        assert {(r["verdict"], r["root_cause"]) for r in report["rows"] if r["fails"]} == {("new", "patch-order")}
+    if not quick:  # the target (the fuzz stage holds itself to an allowance under it: docs/gate.md)
+        assert report["time"]["overhead_share_of_budget"] <= 0.20, report["time"]

@@ -243,13 +243,29 @@ def test_an_overhead_allowance_ends_the_search_and_shortens_the_run(at_work_shar
     threshold = allowance / (1 - at_work_share + 0.25)
     search_end = windows[-1][1]
     assert threshold - 1e-9 <= search_end <= threshold + fuzzing.OVERHEAD_CHECK_S + 0.02
-    # each check reads only the window since the last one: adjacent, from the run's start
-    assert windows[0][0] == 0.0 and all(w[0] == v[1] for v, w in zip(windows, windows[1:]))
+    # each check reads the window since OVERHEAD_LAG_S before it (spans arrive with the answers),
+    # and what lies before that only once
+    assert windows[0][0] == 0.0 and all(a <= b <= search_end for a, b in windows)
+    assert all(b - a <= fuzzing.OVERHEAD_LAG_S + fuzzing.OVERHEAD_CHECK_S + 0.02 for a, b in windows)
     # the run's budget became the search's time plus a quarter of it (settling), not 100 s
     assert run.elapsed_s <= 1.25 * search_end + 0.05
 
 
-def test_fuzz_pair_shrinks_only_the_baselines_groups_new_has_not(monkeypatch):
+def test_an_overhead_allowance_keeps_a_floor_of_examples():
+    # An allowance spent before the search began (the goldens took it) still leaves the floor.
+    clock = _CallClock()
+
+    def slow_wide_fails(images, config):
+        clock.now += 0.01
+        return _wide_fails(images, config)
+
+    run = fuzz(Candidate("wide", slow_wide_fails), PreprocessConfig.k3_small(),
+               FuzzOptions(budget_s=100.0, seed=2, max_side=40, invariance=False, clock=clock, overhead_s=0.0,
+                           at_work=lambda a, b: 0.0, overhead_min_examples=150))
+    assert run.stopped == "overhead" and 150 <= run.examples <= 150 + 26  # (the next check: 0.25 s, 25 calls)
+
+
+def test_fuzz_pair_shrinks_only_the_baselines_groups_new_has_not():
     # OLD's groups that NEW has too are published as they were met (NEW's shrunk case is judged
     # on OLD in the gate); a group of OLD's alone is shrunk.
     options = FuzzOptions(examples=30, seed=4, max_side=32, invariance=False, record_outcomes=True)
@@ -335,3 +351,27 @@ def test_a_findings_example_number_is_the_one_it_was_met_at(keep_searching):
                            keep_searching=keep_searching, split_by_mode=False))
     assert run.first_found == {"pixel_mismatch": 1}
     assert [f.example for f in run.findings] == [1]
+
+
+def test_the_baselines_groups_met_on_a_tile_crossing_example_are_shrunk_all_the_same():
+    # `_settle_pair` keeps (does not shrink) OLD's groups that NEW has too, except one OLD met on a
+    # tile-crossing example: judging NEW on that unshrunk case would attribute up to 4 Mpx.
+    from types import SimpleNamespace
+
+    from kimi_oracle.fuzzers.fuzzing import _Record, _settle_pair
+
+    def record(tile):
+        return _Record(case=None, choices=(), verdict=None, example=1, invariance=False, tile=tile)
+
+    calls = {}
+
+    def engine(name, records, first_cases):
+        def settle(shrink=True, until=None, keep=()):
+            calls[name] = set(keep)
+        return SimpleNamespace(records=records, first_cases=first_cases, budget=None, settle=settle)
+
+    new = engine("new", {"a": record(False), "b": record(False), "c": record(False)}, {})
+    old = engine("old", {"a": record(False), "b": record(False), "d": record(False)},
+                 {"a": record(False), "b": record(True)})  # OLD met b on a tile-crossing example
+    _settle_pair(new, old, shrink=True)
+    assert calls == {"new": set(), "old": {"a"}}
