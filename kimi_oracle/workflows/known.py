@@ -274,7 +274,14 @@ def _baseline_verdict(n: Side | None, o: Side | None, margin: Margin) -> tuple[s
         return KNOWN, "OLD fails the same way on the same inputs"
     if o is None:
         return NEW, "OLD does not have this root cause in this mode class"
-    grew = [m for m in METRICS if margin.exceeds(m, getattr(n, m), getattr(o, m))]
+    # The mean over inputs is the one metric that can grow by losing inputs: where NEW no longer
+    # shows the cause on some of OLD's inputs, its mean is compared with OLD's on the inputs NEW
+    # still shows it on (a maximum or a share only falls when inputs are lost).
+    common = o.inputs & n.inputs
+    o_mean = o.restricted(common).mean_levels if common and common != o.inputs and o.per_input else o.mean_levels
+    worse_mean = margin.exceeds("mean_levels", n.mean_levels, o_mean)
+    grew = [m for m in METRICS
+            if (worse_mean if m == "mean_levels" else margin.exceeds(m, getattr(n, m), getattr(o, m)))]
     if grew:
         return WORSE, "grew beyond the margin: " + ", ".join(grew)
     fell = [m for m in METRICS if margin.exceeds(m, getattr(o, m), getattr(n, m))]

@@ -301,3 +301,19 @@ def test_differing_examples_stop_once_the_fuzz_stages_allowance_is_spent(tmp_pat
     spent = lambda: asked.append(1) or len(asked) > 1  # noqa: E731
     assert gate._differing_examples(run_new, run_old, {}, spent) == 3  # all counted as differing
     assert len(calls) == 2 and len(asked) == 2  # one example re-run (once per side), then it stopped
+
+
+def test_a_mean_that_grew_only_by_losing_inputs_is_not_worse():
+    # OLD shows a cause on three inputs (means 5, 5, 0.3: 3.43 on average), NEW on two of them with
+    # the same means (5, 5): NEW lost the cause on the third input, so its average over inputs rose
+    # to 5 without growing anywhere (met on the README gate, seed 7777). The same means on the
+    # same inputs: known. A mean that did grow on a shared input still fails.
+    old = [obs("fill-stage", "RGBA+alpha", input=i, max_levels=31.0, mean_levels=m)
+           for i, m in (("i1", 5.0), ("i2", 5.0), ("i3", 0.3))]
+    new = [obs("fill-stage", "RGBA+alpha", input=i, max_levels=31.0, mean_levels=m) for i, m in (("i1", 5.0), ("i2", 5.0))]
+    v, rows = verdicts(new, old)
+    assert v[("fill-stage", "RGBA+alpha")] == ("known", False)
+    assert rows[0]["old"]["mean_levels"] == round((5.0 + 5.0 + 0.3) / 3, 4)  # the row still shows OLD's own
+    grown = [obs("fill-stage", "RGBA+alpha", input=i, max_levels=31.0, mean_levels=m) for i, m in (("i1", 9.0), ("i2", 5.0))]
+    v, _ = verdicts(grown, old)
+    assert v[("fill-stage", "RGBA+alpha")] == ("worse", True)  # (9 + 5) / 2 = 7 > 5 * 1.25 + 0.25
