@@ -251,10 +251,9 @@ def test_write_known_escapes_what_toml_forbids(tmp_path):
     assert read_known(path).entries[0].note == text  # and our own reader accepts it
 
 
-def test_differing_examples_skip_those_a_side_did_not_judge_or_timed_out_on(tmp_path):
-    # An example NEW skipped (a mode class it hung on) or timed out on differs from OLD's outcome,
-    # but re-running it would cost a whole case timeout each, unbudgeted (found by review): only
-    # the other differing examples are judged on both sides.
+def _differing_setup(tmp_path, new_outcomes, old_outcomes):
+    """A gate whose NEW and OLD are the reference, counting their calls, and two runs with the
+    outcomes given (generated example index -> digest)."""
     from kimi_oracle.fuzzers.fuzzing import FuzzOptions, FuzzRun
     from kimi_oracle.oracle.candidates import Candidate
     from kimi_oracle.pipelines import reference
@@ -270,8 +269,17 @@ def test_differing_examples_skip_those_a_side_did_not_judge_or_timed_out_on(tmp_
     gate.new, gate.old = Candidate("new", counted), Candidate("old", counted)
     run_new = FuzzRun("new", gate.config, FuzzOptions(seed=3), 3)
     run_old = FuzzRun("old", gate.config, FuzzOptions(seed=3), 3)
-    run_new.outcomes = {0: "not-judged", 1: "timeout:CallTimedOut", 2: "aaa", 3: "same"}
-    run_old.outcomes = {0: "bbb", 1: "ccc", 2: "ddd", 3: "same"}
+    run_new.outcomes, run_old.outcomes = new_outcomes, old_outcomes
+    return gate, run_new, run_old, calls
+
+
+def test_differing_examples_skip_those_a_side_did_not_judge_or_timed_out_on(tmp_path):
+    # An example NEW skipped (a mode class it hung on) or timed out on differs from OLD's outcome,
+    # but re-running it would cost a whole case timeout each, unbudgeted (found by review): only
+    # the other differing examples are judged on both sides.
+    gate, run_new, run_old, calls = _differing_setup(
+        tmp_path, {0: "not-judged", 1: "timeout:CallTimedOut", 2: "aaa", 3: "same"},
+        {0: "bbb", 1: "ccc", 2: "ddd", 3: "same"})
     inputs: dict = {}
     assert gate._differing_examples(run_new, run_old, inputs) == 3  # all three counted
     assert len(calls) == 2  # only example 2 re-run, once per side
@@ -280,23 +288,8 @@ def test_differing_examples_skip_those_a_side_did_not_judge_or_timed_out_on(tmp_
 def test_differing_examples_stop_once_the_fuzz_stages_allowance_is_spent(tmp_path):
     # Under the gate's overhead allowance the differing examples are judged only while it lasts:
     # `allowance_spent` is asked before each one (here: spent after the first).
-    from kimi_oracle.fuzzers.fuzzing import FuzzOptions, FuzzRun
-    from kimi_oracle.oracle.candidates import Candidate
-    from kimi_oracle.pipelines import reference
-    from kimi_oracle.workflows.gate import Gate, GateOptions
-
-    gate = Gate("reference", "reference", GateOptions(budget_s=10, seed=3), tmp_path)
-    calls = []
-
-    def counted(images, config):
-        calls.append(1)
-        return reference.preprocess(images, config)
-
-    gate.new, gate.old = Candidate("new", counted), Candidate("old", counted)
-    run_new = FuzzRun("new", gate.config, FuzzOptions(seed=3), 3)
-    run_old = FuzzRun("old", gate.config, FuzzOptions(seed=3), 3)
-    run_new.outcomes = {0: "a0", 1: "a1", 2: "a2"}
-    run_old.outcomes = {0: "b0", 1: "b1", 2: "b2"}
+    gate, run_new, run_old, calls = _differing_setup(tmp_path, {0: "a0", 1: "a1", 2: "a2"},
+                                                     {0: "b0", 1: "b1", 2: "b2"})
     asked = []
     spent = lambda: asked.append(1) or len(asked) > 1  # noqa: E731
     assert gate._differing_examples(run_new, run_old, {}, spent) == 3  # all counted as differing
