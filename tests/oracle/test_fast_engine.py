@@ -251,6 +251,33 @@ def test_an_overhead_allowance_ends_the_search_and_shortens_the_run(at_work_shar
     assert run.elapsed_s <= 1.25 * search_end + 0.05
 
 
+def test_work_reported_late_is_still_credited_to_the_allowance():
+    # An executor's span is recorded when its answer arrives, after the window it lies in may
+    # have been measured: each check reads the last OVERHEAD_LAG_S again. Here half of the time is
+    # at work, but a span shows only 0.5 s after it happened: were windows read once, as they
+    # end, none of it would be credited and the search would end at 1.6 s, as with no work.
+    clock = _CallClock()
+
+    def slow_wide_fails(images, config):
+        clock.now += 0.01
+        return _wide_fails(images, config)
+
+    ends = []
+
+    def at_work(a, b):  # half of [a, b] at work, of what is 0.5 s old by now
+        ends.append(b)
+        visible = min(b, clock.now - 0.5)
+        return 0.5 * max(0.0, visible - a)
+
+    run = fuzz(Candidate("wide", slow_wide_fails), PreprocessConfig.k3_small(),
+               FuzzOptions(budget_s=100.0, seed=2, max_side=40, invariance=False, clock=clock,
+                           overhead_s=2.0, at_work=at_work))
+    assert run.stopped == "overhead"
+    # By hand: spent = 0.5 t + 0.25 (the last 0.5 s, not yet credited), settling t / 4: the
+    # search may end from t = 7/3 s on (from 1.6 s, 2 / 1.25, without the lag).
+    assert 7 / 3 - 1e-9 <= ends[-1] <= 7 / 3 + fuzzing.OVERHEAD_CHECK_S + 0.02
+
+
 def test_an_overhead_allowance_keeps_a_floor_of_examples():
     # An allowance spent before the search began (the goldens took it) still leaves the floor.
     clock = _CallClock()
