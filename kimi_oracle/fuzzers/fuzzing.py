@@ -818,9 +818,9 @@ class _Engine:
                     # keeps the average publishing time so far; the rest is shared for shrinking.
                     # The first case's diagnosis time stands for each group's publishing time.
                     now = self.clock()
-                    left = sum(1 for g in groups[k:] if g not in keep)
-                    reserve = sum(self.first_cases.get(g, self.records[g]).cost for g in groups[k:] if g not in keep)
-                    deadline = now + (end - now - reserve) / left
+                    to_shrink = [g for g in groups[k:] if g not in keep]
+                    reserve = sum(self.first_cases.get(g, self.records[g]).cost for g in to_shrink)
+                    deadline = now + (end - now - reserve) / len(to_shrink)
                 try:
                     if deadline is None or deadline > self.clock():
                         self.shrink(group, deadline)
@@ -893,9 +893,9 @@ def fuzz_pair(
     and computed by the reference once, and both candidates work on it at once (each in its own
     executor, while this process judges the example before). NEW's run is `fuzz`'s (its budget
     and stops decide; its findings are written under `out_dir`); OLD's run counts the same
-    examples (`outcomes` by the same indices). Both sides' findings are shrunk, the time left
-    after the search shared in proportion to their groups. Saved failures are not replayed
-    (`db_dir` is ignored)."""
+    examples (`outcomes` by the same indices). NEW's groups are shrunk, and OLD's that NEW has
+    not (`_settle_pair`), the time left after the search shared in proportion to them. Saved
+    failures are not replayed (`db_dir` is ignored)."""
     options = dataclasses.replace(options or FuzzOptions(), db_dir=None)
     with one_torch_thread():
         return _fuzz(new, config, options, out_dir, on_example, baseline=old)  # type: ignore[return-value]

@@ -779,9 +779,7 @@ class Gate:
         def allowance_spent() -> bool:  # what judging and writing `inputs` will take kept back
             if examples is not None or overhead_s is None:
                 return False
-            now = time.monotonic()
-            spent = (now - t0) - self._at_work(window=(t0, now))
-            return spent + WRITE_ESTIMATE_S * 2 * len(inputs) >= overhead_s
+            return self._overhead(t0, time.monotonic()) + WRITE_ESTIMATE_S * 2 * len(inputs) >= overhead_s
 
         differing = self._differing_examples(run_new, run_old, inputs, allowance_spent)
         t_both = time.monotonic()
@@ -1178,8 +1176,7 @@ class Gate:
             stage.summary = "interrupted; " + stage.summary
         t1 = time.monotonic()
         stage.elapsed_s = t1 - t0
-        # The stage's overhead: its time in which no candidate process and no reference worked.
-        stage.details["overhead_s"] = round(stage.elapsed_s - self._at_work(window=(t0, t1)), 3)
+        stage.details["overhead_s"] = round(self._overhead(t0, t1), 3)
         self.stages.append(stage)
         self.progress(f"gate: {name}: {stage.status} ({stage.elapsed_s:.1f}s) {stage.summary}")
         return stage
@@ -1202,8 +1199,8 @@ class Gate:
                 perf_budget = PERF_SHARE * budget if self.old is not None else 0.0
                 fuzz_budget = budget - (time.monotonic() - t0) - perf_budget - INVARIANCE_SHARE * budget
                 # the harness time left for fuzzing (module comment at OVERHEAD_AIM)
-                spent = (time.monotonic() - t0) - self._at_work(window=(t0, time.monotonic()))
-                allowance = max((OVERHEAD_AIM - LATER_OVERHEAD_SHARE) * budget - spent, 0.0)
+                allowance = max((OVERHEAD_AIM - LATER_OVERHEAD_SHARE) * budget
+                                - self._overhead(t0, time.monotonic()), 0.0)
                 self._run_stage("fuzz", lambda: self.fuzzing(fuzz_budget, allowance))
                 self._run_stage("corpus", self.corpus)
                 self._run_stage("invariance", self.invariance)
@@ -1248,6 +1245,11 @@ class Gate:
         waited for, or (with `reference`) the reference ran: the union of their spans."""
         return union_seconds(self.new.activity, self.old.activity if self.old is not None else None,
                              self.clock.reference if reference else None, window=window)
+
+    def _overhead(self, t0: float, t1: float) -> float:
+        """The harness's time within [t0, t1]: the seconds in which no candidate's process worked
+        or was waited for and the reference did not run."""
+        return (t1 - t0) - self._at_work(window=(t0, t1))
 
     def _report(self, started: str, t0: float, budget: float) -> dict[str, Any]:
         elapsed = time.monotonic() - t0

@@ -172,13 +172,17 @@ class _CallClock:
     def __call__(self) -> float:
         return self.now
 
+    def ticking(self, candidate):
+        """`candidate`, costing 10 ms of this clock a call."""
+        def slow(images, config):
+            self.now += 0.01
+            return candidate(images, config)
+        return slow
+
 
 def test_a_budget_ends_within_five_percent_shrinking_included():
     clock = _CallClock()
-
-    def slow_wide_fails(images, config):
-        clock.now += 0.01
-        return _wide_fails(images, config)
+    slow_wide_fails = clock.ticking(_wide_fails)
 
     shrink_began = []
 
@@ -202,10 +206,7 @@ def test_a_budget_ends_within_five_percent_shrinking_included():
 
 def test_a_budget_without_findings_searches_to_its_end():
     clock = _CallClock()
-
-    def slow_reference(images, config):
-        clock.now += 0.01
-        return reference.preprocess(images, config)
+    slow_reference = clock.ticking(reference.preprocess)
 
     run = fuzz(Candidate("ref", slow_reference), PreprocessConfig.k3_small(),
                FuzzOptions(budget_s=1.0, seed=2, max_side=24, invariance=False, clock=clock))
@@ -221,10 +222,7 @@ def test_an_overhead_allowance_ends_the_search_and_shortens_the_run(at_work_shar
     # settling will take (a quarter of the search's time, SEARCH_SHARE 0.8), ends the search at
     # the first check where it reaches the allowance; the run then ends when settling has had it.
     clock = _CallClock()
-
-    def slow_wide_fails(images, config):
-        clock.now += 0.01
-        return _wide_fails(images, config)
+    slow_wide_fails = clock.ticking(_wide_fails)
 
     windows = []
 
@@ -257,10 +255,7 @@ def test_work_reported_late_is_still_credited_to_the_allowance():
     # at work, but a span shows only 0.5 s after it happened: were windows read once, as they
     # end, none of it would be credited and the search would end at 1.6 s, as with no work.
     clock = _CallClock()
-
-    def slow_wide_fails(images, config):
-        clock.now += 0.01
-        return _wide_fails(images, config)
+    slow_wide_fails = clock.ticking(_wide_fails)
 
     ends = []
 
@@ -281,10 +276,7 @@ def test_work_reported_late_is_still_credited_to_the_allowance():
 def test_an_overhead_allowance_keeps_a_floor_of_examples():
     # An allowance spent before the search began (the goldens took it) still leaves the floor.
     clock = _CallClock()
-
-    def slow_wide_fails(images, config):
-        clock.now += 0.01
-        return _wide_fails(images, config)
+    slow_wide_fails = clock.ticking(_wide_fails)
 
     run = fuzz(Candidate("wide", slow_wide_fails), PreprocessConfig.k3_small(),
                FuzzOptions(budget_s=100.0, seed=2, max_side=40, invariance=False, clock=clock, overhead_s=0.0,
