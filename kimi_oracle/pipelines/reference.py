@@ -33,6 +33,7 @@ from kimi_oracle.core.errors import InputError
 from kimi_oracle.core.geometry import ResizePlan, plan
 from kimi_oracle.core.images import PREMULTIPLIED_MODES, ImageSource, convert, has_alpha, load_images
 from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.pipelines import fused
 
 __all__ = [
     "CHECKPOINT",
@@ -56,8 +57,6 @@ __all__ = [
 ]
 
 PATTERN_VALUES = {"white": 255, "black": 0, "gray": 128}
-# Patches looked up per np.take call in `patchify` (measured fastest on 2069x1551: 256).
-_PATCH_RUN = 256
 
 # Modes with 8 bits per band that Pillow resamples band by band, each band like an "L" image,
 # with its 8-bit fixed-point bicubic. The others keep Pillow's own path in every variant of the
@@ -147,13 +146,37 @@ def fill_conversion(img: Image.Image, bg: TransparentBgConfig | None) -> str | N
     return "RGBA"
 
 
+def _background_levels(bg: TransparentBgConfig, width: int):
+    # `background` as levels and a per-pixel choice among them (fused.composite_planes).
+    if bg.pattern in PATTERN_VALUES:
+        return (PATTERN_VALUES[bg.pattern],), lambda y0, y1: None
+    square = bg.chessboard_square_size
+    xs = np.arange(width) // square
+    gray_parity = 1 if bg.chessboard_square_on_top_left else 0
+    # The choice along a row of squares of each parity: level 1 (gray) where `background`'s
+    # square parity is the gray one.
+    rows = np.stack([((r + xs) % 2) == gray_parity for r in (0, 1)]).astype(np.uint8)
+
+    def which(y0: int, y1: int) -> np.ndarray:
+        return rows[(np.arange(y0, y1) // square) % 2]
+
+    return (bg.chessboard_white_value, bg.chessboard_gray_value), which
+
+
 def _fill_array(img: Image.Image, bg: TransparentBgConfig | None) -> np.ndarray:
+    # The checkpoint's fill as a uint8 (h, w, 3) array; a composite comes back as a view of
+    # channel planes (3, h, w), which `patchify` reads as planes.
     kind = fill_conversion(img, bg)
     if kind is None:
         return np.asarray(img)
     if kind == "RGB":
         return np.asarray(_convert(img, "RGB"))
-    return composite(np.asarray(_convert(img, "RGBA")), bg)
+    assert bg is not None
+    rgba = np.asarray(img if img.mode == "RGBA" else _convert(img, "RGBA"))
+    if not fused.LITTLE_ENDIAN:
+        return composite(rgba, bg)
+    levels, which = _background_levels(bg, rgba.shape[1])
+    return fused.composite_planes(rgba, levels, which, blend).transpose(1, 2, 0)
 
 
 def fill(img: Image.Image, bg: TransparentBgConfig | None) -> Image.Image:
@@ -163,7 +186,8 @@ def fill(img: Image.Image, bg: TransparentBgConfig | None) -> Image.Image:
         return img
     if kind == "RGB":
         return _convert(img, "RGB")
-    return Image.fromarray(composite(np.asarray(_convert(img, "RGBA")), bg), mode="RGB")
+    planes = _fill_array(img, bg).transpose(2, 0, 1)
+    return Image.merge("RGB", [Image.fromarray(np.ascontiguousarray(plane), mode="L") for plane in planes])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,26 +260,11 @@ def patchify(rgb: np.ndarray, config: PreprocessConfig, p: ResizePlan, lut: np.n
     hp, wp = p.new_h + p.pad_h, p.new_w + p.pad_w
     if rgb.shape != (p.new_h, p.new_w, 3):
         raise InputError(f"internal: resized array has shape {rgb.shape}, plan expects {(p.new_h, p.new_w, 3)}")
-    if p.pad_h or p.pad_w:
-        padded = np.zeros((hp, wp, 3), dtype=np.uint8)
-        padded[: p.new_h, : p.new_w] = rgb
-    else:
-        padded = rgb
-    gh, gw = hp // ps, wp // ps
-    # (gh, p, gw, p, C) -> (gh, gw, C, p, p): patch gy*gw+gx, inside a patch (C, py, px).
-    # The uint8 levels are rearranged first (a cheap copy), then looked up in runs of patches:
-    # np.take widens its indices to intp, and a run's worth stays in the cache.
-    tiles = np.ascontiguousarray(padded.reshape(gh, ps, gw, ps, 3).transpose(0, 2, 4, 1, 3))
     if lut is None:
         lut = normalization_lut(config)
-    n = gh * gw
-    out = np.empty((n, 3, ps * ps), dtype=np.float32)
-    levels = tiles.reshape(n, 3, ps * ps)
-    for start in range(0, n, _PATCH_RUN):
-        stop = start + _PATCH_RUN
-        for c in range(3):
-            np.take(lut[c], levels[start:stop, c], out=out[start:stop, c])
-    return torch.from_numpy(out.reshape(n, 3, ps, ps))
+    if rgb.strides[2] > rgb.strides[0] and rgb.strides[1] == 1:  # channel planes (a composite)
+        return torch.from_numpy(fused.patches_from_planes(rgb.transpose(2, 0, 1), hp, wp, ps, lut))
+    return torch.from_numpy(fused.patches_from_hwc(rgb, hp, wp, ps, lut))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -347,7 +356,11 @@ class Steps:
             kind = self.convert(img, bg)
             if kind is not None:
                 img = _convert(img, kind)
-        img = resize(img, size) if self._pillow_resizes() else _resize_by_parts(img, size, self)
+        if self._pillow_resizes():
+            # Pillow's resize to the same size is a copy of the same bytes: skipped.
+            img = img if img.size == size else resize(img, size)
+        else:
+            img = _resize_by_parts(img, size, self)
         if (self.stage or config.fill_stage) == "before_resize":
             return np.asarray(img)
         return self._fill(img, bg)
