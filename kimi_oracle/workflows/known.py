@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from kimi_oracle.core.errors import InputError
 from kimi_oracle.core.files import atomic_write_text
-from kimi_oracle.oracle.checks import ACCEPTS_INVALID, PIXEL_MISMATCH
+from kimi_oracle.oracle.kinds import ACCEPTS_INVALID, PIXEL_MISMATCH
 from kimi_oracle.oracle.grouping import key_mode_class
 from kimi_oracle.results.report import cause_levels
 
