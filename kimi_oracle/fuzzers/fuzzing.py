@@ -537,8 +537,14 @@ class _Engine:
         """What publishing the waiting groups will take: fuzz(), their count times the expected
         time of one; fuzz_pair, twice what diagnosing their first cases took (`waiting`)."""
         if not self.eager_diagnosis:
-            return len(self.first_cases) * self.publish_estimate()
+            return len(self.first_cases) * self.publish_estimate() + self.backlog()
         return 2 * self.waiting()
+
+    def backlog(self) -> float:
+        """What writing the folders queued and not written yet is expected to take."""
+        writing = self.times.writing
+        pending = self.writer.pending()
+        return pending * writing.seconds() / writing.count if pending and writing.count else 0.0
 
     def waiting(self) -> float:
         """What diagnosing the waiting groups' first cases took (the partner's too): publishing
@@ -902,7 +908,7 @@ class _Engine:
                     now = self.clock()
                     to_shrink = [g for g in groups[k:] if g not in keep]
                     reserve = (sum(self.first_cases.get(g, self.records[g]).cost for g in to_shrink)
-                               if self.eager_diagnosis else len(to_shrink) * self.publish_estimate())
+                               if self.eager_diagnosis else len(to_shrink) * self.publish_estimate() + self.backlog())
                     deadline = now + (end - now - reserve) / len(to_shrink)
                 try:
                     if deadline is None or deadline > self.clock():

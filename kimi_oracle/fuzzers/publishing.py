@@ -115,6 +115,11 @@ class Writer:
         with self.lock:
             self.futures.append(self.pool.submit(self._timed, write, *args))
 
+    def pending(self) -> int:
+        """Folders queued and not written yet."""
+        with self.lock:
+            return sum(1 for future in self.futures if not future.done())
+
     def close(self) -> None:
         """Wait for every queued write; the first error is raised (after all have ended)."""
         if self.pool is None:

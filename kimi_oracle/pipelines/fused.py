@@ -55,12 +55,10 @@ def pair_table(lut: np.ndarray) -> np.ndarray:
     return _pairs(np.ascontiguousarray(lut, dtype=np.float32).tobytes())
 
 
-def _lookup(tiles: np.ndarray, out: np.ndarray, lut: np.ndarray) -> None:
-    # tiles: uint8 (m, 3, q), out: float32 (m, 3, q), both C-contiguous.
-    q = tiles.shape[2]
-    same = bool((lut[1:] == lut[0]).all())
-    if q % 2 == 0:
-        table = pair_table(lut)
+def _lookup(tiles: np.ndarray, out: np.ndarray, lut: np.ndarray, table: np.ndarray | None, same: bool) -> None:
+    # tiles: uint8 (m, 3, q), out: float32 (m, 3, q), both C-contiguous; table: `pair_table(lut)`
+    # (None: q is odd); same: the three rows of lut are equal.
+    if table is not None:
         idx, dst = tiles.view(np.uint16), out.view(np.uint64)
         if same:
             np.take(table[0], idx.reshape(-1), out=dst.reshape(-1), mode="clip")
@@ -80,11 +78,13 @@ def _patch_bands(height: int, width: int, ps: int, lut: np.ndarray,
     out = np.empty((gh * gw, 3, ps * ps), dtype=np.float32)
     rows = max(1, _BAND_BYTES // (ps * gw * ps * 3))
     tiles = np.empty((rows * gw, 3, ps * ps), dtype=np.uint8)
+    table = pair_table(lut) if ps * ps % 2 == 0 else None
+    same = bool((lut[1:] == lut[0]).all())
     for gy in range(0, gh, rows):
         k = min(rows, gh - gy)
         band = tiles[: k * gw]
         fill(band.reshape(k, gw, 3, ps, ps), gy * ps)
-        _lookup(band, out[gy * gw: (gy + k) * gw], lut)
+        _lookup(band, out[gy * gw: (gy + k) * gw], lut, table, same)
     return out.reshape(gh * gw, 3, ps, ps)
 
 

@@ -401,6 +401,14 @@ def preprocess_image(img: Image.Image, config: PreprocessConfig, *,
     return steps.patches(rgb, config, p), p
 
 
+@functools.lru_cache(maxsize=1)
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))  # the cores this process may run on
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 # A batch runs on threads from this many source pixels on (below, a thread's start costs more
 # than it saves: the fuzzer's small cases stay in the caller's thread).
 PARALLEL_MIN_PIXELS = 1 << 20
@@ -416,9 +424,10 @@ def preprocess(images: Iterable[ImageSource], config: PreprocessConfig, *,
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise InputError(f"threads must be an integer >= 1, got {threads!r}")
     decoded = load_images(images)
-    workers = min(len(decoded), threads or os.cpu_count() or 1)
-    if threads is None and sum(img.width * img.height for img in decoded) < PARALLEL_MIN_PIXELS:
+    if threads is None and (len(decoded) < 2 or sum(img.width * img.height for img in decoded) < PARALLEL_MIN_PIXELS):
         workers = 1
+    else:
+        workers = min(len(decoded), threads or _cores())
     if workers <= 1:
         done = [preprocess_image(img, config, steps=steps) for img in decoded]
     else:
