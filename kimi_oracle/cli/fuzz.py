@@ -190,7 +190,8 @@ def register(group: click.Group) -> None:
     @click.option("--db", "db_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                   help="Hypothesis example database (default OUT/hypothesis-db; failures replay first).")
     @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                  help="Write a machine-readable summary here.")
+                  help="Write a machine-readable summary here (its `time`: seconds in the candidate, the "
+                       "reference, diagnosis, shrinking, writing and the harness).")
     @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="Write JUnit XML (one test case per check) here.")
     @click.option("--max-images", type=click.IntRange(1, 16), default=3, show_default=True,
