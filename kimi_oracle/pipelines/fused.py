@@ -112,7 +112,7 @@ def patches_from_hwc(rgb: np.ndarray, padded_h: int, padded_w: int, ps: int, lut
 
 
 def patches_from_planes(planes: np.ndarray, padded_h: int, padded_w: int, ps: int, lut: np.ndarray) -> np.ndarray:
-    """As `patches_from_hwc` for uint8 channel planes (3, h, w) (rows contiguous)."""
+    """As `patches_from_hwc` for uint8 channel planes (3, h, w) (each row contiguous)."""
     _, h, w = planes.shape
     gw = padded_w // ps
     pad_buf: list[np.ndarray] = []
@@ -128,7 +128,13 @@ def patches_from_planes(planes: np.ndarray, padded_h: int, padded_w: int, ps: in
             band[:, : y1 - y0, :w] = src
             band[:, y1 - y0:] = 0
             src = band
-        np.copyto(tiles, src.reshape(3, k, ps, gw, ps).transpose(1, 3, 0, 2, 4))
+        if src.strides[2] == 1 and src.shape[2] == padded_w:
+            # Runs of p levels moved as one p-byte item each (half the time of byte by byte).
+            item = np.dtype(f"V{ps}")
+            np.copyto(tiles.reshape(k, gw, 3, ps * ps).view(item),
+                      src.view(item).reshape(3, k, ps, gw).transpose(1, 3, 0, 2))
+        else:
+            np.copyto(tiles, src.reshape(3, k, ps, gw, ps).transpose(1, 3, 0, 2, 4))
 
     return _patch_bands(padded_h, padded_w, ps, lut, fill)
 

@@ -266,7 +266,7 @@ def patchify(rgb: np.ndarray, config: PreprocessConfig, p: ResizePlan, lut: np.n
         lut = normalization_lut(config)
     if rgb.dtype != np.uint8:  # (a variant's array of levels in another integer type)
         rgb = rgb.astype(np.uint8)
-    if rgb.strides[2] > rgb.strides[0] and rgb.strides[1] == 1:  # channel planes (a composite)
+    if rgb.strides[1] == 1 and rgb.strides[2] > 1:  # channel planes (a composite)
         return torch.from_numpy(fused.patches_from_planes(rgb.transpose(2, 0, 1), hp, wp, ps, lut))
     return torch.from_numpy(fused.patches_from_hwc(rgb, hp, wp, ps, lut))
 
