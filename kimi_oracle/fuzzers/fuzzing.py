@@ -159,6 +159,10 @@ class FuzzOptions:
     overhead_s: float | None = None
     at_work: Callable[[float, float], float] | None = None
     overhead_min_examples: int = 0  # examples the search runs whatever the allowance (a floor)
+    # fuzz() under a budget: the share of it diagnoses may take (later findings are published with
+    # their levels only, `attribution: {"deferred": ...}`); None: every reported finding is
+    # diagnosed (the gate's absolute verdict reads their root causes).
+    diagnosis_share: float | None = DIAGNOSIS_SHARE
 
     def max_examples(self) -> int:
         """The number of examples the run draws (huge under a time budget alone)."""
@@ -513,8 +517,9 @@ class _Engine:
 
     def diagnosis_spent(self) -> bool:
         """fuzz() under a budget: whether the diagnoses have had their share of it."""
-        return (not self.eager_diagnosis and self.budget is not None
-                and self.diagnosis_s >= DIAGNOSIS_SHARE * self.budget)
+        share = self.options.diagnosis_share
+        return (not self.eager_diagnosis and self.budget is not None and share is not None
+                and self.diagnosis_s >= share * self.budget)
 
     # -- stages
 
@@ -833,7 +838,8 @@ class _Engine:
                 return known
         if verdict.check == PIXEL_MISMATCH and self.diagnosis_spent():
             fields = finding_diagnosis(str(verdict.check), verdict.stats, images, config)  # the levels only
-            fields["attribution"] = {"deferred": f"the run's diagnosis time ({DIAGNOSIS_SHARE:.0%} of its budget) "
+            share = self.options.diagnosis_share or 0.0
+            fields["attribution"] = {"deferred": f"the run's diagnosis time ({share:.0%} of its budget) "
                                                  "was spent: `kimi-oracle repro` diagnoses this finding"}
             return fields
         began = self.clock()

@@ -718,7 +718,8 @@ class Gate:
                            # With a baseline no example database: NEW and OLD draw the same cases.
                            db_dir=None if self.old is not None else self.out_dir / "hypothesis-db",
                            max_side=self.options.fuzz_max_side, shrink=self.options.fuzz_shrink,
-                           tile_share=self.options.tile_share, record_outcomes=self.old is not None)
+                           tile_share=self.options.tile_share, record_outcomes=self.old is not None,
+                           diagnosis_share=None)  # (the verdict reads every finding's root causes)
 
     def fuzzing(self, budget_s: float, overhead_s: float | None = None) -> Stage:
         stage = Stage("fuzz")

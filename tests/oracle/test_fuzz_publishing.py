@@ -146,3 +146,14 @@ def test_an_in_process_candidate_has_no_time_of_its_own():
     run = fuzz(Candidate("ref", reference.preprocess), CONFIG, FuzzOptions(examples=10, seed=1, max_side=24))
     assert run.time["candidate"] is None and run.time["reference"] > 0
     assert run.summary()["time"] == run.time
+
+
+def test_without_a_share_every_reported_finding_is_diagnosed(diagnoses):
+    # The gate's absolute fuzz stage (its verdict reads every finding's root causes).
+    counting, made = diagnoses
+    clock = counting.clock = _Clock(diagnosis_s=1.0)
+    run = fuzz(Candidate("off", clock.candidate), CONFIG,
+               FuzzOptions(budget_s=5.0, seed=3, max_side=40, invariance=False, clock=clock, diagnosis_share=None))
+    pixel = [f for f in run.findings if f.check == "pixel_mismatch"]
+    assert len(pixel) >= 3 and len(made) >= len(pixel)
+    assert not any((f.attribution or {}).get("deferred") for f in pixel)
