@@ -1,8 +1,9 @@
 """A fuzz run's publishing off its search path: diagnoses remembered, findings written in the
 background, and where the run's time went.
 
-- `DiagnosisStore`: the diagnosis of a case, kept in the run's database folder
-  (`<db_dir>/diagnoses/<digest>.json`) under a digest of everything it depends on (the case's
+- `DiagnosisStore`: the diagnosis of a case, kept next to the run's database folder
+  (`<db_dir>-diagnoses/<digest>.json`: the database's own folder holds only hypothesis' entries,
+  which the nightly summary counts) under a digest of everything it depends on (the case's
   recorded choices and the run's namespace, the candidate's result and the expectation, the
   source of the code that diagnoses); a later run that meets the same case reads it back.
 - `Writer`: finding folders written by one background thread, in order; `close()` waits for
@@ -53,10 +54,11 @@ def code_digest() -> str:
 
 
 class DiagnosisStore:
-    """Diagnoses of cases kept under a database folder (one JSON file each)."""
+    """Diagnoses of cases kept next to a database folder (one JSON file each)."""
 
     def __init__(self, db_dir: str | Path):
-        self.folder = Path(db_dir) / "diagnoses"
+        db = Path(db_dir)
+        self.folder = db.with_name(db.name + "-diagnoses")
 
     @staticmethod
     def key(namespace: bytes, choices: tuple[int, ...], digests: tuple[str, ...]) -> str:

@@ -91,7 +91,8 @@ def test_a_database_remembers_diagnoses_of_the_same_cases(diagnoses, tmp_path):
     _, made = diagnoses
     options = FuzzOptions(examples=40, seed=5, max_side=40, invariance=False, shrink=False, db_dir=tmp_path / "db")
     first = fuzz(Candidate("off", _half_level_off), CONFIG, options)
-    assert made and list((tmp_path / "db" / "diagnoses").iterdir())
+    assert made and list((tmp_path / "db-diagnoses").iterdir())
+    assert not (tmp_path / "db" / "diagnoses").exists()  # the database holds hypothesis' entries only
     made.clear()
     again = fuzz(Candidate("off", _half_level_off), CONFIG, options)
     assert again.replayed > 0 and made == []  # every reported case was diagnosed by the first run
@@ -100,15 +101,15 @@ def test_a_database_remembers_diagnoses_of_the_same_cases(diagnoses, tmp_path):
 
 
 def test_a_stored_diagnosis_of_other_code_or_shape_is_not_reused(tmp_path):
-    store = publishing.DiagnosisStore(tmp_path)
+    store = publishing.DiagnosisStore(tmp_path / "db")
     key = store.key(b"ns", (1, 2, 3), ("a", "b"))
     assert key != store.key(b"ns", (1, 2, 4), ("a", "b")) != store.key(b"other", (1, 2, 3), ("a", "b"))
     fields = {k: None for k in publishing.DIAGNOSIS_FIELDS} | {"root_causes": ["alpha-straight"]}
     store.put(key, fields)
     assert store.get(key) == fields
-    (tmp_path / "diagnoses" / f"{key}.json").write_text(json.dumps({"key": key, "fields": {"root_causes": [1]}}))
+    (tmp_path / "db-diagnoses" / f"{key}.json").write_text(json.dumps({"key": key, "fields": {"root_causes": [1]}}))
     assert store.get(key) is None
-    (tmp_path / "diagnoses" / f"{key}.json").write_text("{not json")
+    (tmp_path / "db-diagnoses" / f"{key}.json").write_text("{not json")
     assert store.get(key) is None
 
 
