@@ -66,7 +66,7 @@ from kimi_oracle.oracle.candidates import Candidate, load_candidate
 from kimi_oracle.oracle.checks import (FINDING_KINDS, INVARIANCE,
                                        PIXEL_MISMATCH, TIMEOUT, Tolerance,
                                        Verdict, update_digest)
-from kimi_oracle.fuzzers.publishing import DiagnosisStore, RunTimes, Writer
+from kimi_oracle.fuzzers.publishing import Publisher
 from kimi_oracle.oracle.diagnosis import finding_diagnosis
 from kimi_oracle.oracle.grouping import failure_type, finding_key, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
@@ -83,9 +83,7 @@ SHRINK_GRACE = 1.0
 SEARCH_SHARE = 0.8
 # fuzz(): findings are diagnosed when published, not when met, and at most this share of a budget
 # goes to diagnoses (a finding published past it carries no attribution: `repro` diagnoses it).
-# Until a group has been published, each is expected to take PUBLISH_ESTIMATE_S.
 DIAGNOSIS_SHARE = 0.1
-PUBLISH_ESTIMATE_S = 0.05
 # How often (seconds of the clock) the search measures its overhead under FuzzOptions.overhead_s,
 # and how far back each check reads the candidates' spans again (they arrive with the answers).
 OVERHEAD_CHECK_S = 0.25
@@ -403,11 +401,7 @@ class _Engine:
         # fuzz_pair: each group's first case is diagnosed when met (the gate compares root causes
         # of first and shrunk cases, NEW's and OLD's); fuzz(): when published, within a budget.
         self.eager_diagnosis = False
-        self.diagnosis_s = 0.0  # the clock's time spent diagnosing
-        self.publish_costs: list[float] = []  # the clock's time each publish took (writes queued)
-        self.times = RunTimes()
-        self.writer = Writer(self.times.writing, background=False)
-        self.store = DiagnosisStore(options.db_dir) if options.db_dir else None
+        self.publisher = Publisher(self.clock, options.db_dir, options.diagnosis_share)
 
     # -- one evaluation
 
@@ -498,7 +492,7 @@ class _Engine:
             self.hanging.add(mode_class(images[0]))
         if not self.eager_diagnosis:
             # Diagnosed when published (fuzz()): publishing is expected to take what it took so far.
-            record.cost = self.publish_estimate()
+            record.cost = self.publisher.estimate()
             return
         # The first case is diagnosed when it is met: its finding is published as is when the
         # case is not shrunk, its root causes are compared with the shrunk case's, and what it
@@ -507,19 +501,9 @@ class _Engine:
         record.finding = self.finding(record)
         record.cost = self.clock() - began
 
-    def publish_estimate(self) -> float:
-        """What publishing one group is expected to take: the mean so far (PUBLISH_ESTIMATE_S
-        before the first) and the mean time writing a folder."""
-        mean = sum(self.publish_costs) / len(self.publish_costs) if self.publish_costs else PUBLISH_ESTIMATE_S
-        writing = self.times.writing
-        # (a folder written in the background takes its time all the same before the run ends)
-        return mean + (writing.seconds() / writing.count if writing.count else 0.0)
-
     def diagnosis_spent(self) -> bool:
         """fuzz() under a budget: whether the diagnoses have had their share of it."""
-        share = self.options.diagnosis_share
-        return (not self.eager_diagnosis and self.budget is not None and share is not None
-                and self.diagnosis_s >= share * self.budget)
+        return not self.eager_diagnosis and self.publisher.spent(self.budget)
 
     # -- stages
 
@@ -542,14 +526,8 @@ class _Engine:
         """What publishing the waiting groups will take: fuzz(), their count times the expected
         time of one; fuzz_pair, twice what diagnosing their first cases took (`waiting`)."""
         if not self.eager_diagnosis:
-            return len(self.first_cases) * self.publish_estimate() + self.backlog()
+            return len(self.first_cases) * self.publisher.estimate() + self.publisher.backlog()
         return 2 * self.waiting()
-
-    def backlog(self) -> float:
-        """What writing the folders queued and not written yet is expected to take."""
-        writing = self.times.writing
-        pending = self.writer.pending()
-        return pending * writing.seconds() / writing.count if pending and writing.count else 0.0
 
     def waiting(self) -> float:
         """What diagnosing the waiting groups' first cases took (the partner's too): publishing
@@ -827,29 +805,11 @@ class _Engine:
                             diagnosis=self.diagnosis(record, images))
 
     def diagnosis(self, record: _Record, images: list[Image.Image]) -> dict[str, Any]:
-        """The diagnosis fields of a record's finding: the database's earlier diagnosis of the same
-        case and result, else a new one while the budget's diagnosis share lasts, else none."""
-        verdict, config = record.verdict, record.case.config
-        key = None
-        if self.store is not None and verdict.check == PIXEL_MISMATCH and record.choices:
-            key = DiagnosisStore.key(self.db_key, record.choices, (_digest(verdict.actual), _digest(verdict.expected)))
-            known = self.store.get(key)
-            if known is not None:
-                return known
-        if verdict.check == PIXEL_MISMATCH and self.diagnosis_spent():
-            fields = finding_diagnosis(str(verdict.check), verdict.stats, images, config)  # the levels only
-            share = self.options.diagnosis_share or 0.0
-            fields["attribution"] = {"deferred": f"the run's diagnosis time ({share:.0%} of its budget) "
-                                                 "was spent: `kimi-oracle repro` diagnoses this finding"}
-            return fields
-        began = self.clock()
-        with self.times.diagnosis.span():
-            fields = finding_diagnosis(str(verdict.check), verdict.stats, images, config,
-                                       expected=verdict.expected, actual=verdict.actual)
-        self.diagnosis_s += self.clock() - began
-        if key is not None:
-            self.store.put(key, fields)  # type: ignore[union-attr]
-        return fields
+        """The diagnosis fields of a record's finding (`fuzzers.publishing.Publisher.diagnose`;
+        fuzz_pair: always a new one)."""
+        budget = None if self.eager_diagnosis else self.budget
+        return self.publisher.diagnose(record.verdict, images, record.case.config, (self.db_key, record.choices),
+                                       budget, finding_diagnosis)
 
     def publish(self, group: str, past_end: bool = False) -> None:
         """The group's finding (and, when shrinking lost root causes, its first case's), written.
@@ -869,7 +829,7 @@ class _Engine:
         if seen.get("max") is not None and finding.max_levels is not None:
             finding.max_levels_seen = max(float(seen["max"]), float(finding.max_levels))
         if out_dir is not None:
-            self.writer.submit(write_finding, out_dir, finding)
+            self.publisher.writer.submit(write_finding, out_dir, finding)
         run.findings.append(finding)
         # The first case of a key was attributed when it was met (fuzz(): now, while the
         # diagnosis share lasts): root causes that shrinking lost (a small opaque image cannot
@@ -888,9 +848,9 @@ class _Engine:
                 extra_finding.hits = finding.hits
                 extra_finding.max_levels_seen = finding.max_levels_seen
                 if out_dir is not None:
-                    self.writer.submit(write_finding, out_dir, extra_finding)
+                    self.publisher.writer.submit(write_finding, out_dir, extra_finding)
                 run.findings.append(extra_finding)
-        self.publish_costs.append(self.clock() - began)
+        self.publisher.costs.append(self.clock() - began)
 
     def settle(self, shrink: bool = True, until: float | None = None, keep: Collection[str] = ()) -> None:
         """Shrink (unless off, interrupted or replayed from the database), save and publish every
@@ -914,11 +874,12 @@ class _Engine:
                     now = self.clock()
                     to_shrink = [g for g in groups[k:] if g not in keep]
                     reserve = (sum(self.first_cases.get(g, self.records[g]).cost for g in to_shrink)
-                               if self.eager_diagnosis else len(to_shrink) * self.publish_estimate() + self.backlog())
+                               if self.eager_diagnosis
+                               else len(to_shrink) * self.publisher.estimate() + self.publisher.backlog())
                     deadline = now + (end - now - reserve) / len(to_shrink)
                 try:
                     if deadline is None or deadline > self.clock():
-                        with self.times.shrinking.span():
+                        with self.publisher.times.shrinking.span():
                             self.shrink(group, deadline)
                 except _HarnessAbort as exc:
                     abort = exc
@@ -1013,15 +974,15 @@ def _fuzz(candidate: Candidate | str, config: PreprocessConfig, options: FuzzOpt
         engine.eager_diagnosis = partner.eager_diagnosis = True
     else:
         # fuzz(): finding folders are written by a background thread while the run goes on
-        engine.writer = Writer(engine.times.writing, background=True)
-    run = engine.run
+        engine.publisher = Publisher(engine.clock, options.db_dir, options.diagnosis_share, background=True)
+    run, publisher = engine.run, engine.publisher
     try:
-        with engine.times.reference_timed(reference):
+        with publisher.times.reference_timed(reference):
             abort = _search_and_settle(engine, partner, options)
     finally:
-        engine.writer.close()  # every queued folder is written (or its error raised) before the run ends
+        publisher.writer.close()  # every queued folder is written (or its error raised) before the run ends
     run.elapsed_s = engine.clock() - engine.start  # (the last writes included)
-    run.time = engine.times.to_dict(getattr(engine.candidate, "activity", None))
+    run.time = publisher.times.to_dict(getattr(engine.candidate, "activity", None))
     if abort is not None:
         raise abort.error from None
     if partner is not None:
@@ -1092,15 +1053,6 @@ def _settle_pair(engine: _Engine, partner: _Engine, shrink: bool) -> None:
         middle = now + max(engine.start + engine.budget - now, 0.0) * mine / max(mine + theirs, 1)
     engine.settle(shrink=shrink, until=middle)
     partner.settle(shrink=shrink, keep=shared)
-
-
-def _digest(result: Any) -> str:
-    """A digest of a result's grids and pixel values ("-" for none)."""
-    if result is None:
-        return "-"
-    h = hashlib.sha256()
-    update_digest(h, result)
-    return h.hexdigest()
 
 
 def _lost_causes(shrunk: Finding, first: Finding) -> list[str]:

@@ -28,8 +28,10 @@ from typing import Any, Callable, Iterator, Mapping
 
 from kimi_oracle.core.activity import Activity, union_seconds
 from kimi_oracle.core.files import write_json
+from kimi_oracle.oracle.checks import PIXEL_MISMATCH, Verdict, update_digest
 
-__all__ = ["DIAGNOSIS_FIELDS", "TIME_KEYS", "DiagnosisStore", "RunTimes", "Writer", "code_digest"]
+__all__ = ["DIAGNOSIS_FIELDS", "TIME_KEYS", "DiagnosisStore", "Publisher", "RunTimes", "Writer", "code_digest",
+           "result_digest"]
 
 # The fields of a finding that its diagnosis sets (oracle.diagnosis.finding_diagnosis).
 DIAGNOSIS_FIELDS = ("root_causes", "max_levels", "mean_levels", "residual_max_levels", "residual_mean_levels",
@@ -38,6 +40,17 @@ DIAGNOSIS_FIELDS = ("root_causes", "max_levels", "mean_levels", "residual_max_le
 TIME_KEYS = ("candidate", "reference", "diagnosis", "shrinking", "writing", "harness")
 # Largest stored diagnosis read back (a bigger file is not one this code wrote).
 _MAX_STORED_BYTES = 4 * 2**20
+# What publishing one group is expected to take before the first has been published.
+PUBLISH_ESTIMATE_S = 0.05
+
+
+def result_digest(result: Any) -> str:
+    """A digest of a result's grids and pixel values ("-" for none)."""
+    if result is None:
+        return "-"
+    h = hashlib.sha256()
+    update_digest(h, result)
+    return h.hexdigest()
 
 
 @functools.lru_cache(maxsize=1)
@@ -180,3 +193,67 @@ class RunTimes:
         covered = union_seconds(*parts, candidate_activity, window=window)
         out["harness"] = round(max(0.0, (end - self.start) - covered), 3)
         return out
+
+
+Diagnose = Callable[..., dict]
+
+
+class Publisher:
+    """One fuzz() run's publishing: diagnoses (a stored one reused, new ones within `share` of the
+    budget), folder writes (background or in line), and the time each part took. `clock` is the
+    budget's (injectable) clock."""
+
+    def __init__(self, clock: Callable[[], float], db_dir: str | Path | None, share: float | None,
+                 background: bool = False):
+        self.clock, self.share = clock, share
+        self.times = RunTimes()
+        self.writer = Writer(self.times.writing, background=background)
+        self.store = DiagnosisStore(db_dir) if db_dir else None
+        self.diagnosis_s = 0.0  # the clock's time spent diagnosing
+        self.costs: list[float] = []  # the clock's time each group's publishing took (writes queued)
+
+    def _write_mean(self) -> float:
+        writing = self.times.writing
+        return writing.seconds() / writing.count if writing.count else 0.0
+
+    def estimate(self) -> float:
+        """What publishing one group is expected to take: the mean so far (PUBLISH_ESTIMATE_S
+        before the first) and the mean time writing a folder (in the background or not, it
+        takes its time before the run ends)."""
+        mean = sum(self.costs) / len(self.costs) if self.costs else PUBLISH_ESTIMATE_S
+        return mean + self._write_mean()
+
+    def backlog(self) -> float:
+        """What writing the folders queued and not written yet is expected to take."""
+        pending = self.writer.pending()
+        return pending * self._write_mean() if pending else 0.0
+
+    def spent(self, budget: float | None) -> bool:
+        """Whether the diagnoses have had their share of `budget` (never without either)."""
+        return budget is not None and self.share is not None and self.diagnosis_s >= self.share * budget
+
+    def diagnose(self, verdict: Verdict, images: list, config: Any, case_key: tuple[bytes, tuple[int, ...]],
+                 budget: float | None, diagnose: Diagnose) -> dict[str, Any]:
+        """The diagnosis fields of a finding: the store's for the same case (`case_key`: the run's
+        namespace and the case's recorded choices) and result, else `diagnose`'s while the share
+        lasts, else its levels only with the attribution deferred."""
+        key = None
+        if self.store is not None and verdict.check == PIXEL_MISMATCH and case_key[1]:
+            key = DiagnosisStore.key(case_key[0], case_key[1],
+                                     (result_digest(verdict.actual), result_digest(verdict.expected)))
+            known = self.store.get(key)
+            if known is not None:
+                return known
+        if verdict.check == PIXEL_MISMATCH and self.spent(budget):
+            fields = diagnose(str(verdict.check), verdict.stats, images, config)  # the levels only
+            fields["attribution"] = {"deferred": f"the run's diagnosis time ({self.share or 0.0:.0%} of its "
+                                                 "budget) was spent: `kimi-oracle repro` diagnoses this finding"}
+            return fields
+        began = self.clock()
+        with self.times.diagnosis.span():
+            fields = diagnose(str(verdict.check), verdict.stats, images, config,
+                              expected=verdict.expected, actual=verdict.actual)
+        self.diagnosis_s += self.clock() - began
+        if key is not None and self.store is not None:
+            self.store.put(key, fields)
+        return fields
