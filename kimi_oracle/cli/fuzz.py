@@ -360,10 +360,13 @@ def register(group: click.Group) -> None:
                           soft_wrap=True)
             for line in lines[1:]:
                 console.print(rich_text("  " + line), soft_wrap=True)
+            if f.root_causes:  # diagnosed now (a fuzz run may have deferred it: its budget's share spent)
+                console.print(rich_text("  root causes: " + ", ".join(f.root_causes)), soft_wrap=True)
             code = 1
         if json_path is not None:
             write_json(json_path, {"finding": str(directory), "candidate": spec, "was": was,
-                                   "verdict": verdict.to_dict(), "notes": notes})
+                                   "verdict": verdict.to_dict(), "notes": notes,
+                                   "root_causes": None if verdict.ok else list(f.root_causes)})
         return code
 
     @group.command("check")

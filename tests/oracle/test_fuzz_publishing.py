@@ -158,3 +158,19 @@ def test_without_a_share_every_reported_finding_is_diagnosed(diagnoses):
     pixel = [f for f in run.findings if f.check == "pixel_mismatch"]
     assert len(pixel) >= 3 and len(made) >= len(pixel)
     assert not any((f.attribution or {}).get("deferred") for f in pixel)
+
+
+def test_repro_diagnoses_a_finding_whose_diagnosis_was_deferred(tmp_path, capsys):
+    from pathlib import Path
+
+    planted = str(Path(__file__).resolve().parents[1] / "mutants" / "planted.py") + ":chessboard_flipped"
+    run = fuzz(planted, PreprocessConfig.k3(),
+               FuzzOptions(examples=8, budget_s=1000.0, seed=3, max_side=40, invariance=False, shrink=False,
+                           modes=("RGBA",), diagnosis_share=0.0, clock=lambda: 0.0), out_dir=tmp_path)
+    [finding] = [f for f in run.findings if f.check == "pixel_mismatch"][:1]
+    assert finding.root_causes == [] and finding.attribution["deferred"]
+    with pytest.raises(SystemExit) as exc:
+        main(["repro", str(finding.path), "--json", str(tmp_path / "repro.json")])
+    assert exc.value.code == 1
+    assert "root causes: " in capsys.readouterr().out
+    assert json.loads((tmp_path / "repro.json").read_text())["root_causes"]
