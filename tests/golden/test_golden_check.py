@@ -216,7 +216,7 @@ def test_candidate_with_swapped_grids_and_crashes(golden_copy):
 def test_candidate_returning_garbage_is_a_harness_error(golden_copy, capsys, tmp_path):
     cand = tmp_path / "cand.py"
     cand.write_text(textwrap.dedent("""
-        from kimi_oracle import reference
+        from kimi_oracle.pipelines import reference
         def good(images, config):
             return reference.preprocess(images, config)
         def garbage(images, config):
