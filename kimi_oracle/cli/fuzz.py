@@ -22,6 +22,7 @@ from kimi_oracle.cli.common import (
 )
 from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT
 from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.core.text import rich_text, safe_text
 from kimi_oracle.inputs.generators import DEFAULT_MAX_SIDE, MODES
@@ -303,7 +304,7 @@ def register(group: click.Group) -> None:
     @click.option("--tolerance", default=None, callback=_tolerance, help="Override the recorded tolerance.")
     @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="Write the verdict as JSON here.")
-    @click.option("--case-timeout", "case_timeout", default="30s", show_default=True, callback=_positive_duration,
+    @click.option("--case-timeout", "case_timeout", default=DEFAULT_CASE_TIMEOUT, show_default=True, callback=_positive_duration,
                   help="Per-call limit for the candidate, which runs in a separate process: a hang is a timeout.")
     @_input_form_option
     @interpret_option
@@ -467,12 +468,11 @@ def _print_planner(report: Any) -> None:
 
 def _planner_only(spec: str, sizes: int | None, config: PreprocessConfig, seed: int | None, fixed_config: bool,
                   json_path: Path | None, junit_path: Path | None) -> int:
-    import random
-
+    from kimi_oracle.core.defaults import fresh_seed
     from kimi_oracle.core.files import utc_now, versions, write_json
     from kimi_oracle.results.report import JUnitCase, write_junit
 
-    seed = seed if seed is not None else random.SystemRandom().randrange(2**32)
+    seed = seed if seed is not None else fresh_seed()
     started = utc_now()
     report = _run_planner(spec, sizes, config, seed, fixed_config)
     _print_planner(report)

@@ -29,6 +29,8 @@ PREMULTIPLIED_MODES = {"RGBA": "RGBa", "LA": "La"}
 # Families of Pillow's separate resampling paths, for the pipelines that reimplement them.
 MODES_16BIT = frozenset({"I;16", "I;16L", "I;16B", "I;16N"})
 MODES_32BIT = frozenset({"I", "F"})
+# The EXIF Orientation tag: the requests write it (inputs.requests), the diagnosis reads it.
+ORIENTATION_TAG = 0x0112
 
 ImageSource = Any  # PIL image, path, bytes, data: URL, uint8 array or tensor
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +46,7 @@ from PIL import Image
 
 from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.defaults import fresh_seed
 from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.core.files import versions
 from kimi_oracle.core.threads import one_torch_thread
@@ -58,7 +58,7 @@ from kimi_oracle.inputs.strategies import DEFAULT_MAX_SIDE, recorded_fuzz_cases
 from kimi_oracle.oracle.candidates import Candidate, load_candidate
 from kimi_oracle.oracle.checks import (FINDING_KINDS, INVARIANCE,
                                        PIXEL_MISMATCH, TIMEOUT, Tolerance,
-                                       Verdict, update_digest)
+                                       Verdict, is_sub_level, update_digest)
 from kimi_oracle.oracle.diagnosis import finding_diagnosis
 from kimi_oracle.oracle.grouping import failure_type, finding_key, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
@@ -354,7 +354,7 @@ class _Engine:
         self.candidate, self.config, self.options = candidate, config, options
         self.out_dir, self.on_example = out_dir, on_example
         self.tol = Tolerance.parse(options.tolerance)
-        seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
+        seed = options.seed if options.seed is not None else fresh_seed()
         self.run = FuzzRun(candidate.spec, config, options, seed)
         self.run.started = utc_now()
         self.draw_options = options.draw_options()
@@ -993,7 +993,7 @@ def _lost_causes(shrunk: Finding, first: Finding) -> list[str]:
     known = set(shrunk.root_causes) | ties(shrunk) | ties(first)
     levels = cause_levels(first)
     return [c for c in first.root_causes
-            if c not in known and c != "unexplained" and levels.get(c, (0.0, 0.0))[0] >= 1.0]
+            if c not in known and c != "unexplained" and not is_sub_level(levels.get(c, (0.0, 0.0))[0])]
 
 
 def _only_our_failures(exc: BaseException) -> bool:

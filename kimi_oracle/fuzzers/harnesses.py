@@ -39,10 +39,12 @@ from typing import Any, Callable, Sequence
 from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT_S
 from kimi_oracle.core.errors import InputError
 from kimi_oracle.fuzzers import HARNESSES
 from kimi_oracle.inputs.draw import DrawOptions, ProviderSource, draw_fuzz_case
 from kimi_oracle.inputs.generators import DEFAULT_MAX_SIDE, CaseParams, FuzzCase, config_variants
+from kimi_oracle.oracle.checks import CRASH
 from kimi_oracle.oracle.grouping import finding_key
 
 # Decoder harness pixel cap: far below Pillow's bomb limit, so one input stays fast.
@@ -257,7 +259,7 @@ class HarnessSettings:
     config_path: str | None = None
     tolerance: str = "exact"
     isolate: bool = False
-    case_timeout_s: float = 30.0
+    case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S
     max_pixels: int = DEFAULT_FUZZ_MAX_PIXELS
     shard: tuple[int, int] = (1, 1)
     findings_dir: str | None = None
@@ -417,7 +419,7 @@ class Harness:
         if sig in self.signatures or len(self.signatures) >= self.settings.max_findings:
             self.counters["duplicates"] += 1
             return None
-        if outcome.check == "crash" and self.settings.minimize_s > 0:
+        if outcome.check == CRASH and self.settings.minimize_s > 0:
             data, outcome = self._minimize(data, outcome, sig)
         path = write_fuzz_finding(self.settings.findings_dir, outcome, data, harness=self.name,
                                   candidate=self.candidate.spec, tolerance=self.settings.tolerance,

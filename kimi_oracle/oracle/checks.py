@@ -42,6 +42,14 @@ FINDING_KINDS = CHECKS + (INVARIANCE, CRASH, TIMEOUT, ACCEPTS_INVALID)
 # Kinds that are reported but do not fail a run unless it is strict (`--strict`): a result for an
 # input the checkpoint rejects is the engine being more lenient than the checkpoint, not wrong.
 REPORTED_ONLY = (ACCEPTS_INVALID,)
+# One level is one step of the 8-bit input (`levels_of`); a difference under it is float rounding
+# only: both values round to the same level.
+ONE_LEVEL = 1.0
+
+
+def is_sub_level(levels: float) -> bool:
+    """True when a difference of `levels` levels is under one level (float rounding only)."""
+    return float(levels) < ONE_LEVEL
 
 
 def failing(checks: "Sequence[str]", strict: bool = False) -> list[str]:
@@ -617,7 +625,7 @@ def _describe_location(loc: dict[str, Any]) -> str:
         text += f" from original x={xs}, y={ys}"
     if "expected_level" in loc:
         diff = loc.get("level_diff")
-        if isinstance(diff, (int, float)) and diff < 1.0 and "expected_value" in loc:
+        if isinstance(diff, (int, float)) and is_sub_level(diff) and "expected_value" in loc:
             # Under one level both round to the same level: show the floats and their distance.
             ulp = loc.get("ulp_diff")
             text += (f": expected {loc['expected_value']:.9g}, got {loc['actual_value']:.9g} (level "
@@ -770,6 +778,7 @@ __all__ = [
     "GRID_MISMATCH",
     "INVARIANCE",
     "INVARIANCE_KINDS",
+    "ONE_LEVEL",
     "PIXEL_MISMATCH",
     "REPORTED_ONLY",
     "SHAPE_DTYPE",
@@ -784,6 +793,7 @@ __all__ = [
     "difference_magnitude",
     "failing",
     "invariance_plan",
+    "is_sub_level",
     "levels_at",
     "levels_of",
     "locate",
