@@ -296,10 +296,6 @@ def test_int32_grids_fail_like_the_oracles_shape_dtype_check(golden_copy):
 
 def test_differing_pixel_cases_name_their_root_causes(golden_copy):
     # A planted straight-alpha resize: every RGBA case it changes says why (oracle.diagnosis).
-    import sys
-    from pathlib import Path as _P
-
-    sys.path.insert(0, str(_P(__file__).resolve().parents[1]))
     from mutants.planted import BY_NAME
 
     report = golden.check_pixels(BY_NAME["straight_alpha"], golden_copy, profiles=["k3-small"],
