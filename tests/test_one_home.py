@@ -62,27 +62,25 @@ def test_the_sub_level_threshold_is_only_is_sub_level():
     assert checks.is_sub_level(0.999) and not checks.is_sub_level(1.0) and checks.ONE_LEVEL == 1.0
 
 
+def _lines(matches, home: str) -> list[str]:
+    """`path:line: text` of every source line outside `home` for which `matches(line)` holds."""
+    return [f"{name}:{i}: {line.strip()}" for name, text, _ in _trees() if name != home
+            for i, line in enumerate(text.splitlines(), 1) if matches(line)]
+
+
 def test_the_case_timeout_has_one_home():
-    found = []
-    for name, text, _ in _trees():
-        if name == "core/defaults.py":
-            continue
-        for i, line in enumerate(text.splitlines(), 1):
-            if re.search(r"timeout", line, re.I) and re.search(r"=\s*30(\.0)?\b|[\"']30s[\"']", line):
-                found.append(f"{name}:{i}: {line.strip()}")
-    assert found == []
+    def copied(line: str) -> bool:
+        return bool(re.search(r"timeout", line, re.I) and re.search(r"=\s*30(\.0)?\b|[\"']30s[\"']", line))
+
+    assert _lines(copied, "core/defaults.py") == []
     assert defaults.DEFAULT_CASE_TIMEOUT_S == 30.0 and defaults.DEFAULT_CASE_TIMEOUT == "30s"
 
 
 def test_a_fresh_seed_has_one_policy():
-    found = []
-    for name, text, _ in _trees():
-        if name == "core/defaults.py":
-            continue
-        for i, line in enumerate(text.splitlines(), 1):
-            if re.search(r"SystemRandom|urandom|getrandbits", line) or ("seed" in line and "time.time()" in line):
-                found.append(f"{name}:{i}: {line.strip()}")
-    assert found == []
+    def drawn(line: str) -> bool:
+        return bool(re.search(r"SystemRandom|urandom|getrandbits", line) or ("seed" in line and "time.time()" in line))
+
+    assert _lines(drawn, "core/defaults.py") == []
     seeds = {defaults.fresh_seed() for _ in range(64)}
     assert len(seeds) > 60 and all(0 <= s < 2**32 for s in seeds)
 
