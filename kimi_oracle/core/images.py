@@ -58,7 +58,7 @@ def _lab_transform(mode: str) -> Any:
 
 def convert(img: Image.Image, mode: str) -> Image.Image:
     """`img.convert(mode)`, the same bytes, faster for LAB: Pillow's own LAB -> RGB/RGBA conversion
-    builds an ImageCms transform on every call (~5-15 ms an image); one built once is applied
+    builds an ImageCms transform on every call (docs/measurements.md); one built once is applied
     instead. The reference and the engine models convert through this."""
     if img.mode == "LAB" and mode in ("RGB", "RGBA"):
         return _lab_transform(mode).apply(img)

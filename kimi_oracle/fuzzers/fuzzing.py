@@ -66,10 +66,6 @@ from kimi_oracle.results.report import (Finding, finding_summary,
                                         root_cause_rows, summary_markdown,
                                         write_finding)
 
-# A budget covers shrinking and publishing: fuzz() ends within it (up to one example or one
-# shrink step over). Kept for callers that converted a deadline into a search budget.
-SHRINK_GRACE = 1.0
-
 # Share of a budget the search gets once a failure waits to be shrunk (the rest shrinks).
 SEARCH_SHARE = 0.8
 # How often (seconds of the clock) the search measures its overhead under FuzzOptions.overhead_s,
@@ -83,8 +79,7 @@ INVARIANCE_EVERY = 4
 
 # The tile-crossing share the long runs (gate, nightly) give `FuzzOptions.tile_share`: one
 # generated example in 200 is one image with both sides around 256, 512, 1024 or 2048 (±1). Such
-# an example costs about 50-300 small ones (up to ~2 s on eager at the base's full budget): this
-# share spent 22 % of eager's and 34 % of the reference's search time (docs/measurements.md).
+# an example costs as much as many small ones; what this share costs: docs/measurements.md.
 TILE_SHARE = 0.005
 
 # Failures whose every reproduction costs a killed or restarted candidate process (the sandbox's
@@ -97,11 +92,6 @@ MAX_COSTLY_SHRINK_STEPS = 4
 # improvements); a budget's deadline usually ends a shrink first.
 SHRINK_MAX_EXAMPLES = 1000
 
-
-def search_budget(seconds_left: float) -> float:
-    """The `FuzzOptions.budget_s` that, shrinking included, ends within `seconds_left` (the budget
-    now includes shrinking: the identity)."""
-    return seconds_left / SHRINK_GRACE
 
 # Example counts per `--hypothesis-profile` when neither --examples nor --budget is given.
 HYPOTHESIS_PROFILES = {
@@ -1135,7 +1125,6 @@ __all__ = [
     "FuzzOptions",
     "FuzzRun",
     "HYPOTHESIS_PROFILES",
-    "SHRINK_GRACE",
     "TILE_SHARE",
     "Rejected",
     "fuzz_pair",
@@ -1144,5 +1133,4 @@ __all__ = [
     "finding_from",
     "fuzz",
     "replay_case",
-    "search_budget",
 ]

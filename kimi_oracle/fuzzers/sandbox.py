@@ -166,8 +166,8 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -
     if memory_limit_mb:
         _limit_memory(memory_limit_mb)
     # One intra-op torch thread for the oracle's calls unless KIMI_ORACLE_CANDIDATE_THREADS says
-    # otherwise: on 2 cores (or a busy CI runner) torch's thread pool made one small eager call 40x
-    # dearer (7.2 ms against 0.18 ms, measured), and a verdict does not depend on it. The gate's
+    # otherwise: on 2 cores (or a busy CI runner) torch's thread pool made one small eager call
+    # many times dearer (docs/measurements.md), and a verdict does not depend on it. The gate's
     # timed calls (`_timed`) run with torch's own default, as the candidate runs in production.
     global _DEFAULT_THREADS
     _DEFAULT_THREADS = torch.get_num_threads()

@@ -491,9 +491,8 @@ def draw_fuzz_case(source: Source, base: PreprocessConfig, options: DrawOptions 
                                          patch_limit_on_one_side=base.patch_limit_on_one_side)
         choices = image_choices(options.modes, options.alpha_patterns, options.contents, _base_square(config))
         # Built in memory: what it crosses is the kernel's tiles. Encoding a 4-Mpx noise frame
-        # as a request's file costs 0.3-1.1 s (PNG 0.6 s, WebP 1.1 s, measured; an animated PNG
-        # of 3 such frames 2.2 s), hundreds of ordinary examples' worth; the request containers
-        # are drawn at the ordinary sizes.
+        # as a request's file costs hundreds of ordinary examples' worth (docs/measurements.md);
+        # the request containers are drawn at the ordinary sizes.
         return FuzzCase(config, (draw_image(source, draw_tile_size(source), choices, request=False),))
     count = source.integer(1, max(1, options.max_images))
     thresholds = LazyThresholds(config, options.max_side)

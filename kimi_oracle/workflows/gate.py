@@ -1,8 +1,11 @@
 """The upgrade gate: one pass/fail verdict on a new preprocessing kernel.
 
-Stages, in order: the pixel goldens of every profile run with NEW; differential fuzzing of NEW
-against the reference (with the same configuration variation as `fuzz`); invariance checks on
-generated batches; and, with a baseline, an interleaved A/B timing of NEW against OLD.
+Stages, in order (`STAGES`): `goldens`, the pixel goldens of every profile run with NEW;
+`planner`, with `--planner SPEC`, the planner's plans against every recorded grid and on fuzzed
+sizes; `fuzz`, differential fuzzing of NEW against the reference (with the same configuration
+variation as `fuzz`); `corpus`, with `--corpus DIR`, real image files; `invariance`, checks on
+generated batches; and `performance`, with a baseline, an interleaved A/B timing of NEW against
+OLD.
 
 NEW and OLD never run in the gate's process: each runs in its own executor process
 (`fuzzers.sandbox.IsolatedCandidate`), reused between calls, every call bounded by the case
@@ -48,7 +51,7 @@ from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_j
 from kimi_oracle.core.threads import one_torch_thread
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.fuzzers.fuzzing import (TILE_SHARE, FuzzOptions, FuzzRun, finding_from, fuzz, fuzz_pair,
-                                         generated_case, search_budget)
+                                         generated_case)
 from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.oracle.candidates import CandidateCrash
@@ -97,11 +100,13 @@ FUZZ_PAIR_SHARE = 0.35
 OVERHEAD_AIM = 0.185
 LATER_OVERHEAD_SHARE = 0.02
 FUZZ_OVERHEAD_PAIR = 0.7
-# The lockstep search runs at least this many examples whatever the allowance (about 3-5 s on
-# 2 cores): goldens that used the whole allowance never leave the fuzz stage without examples.
+# The lockstep search runs at least this many examples whatever the allowance (a few seconds;
+# docs/measurements.md): goldens that used the whole allowance never leave the fuzz stage
+# without examples.
 OVERHEAD_MIN_EXAMPLES = 500
-# What writing one side's finding takes (diff image, PNG inputs, JSON, fsync: 11-14 ms measured),
-# kept back from the fuzz stage's allowance for each input judged on both sides.
+# What writing one side's finding takes (diff image, PNG inputs, JSON, fsync; the figure it rests
+# on: docs/measurements.md), kept back from the fuzz stage's allowance for each input judged on
+# both sides.
 WRITE_ESTIMATE_S = 0.015
 
 
@@ -714,7 +719,7 @@ class Gate:
             made += 1
 
     def _fuzz_options(self, examples: int | None, budget_s: float | None) -> FuzzOptions:
-        return FuzzOptions(examples=examples, budget_s=None if budget_s is None else search_budget(budget_s),
+        return FuzzOptions(examples=examples, budget_s=budget_s,
                            seed=self.seed, tolerance=self.options.tolerance, vary_config=True,
                            # With a baseline no example database: NEW and OLD draw the same cases.
                            db_dir=None if self.old is not None else self.out_dir / "hypothesis-db",

@@ -1026,7 +1026,7 @@ def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
     after each failure (new seeds, the groups found so far masked), replays the persistent
     database first and keys its findings with `grouping.finding_key`: its findings are reported
     as it wrote them."""
-    from kimi_oracle.fuzzers.fuzzing import TILE_SHARE, FuzzOptions, fuzz, search_budget
+    from kimi_oracle.fuzzers.fuzzing import TILE_SHARE, FuzzOptions, fuzz
     from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 
     config = _base_config(spec)
@@ -1060,9 +1060,8 @@ def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
         status.write()
 
     try:
-        # fuzz() may run over its budget by its shrink grace: search_budget keeps it inside ours.
-        options = FuzzOptions(examples=max_examples,
-                              budget_s=search_budget(max(deadline - time.monotonic(), 0.0)),
+        # A fuzz budget covers shrinking and publishing: fuzz() ends within what is left of ours.
+        options = FuzzOptions(examples=max_examples, budget_s=max(deadline - time.monotonic(), 0.0),
                               seed=derive_seed(spec["seed"], tuple(spec["shard"]), spec["worker"]),
                               tolerance=spec["tolerance"], vary_config=bool(spec["vary_config"]),
                               shrink=bool(spec.get("shrink", True)), db_dir=Path(spec["db"]), tile_share=TILE_SHARE)
