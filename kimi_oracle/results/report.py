@@ -644,17 +644,12 @@ def root_cause_rows(findings: Iterable[Finding | Mapping[str, Any]]) -> list[dic
     """One row per (root cause, mode class) over pixel findings, worst first: the largest and mean
     levels, how many examples hit it, whether it is float rounding only (under one level), and
     one repro folder with its picture. Other findings (grids, crashes, ...) get one row per key."""
-    from kimi_oracle.oracle.grouping import key_mode_class
-
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for f in findings:
         e = finding_summary(f)
-        causes = e.get("root_causes") or [e.get("key") or e["check"]]
-        mode = key_mode_class(e.get("key") or "")
         whole = e.get("max_levels_seen") if e.get("max_levels_seen") is not None else e.get("max_levels")
-        shares = cause_levels(f)
-        for cause in causes:
-            top, mean = shares.get(cause, (whole, e.get("mean_levels")))
+        for cause, mode, top, mean in cause_entries(e["check"], e.get("key"), e.get("root_causes"), cause_levels(f),
+                                                    (whole, e.get("mean_levels"))):
             row = rows.setdefault((cause, mode), {
                 "root_cause": cause, "mode_class": mode, "check": e["check"], "message": e.get("message", ""),
                 "max_levels": None,
@@ -687,6 +682,22 @@ def root_cause_rows(findings: Iterable[Finding | Mapping[str, Any]]) -> list[dic
     out.sort(key=lambda r: (r["float_rounding_only"], r["check"] != PIXEL_MISMATCH, -(r["max_levels"] or 0.0),
                             r["root_cause"], r["mode_class"]))
     return out
+
+
+def cause_entries(check: str, key: str | None, root_causes: Sequence[str] | None,
+                  levels: Mapping[str, tuple[Any, Any]], whole: tuple[Any, Any]) -> list[tuple[str, str, Any, Any]]:
+    """The rows a failure counts under, the one rule of both tables (this module's
+    `root_cause_rows` and the gate's `workflows.known.aggregate`): (root cause, mode class,
+    max levels, mean levels). A pixel difference counts under each of its root causes with the
+    levels that cause accounts for (`levels`, from `cause_levels`; `whole` for a cause without
+    its own); any other failure, or a pixel difference without a cause, under its key (or its
+    check when it has none). The mode class is the key's (`grouping.key_mode_class`)."""
+    from kimi_oracle.oracle.grouping import key_mode_class
+
+    key = key or check
+    causes = list(root_causes or []) if check == PIXEL_MISMATCH else []
+    mode = key_mode_class(key)
+    return [(cause, mode, *levels.get(cause, whole)) for cause in causes or [key]]
 
 
 def cause_levels(f: Finding | Mapping[str, Any]) -> dict[str, tuple[float, float]]:

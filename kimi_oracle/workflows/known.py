@@ -24,8 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from kimi_oracle.core.errors import InputError
 from kimi_oracle.core.files import atomic_write_text
 from kimi_oracle.oracle.checks import ACCEPTS_INVALID, PIXEL_MISMATCH, is_sub_level
-from kimi_oracle.oracle.grouping import key_mode_class
-from kimi_oracle.results.report import cause_levels
+from kimi_oracle.results.report import cause_entries, cause_levels
 
 KNOWN_SCHEMA = "kimi-oracle.known"
 KNOWN_SCHEMA_VERSION = 1
@@ -121,20 +120,15 @@ def aggregate(observations: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str]
     rows: dict[tuple[str, str], Side] = {}
     for o in observations:
         check = str(o.get("check"))
-        key = str(o.get("key") or check)
-        causes = list(o.get("root_causes") or []) if check == PIXEL_MISMATCH else []
-        if not causes:
-            causes = [key]
-        mode = key_mode_class(key)
         levels = cause_levels(o) if check == PIXEL_MISMATCH else {}
         whole = (_number(o.get("max_levels")), _number(o.get("mean_levels")))
+        entries = cause_entries(check, str(o.get("key") or check), o.get("root_causes"), levels, whole)
         # The share of values that differ is measured for the whole image: it is a cause's only
         # when no other cause accounts for a level or more on that input (float-rounding causes
         # riding along do not count); with two real causes neither gets it.
-        real = [c for c in causes if not is_sub_level(levels.get(c, whole)[0] or 0.0)]
-        dominant = real[0] if len(real) == 1 else (causes[0] if len(causes) == 1 else None)
-        for cause in causes:
-            top, mean = levels.get(cause, whole)
+        real = [cause for cause, _, top, _ in entries if not is_sub_level(top or 0.0)]
+        dominant = real[0] if len(real) == 1 else (entries[0][0] if len(entries) == 1 else None)
+        for cause, mode, top, mean in entries:
             side = rows.setdefault((cause, mode), Side(check=check, message=str(o.get("message", ""))))
             side.inputs.add(str(o.get("input")))
             side.stages.add(str(o.get("stage", "")))
