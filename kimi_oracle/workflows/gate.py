@@ -55,8 +55,8 @@ from kimi_oracle.fuzzers.fuzzing import (TILE_SHARE, FuzzOptions, FuzzRun, findi
 from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.oracle.candidates import CandidateCrash
-from kimi_oracle.oracle.checks import (ACCEPTS_INVALID, CRASH, INVARIANCE, PIXEL_MISMATCH, SHAPE_DTYPE, TIMEOUT, Verdict,
-                                       check_invariance, compare, is_sub_level, same_output)
+from kimi_oracle.oracle.checks import (ACCEPTS_INVALID, CRASH, INVARIANCE, PIXEL_MISMATCH, SHAPE_DTYPE, TIMEOUT,
+                                       Verdict, check_invariance, compare, is_sub_level, same_output)
 from kimi_oracle.oracle.diagnosis import finding_diagnosis
 from kimi_oracle.oracle.grouping import finding_key, image_at_fault, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
