@@ -1,7 +1,7 @@
 """One named home per rule (issue 24, item 3): the package's sources are read with `ast`, and a
 rule written a second time (a bare threshold, a copied default, a literal check name) fails here.
 
-The homes: `oracle.checks.is_sub_level` (under one level), `core.defaults` (the case timeout and
+The homes: `core.levels.is_sub_level` (under one level), `core.defaults` (the case timeout and
 `fresh_seed`), `core.errors` (the exit codes), `core.images.ORIENTATION_TAG`, and the check-name
 constants of `oracle.checks`."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_oracle.core import defaults, errors, interrupts
+from kimi_oracle.core import defaults, errors, interrupts, levels
 from kimi_oracle.oracle import checks
 
 PACKAGE = Path(__file__).resolve().parent.parent / "kimi_oracle"
@@ -45,7 +45,7 @@ def _constants(node: ast.AST) -> list[ast.Constant]:
 
 def test_the_sub_level_threshold_is_only_is_sub_level():
     # A comparison with 1.0 next to a level quantity (a name holding "level", or the `top` and
-    # `diff` of the levels code) is the rule written again: use checks.is_sub_level.
+    # `diff` of the levels code) is the rule written again: use core.levels.is_sub_level.
     found = []
     for name, text, tree in _trees():
         for node in ast.walk(tree):
@@ -59,7 +59,7 @@ def test_the_sub_level_threshold_is_only_is_sub_level():
             if "level" in others or re.search(r"\b(top|diff)\b|\bd\[0\]", others):
                 found.append(f"{name}:{node.lineno}: {_segment(text, node)}")
     assert found == []
-    assert checks.is_sub_level(0.999) and not checks.is_sub_level(1.0) and checks.ONE_LEVEL == 1.0
+    assert levels.is_sub_level(0.999) and not levels.is_sub_level(1.0) and levels.ONE_LEVEL == 1.0
 
 
 def _lines(matches, home: str) -> list[str]:

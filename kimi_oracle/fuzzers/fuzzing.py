@@ -47,6 +47,7 @@ from PIL import Image
 from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.defaults import fresh_seed
+from kimi_oracle.core.levels import is_sub_level
 from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.core.files import versions
 from kimi_oracle.core.threads import one_torch_thread
@@ -58,7 +59,7 @@ from kimi_oracle.inputs.strategies import DEFAULT_MAX_SIDE, recorded_fuzz_cases
 from kimi_oracle.oracle.candidates import Candidate, load_candidate
 from kimi_oracle.oracle.checks import (FINDING_KINDS, INVARIANCE,
                                        PIXEL_MISMATCH, TIMEOUT, Tolerance,
-                                       Verdict, is_sub_level, update_digest)
+                                       Verdict, update_digest)
 from kimi_oracle.oracle.diagnosis import finding_diagnosis
 from kimi_oracle.oracle.grouping import failure_type, finding_key, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate

@@ -24,6 +24,7 @@ from PIL import Image
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError, KimiOracleError
 from kimi_oracle.core.geometry import ResizePlan, plan
+from kimi_oracle.core.levels import is_sub_level
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.pipelines.reference import normalization_lut
 
@@ -42,14 +43,6 @@ FINDING_KINDS = CHECKS + (INVARIANCE, CRASH, TIMEOUT, ACCEPTS_INVALID)
 # Kinds that are reported but do not fail a run unless it is strict (`--strict`): a result for an
 # input the checkpoint rejects is the engine being more lenient than the checkpoint, not wrong.
 REPORTED_ONLY = (ACCEPTS_INVALID,)
-# One level is one step of the 8-bit input (`levels_of`); a difference under it is float rounding
-# only: both values round to the same level.
-ONE_LEVEL = 1.0
-
-
-def is_sub_level(levels: float) -> bool:
-    """True when a difference of `levels` levels is under one level (float rounding only)."""
-    return float(levels) < ONE_LEVEL
 
 
 def failing(checks: "Sequence[str]", strict: bool = False) -> list[str]:
@@ -778,7 +771,6 @@ __all__ = [
     "GRID_MISMATCH",
     "INVARIANCE",
     "INVARIANCE_KINDS",
-    "ONE_LEVEL",
     "PIXEL_MISMATCH",
     "REPORTED_ONLY",
     "SHAPE_DTYPE",
@@ -793,7 +785,6 @@ __all__ = [
     "difference_magnitude",
     "failing",
     "invariance_plan",
-    "is_sub_level",
     "levels_at",
     "levels_of",
     "locate",

@@ -31,11 +31,12 @@ from PIL import Image, ImageOps
 from kimi_oracle.core.config import FILL_STAGES, PreprocessConfig, TransparentBgConfig
 from kimi_oracle.core.errors import CandidateError, KimiOracleError
 from kimi_oracle.core.geometry import ResizePlan, plan
+from kimi_oracle.core.levels import is_sub_level
 from kimi_oracle.core.images import (ORIENTATION_TAG, ImageSource, call_copy, convert, encoded_bytes, has_alpha,
                                      load_images)
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.oracle.candidates import as_result
-from kimi_oracle.oracle.checks import PIXEL_MISMATCH, is_sub_level, levels_at, levels_of, update_digest
+from kimi_oracle.oracle.checks import PIXEL_MISMATCH, levels_at, levels_of, update_digest
 from kimi_oracle.pipelines.reference import (
     CHECKPOINT,
     PATTERN_VALUES,

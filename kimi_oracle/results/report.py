@@ -30,8 +30,8 @@ from kimi_oracle.core.files import atomic_write_text, fsync_dir, to_json, utc_no
 from kimi_oracle.core.images import RAW_MAGIC, decode, default_max_pixels, encoded_bytes, pack_raw, read_file, unpack_raw
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.core.text import xml_text
-from kimi_oracle.oracle.checks import (ACCEPTS_INVALID, FEATURE_LENGTH, GRID_MISMATCH, INVARIANCE, PIXEL_MISMATCH,
-                                       is_sub_level)
+from kimi_oracle.core.levels import is_sub_level
+from kimi_oracle.oracle.checks import ACCEPTS_INVALID, FEATURE_LENGTH, GRID_MISMATCH, INVARIANCE, PIXEL_MISMATCH
 
 FINDING_SCHEMA = "kimi-oracle.finding"
 FINDING_SCHEMA_VERSION = 1

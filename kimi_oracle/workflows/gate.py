@@ -48,6 +48,7 @@ from kimi_oracle.core.config import PROFILES, PreprocessConfig
 from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT_S, fresh_seed
 from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
+from kimi_oracle.core.levels import is_sub_level
 from kimi_oracle.core.threads import one_torch_thread
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.fuzzers.fuzzing import (TILE_SHARE, FuzzOptions, FuzzRun, finding_from, fuzz, fuzz_pair,
@@ -56,7 +57,7 @@ from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.oracle.candidates import CandidateCrash
 from kimi_oracle.oracle.checks import (ACCEPTS_INVALID, CRASH, INVARIANCE, PIXEL_MISMATCH, SHAPE_DTYPE, TIMEOUT,
-                                       Verdict, check_invariance, compare, is_sub_level, same_output)
+                                       Verdict, check_invariance, compare, same_output)
 from kimi_oracle.oracle.diagnosis import finding_diagnosis
 from kimi_oracle.oracle.grouping import finding_key, image_at_fault, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
