@@ -1341,7 +1341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return worker_main(args[1])
     print("usage: python -m kimi_oracle.workflows.nightly --worker SPEC.json (internal); use `kimi-oracle nightly`",
           file=sys.stderr)
-    return 2
+    return EXIT_ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover
