@@ -19,6 +19,10 @@ from kimi_oracle.oracle import checks
 PACKAGE = Path(__file__).resolve().parent.parent / "kimi_oracle"
 SOURCES = sorted(p for p in PACKAGE.rglob("*.py"))
 CHECK_NAMES = set(checks.FINDING_KINDS)
+# The constant that names each check (PIXEL_MISMATCH = "pixel_mismatch"): its one definition is
+# the only place the literal may stand, whichever module holds it.
+CONSTANT_OF = {getattr(checks, n): n for n in dir(checks)
+               if n.isupper() and isinstance(getattr(checks, n), str) and getattr(checks, n) in CHECK_NAMES}
 
 
 _PARSED: list[tuple[str, str, ast.AST]] = []
@@ -129,7 +133,10 @@ def _check_literals(name: str, text: str, tree: ast.AST) -> list[str]:
         elif isinstance(node, ast.Return) and node.value is not None:
             hits = _constants(node.value)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant):
-            hits = [node.value]
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if not (len(targets) == 1 and isinstance(targets[0], ast.Name)
+                    and targets[0].id == CONSTANT_OF.get(node.value.value)):
+                hits = [node.value]
         elif isinstance(node, ast.Call):
             func = _segment(text, node.func)
             if func == "Verdict" and node.args:
@@ -145,19 +152,24 @@ def _check_literals(name: str, text: str, tree: ast.AST) -> list[str]:
     return found
 
 
+def _definitions() -> list[str]:
+    return [f"{name}:{node.lineno}: {node.targets[0].id}" for name, _, tree in _trees() for node in ast.walk(tree)
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Constant) and CONSTANT_OF.get(node.value.value) == node.targets[0].id]
+
+
 def test_check_names_are_written_only_as_their_constants():
-    found = []
-    for name, text, tree in _trees():
-        if name == "oracle/checks.py":
-            continue
-        found += _check_literals(name, text, tree)
+    found = [x for name, text, tree in _trees() for x in _check_literals(name, text, tree)]
     assert found == []
+    # each constant is defined once
+    assert len(_definitions()) == len(CHECK_NAMES) == len(CONSTANT_OF), _definitions()
 
 
 @pytest.mark.parametrize("snippet", [
     'def f(v):\n    return v.check == "pixel_mismatch"\n',
     'X = {"check": "crash"}\n',
     'def g(e):\n    return getattr(e, "check", "timeout")\n',
+    'check = "crash"\n',
 ])
 def test_the_literal_check_finds_what_it_looks_for(snippet):
     assert _check_literals("planted.py", snippet, ast.parse(snippet))
