@@ -1,0 +1,274 @@
+"""The request checks: a program's trace judged against the request contract and against itself.
+
+Each failed check is a `RequestFinding` of one kind (`REQUEST_CHECKS`, in report order) naming the
+request, image and rank it concerns:
+
+grid_mismatch    an item's grid differs from the checkpoint plan; or the engine raised its
+                 "produced wrong grids" error on a batch whose items were all consistent
+feature_length   an encode returned a row count other than the sum of its items' grids; or the
+                 engine raised its feature-length error on a consistent batch
+input_ids        the expanded ids differ from the contract (first differing position, decoded)
+offsets          an item's (start, end) is not exactly its pad run
+rows_invariance  an image's rows in the batch differ (bitwise) from the rows the same engine gives
+                 it prepared and encoded alone in a fresh engine of the same config and path
+shape_dtype      an encode's rows are not (N, 3, p, p) float
+pixel_mismatch   (with `pixels`) an image's rows differ from the reference under the tolerance
+engine_error     the engine raised on a valid request or consistent batch (named by its message)
+
+The rank of an image is where the documented balancer puts it (`request_contract.assign_ranks`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from PIL import Image
+
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import PlanError
+from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.oracle.checks import compare
+from kimi_oracle.oracle.engines import Encoded, Prepared, Raised, Step, Trace
+from kimi_oracle.pipelines.request_contract import ExpectedRequest, assign_ranks, expected_request, reference_rows
+
+REQUEST_CHECKS = ("grid_mismatch", "feature_length", "input_ids", "offsets", "rows_invariance", "shape_dtype",
+                  "pixel_mismatch", "engine_error", "crash", "timeout")
+# The engine's own two messages and the checks they are (SGLang's get_image_feature).
+ENGINE_MESSAGES = {"produced wrong grids": "grid_mismatch", "feature length does not match": "feature_length"}
+_WINDOW = 6  # ids shown either side of a first difference
+
+
+@dataclass
+class RequestFinding:
+    """One failed request check."""
+
+    check: str
+    message: str
+    request: int | None = None
+    image: int | None = None
+    rank: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"check": self.check, "message": self.message, "request": self.request, "image": self.image,
+                "rank": self.rank, "details": self.details}
+
+    def where(self) -> str:
+        """`request 1 image 0 rank 2` (the parts that are known)."""
+        parts = [f"{k} {v}" for k, v in (("request", self.request), ("image", self.image), ("rank", self.rank))
+                 if v is not None]
+        return " ".join(parts)
+
+
+def check_of_message(message: str) -> str:
+    """The check an engine's error message names (`engine_error` for any other message)."""
+    for needle, check in ENGINE_MESSAGES.items():
+        if needle in message:
+            return check
+    return "engine_error"
+
+
+def in_force(steps: Sequence[Step], base: PreprocessConfig) -> dict[int, PreprocessConfig]:
+    """The config in force when each request was prepared."""
+    out: dict[int, PreprocessConfig] = {}
+    current = base
+    for step in steps:
+        if step.kind == "configure" and step.config is not None:
+            current = step.config
+        elif step.kind == "prepare":
+            out[step.request] = current
+    return out
+
+
+def _window(tokenizer: Any, ids: Sequence[int], at: int) -> str:
+    return tokenizer.decode(ids[max(0, at - _WINDOW):at + _WINDOW + 1])
+
+
+def _image_at(exp: ExpectedRequest, position: int) -> int | None:
+    # The image whose span (framing included) holds `position`, or the next one after it.
+    for k, (start, end) in enumerate(exp.offsets):
+        if position <= end + 1:
+            return k
+    return None
+
+
+def _check_ids(r: int, exp: ExpectedRequest, got: Prepared, tokenizer: Any) -> list[RequestFinding]:
+    want, have = list(exp.input_ids), got.input_ids
+    if want == have:
+        return []
+    at = next((k for k, (a, b) in enumerate(zip(want, have)) if a != b), min(len(want), len(have)))
+    e = want[at] if at < len(want) else None
+    g = have[at] if at < len(have) else None
+    image = _image_at(exp, at)
+    msg = (f"input ids differ from the contract at position {at}: expected "
+           f"{tokenizer.decode([e]) if e is not None else '(end)'!r}, got {tokenizer.decode([g]) if g is not None else '(end)'!r}"
+           f" (length {len(want)} expected, {len(have)} got); expected ...{_window(tokenizer, want, at)!r}..., "
+           f"got ...{_window(tokenizer, have, at)!r}...")
+    return [RequestFinding("input_ids", msg, r, image, None, {"position": at, "expected": e, "got": g,
+                                                              "expected_length": len(want), "got_length": len(have)})]
+
+
+def _check_offsets(r: int, exp: ExpectedRequest, got: Prepared, pad: int) -> list[RequestFinding]:
+    out = []
+    for i, (want, have) in enumerate(zip(exp.offsets, got.offsets)):
+        s, e = have
+        ids = got.input_ids
+        covers = (0 <= s <= e < len(ids) and all(t == pad for t in ids[s:e + 1])
+                  and (s == 0 or ids[s - 1] != pad) and (e + 1 == len(ids) or ids[e + 1] != pad))
+        if tuple(want) != tuple(have) or not covers:
+            out.append(RequestFinding("offsets", f"offsets {tuple(have)} expected {tuple(want)}"
+                                      + ("" if covers else " (not exactly a pad run of the returned ids)"),
+                                      r, i, None, {"expected": list(want), "got": list(have)}))
+    return out
+
+
+def check_prepared(r: int, got: Prepared, sizes: Sequence[tuple[int, int]], prompt_ids: Sequence[int],
+                   config: PreprocessConfig, tokenizer: Any, framing: str) -> list[RequestFinding]:
+    """Request r's expansion, grids and offsets against the contract."""
+    if got.raised is not None:
+        return [RequestFinding(check_of_message(got.raised.message),
+                               f"prepare raised {got.raised.exc_type}: {got.raised.message}", r, None, None,
+                               {"traceback": got.raised.traceback})]
+    try:
+        exp = expected_request(prompt_ids, sizes, config, tokenizer, framing)
+    except PlanError:
+        return []  # the checkpoint rejects an image: no contract to hold the engine to
+    out: list[RequestFinding] = []
+    if len(got.grids) != len(sizes):
+        out.append(RequestFinding("grid_mismatch", f"prepare returned {len(got.grids)} item(s) for {len(sizes)} "
+                                  "image(s)", r))
+        return out
+    for i, (want, have) in enumerate(zip(exp.grids, got.grids)):
+        if tuple(want) != tuple(have):
+            w, h = sizes[i]
+            out.append(RequestFinding("grid_mismatch", f"{w}x{h}: grid_thw {list(have)} expected {list(want)} "
+                                      f"(budget {config.in_patch_limit}, side cap {config.patch_limit_on_one_side})",
+                                      r, i, None, {"expected": list(want), "got": list(have)}))
+    out += _check_ids(r, exp, got, tokenizer)
+    out += _check_offsets(r, exp, got, tokenizer.media_pad_id)
+    return out
+
+
+def _ranks(grids: Sequence[Sequence[int]], dp_size: int) -> list[int]:
+    where = [0] * len(grids)
+    for rank, members in enumerate(assign_ranks(grids, dp_size)):
+        for g in members:
+            where[g] = rank
+    return where
+
+
+def check_encoded(call: int, enc: Encoded, trace: Trace, consistent: bool, config: PreprocessConfig
+                  ) -> list[RequestFinding]:
+    """One encode call: its raise, its row count and shape, and each image's rows against the
+    same image alone."""
+    grids = [trace.prepared[r].grids[i] for r, i in enc.members]
+    ranks = _ranks(grids, enc.dp_size)
+    base = {"call": call, "dp_size": enc.dp_size, "members": [list(m) for m in enc.members]}
+    if enc.raised is not None:
+        if not consistent:
+            return []  # the inconsistent item is its own finding
+        check = check_of_message(enc.raised.message)
+        return [RequestFinding(check, f"encode raised {enc.raised.exc_type}: {enc.raised.message} on a consistent "
+                               f"batch of {len(enc.members)} item(s) over {enc.dp_size} rank(s)", None, None, None,
+                               {**base, "traceback": enc.raised.traceback})]
+    if not enc.members:
+        return []
+    want_rows = sum(g[0] * g[1] * g[2] for g in grids)
+    if enc.rows is None:
+        return [RequestFinding("feature_length" if enc.total_rows != want_rows else "shape_dtype",
+                               f"encode returned shape {list(enc.shape)} for {len(enc.members)} item(s) whose grids "
+                               f"hold {want_rows} rows", None, None, None, base)]
+    out: list[RequestFinding] = []
+    p = config.patch_size
+    if len(enc.shape) != 4 or tuple(enc.shape[1:]) != (3, p, p) or not enc.rows[0].is_floating_point():
+        out.append(RequestFinding("shape_dtype", f"encode returned shape {list(enc.shape)}, expected (N, 3, {p}, {p})"
+                                  " floats", None, None, None, base))
+        return out
+    for k, ((r, i), rows) in enumerate(zip(enc.members, enc.rows)):
+        alone = trace.alone.get((r, i))
+        if isinstance(alone, Raised):
+            out.append(RequestFinding("engine_error", f"alone, the image raised {alone.exc_type}: {alone.message}",
+                                      r, i, ranks[k], base))
+        elif alone is not None and (alone.dtype != rows.dtype or not torch.equal(alone, rows)):
+            out.append(_rows_finding(r, i, ranks[k], rows, alone, base))
+    return out
+
+
+def _rows_finding(r: int, i: int, rank: int, rows: torch.Tensor, alone: torch.Tensor, base: dict) -> RequestFinding:
+    if alone.shape != rows.shape:
+        how = f"shape {list(rows.shape)} in the batch, {list(alone.shape)} alone"
+        count = None
+    else:
+        diff = (rows.float() - alone.float()).abs()
+        differ = ~((rows == alone) | (torch.isnan(rows) & torch.isnan(alone)))
+        count = int(differ.sum())
+        how = f"{count} of {rows.numel()} values differ, max |diff| {float(diff[differ].max()) if count else 0:.6g}"
+    return RequestFinding("rows_invariance", f"rows in the batch differ from the same image encoded alone in a "
+                          f"fresh engine: {how}", r, i, rank, {**base, "differing_values": count})
+
+
+def check_pixels(r: int, i: int, rows: torch.Tensor, image: Image.Image, config: PreprocessConfig,
+                 tolerance: str) -> RequestFinding | None:
+    """An image's rows against the reference under the tolerance policy (`checks.compare`)."""
+    try:
+        want = reference_rows(image, config)
+    except PlanError:
+        return None
+    grid = torch.tensor([[1, 1, int(want.shape[0])]], dtype=torch.int64)
+    verdict = compare(PreprocessResult(want, grid), PreprocessResult(rows, grid), config, tolerance)
+    if verdict.ok:
+        return None
+    return RequestFinding(str(verdict.check), f"against the reference: {verdict.message}", r, i, None,
+                          {"stats": verdict.stats})
+
+
+def judge(steps: Sequence[Step], trace: Trace, base: PreprocessConfig, table: Sequence[Image.Image],
+          tokenizer: Any, framing: str, *, pixels: bool = False, tolerance: str = "exact") -> list[RequestFinding]:
+    """Every request check on a program's trace, in `REQUEST_CHECKS` order (stable within one)."""
+    configs = in_force(steps, base)
+    found: list[RequestFinding] = []
+    consistent_items: set[tuple[int, int]] = set()
+    for step in steps:
+        if step.kind != "prepare" or step.request not in trace.prepared:
+            continue
+        sizes = [table[k].size for k in step.images]
+        got = trace.prepared[step.request]
+        own = check_prepared(step.request, got, sizes, step.prompt_ids, configs[step.request], tokenizer, framing)
+        found += own
+        bad_images = {f.image for f in own if f.check == "grid_mismatch"}
+        if got.raised is None and None not in bad_images:
+            consistent_items |= {(step.request, i) for i in range(len(got.grids)) if i not in bad_images}
+    for call, enc in enumerate(trace.encoded):
+        consistent = all(m in consistent_items for m in enc.members)
+        found += check_encoded(call, enc, trace, consistent, base)
+    if pixels:
+        found += _pixel_findings(steps, trace, configs, table, tolerance)
+    order = {c: k for k, c in enumerate(REQUEST_CHECKS)}
+    return sorted(found, key=lambda f: order.get(f.check, len(order)))
+
+
+def _pixel_findings(steps: Sequence[Step], trace: Trace, configs: dict[int, PreprocessConfig],
+                    table: Sequence[Image.Image], tolerance: str) -> list[RequestFinding]:
+    out = []
+    seen: set[tuple] = set()
+    for step in steps:
+        if step.kind != "prepare":
+            continue
+        for i, (k, path) in enumerate(zip(step.images, step.paths)):
+            rows = trace.alone.get((step.request, i))
+            key = (k, path, repr(configs[step.request].to_hf_json()))
+            if not isinstance(rows, torch.Tensor) or key in seen:
+                continue
+            seen.add(key)
+            f = check_pixels(step.request, i, rows, table[k], configs[step.request], tolerance)
+            if f is not None:
+                f.details["path"] = path
+                out.append(f)
+    return out
+
+
+__all__ = ["ENGINE_MESSAGES", "REQUEST_CHECKS", "RequestFinding", "check_encoded", "check_of_message", "check_pixels",
+           "check_prepared", "in_force", "judge"]
