@@ -243,8 +243,10 @@ def _prepare(engine: Any, step: Step, table: Sequence[Image.Image]) -> tuple[Pre
     return out, items
 
 
-def _alone(factory: EngineFactory, tokenizer: Any, config: PreprocessConfig, img: Image.Image, path: str
-           ) -> torch.Tensor | Raised:
+def alone_rows(factory: EngineFactory, tokenizer: Any, config: PreprocessConfig, img: Image.Image, path: str
+               ) -> torch.Tensor | Raised:
+    """An image prepared (prompt: one placeholder) and encoded alone (dp_size 1) in a fresh engine
+    of `config`: its rows, or what the engine raised."""
     try:
         engine = factory(config, tokenizer)
         _, items = engine.prepare([tokenizer.media_pad_id], [img.copy()], [path])
@@ -277,7 +279,7 @@ def run_program(factory: EngineFactory, base: PreprocessConfig, steps: Sequence[
                 if alone:
                     key = (k, path, repr(in_force.to_hf_json()))
                     if key not in solo:
-                        solo[key] = _alone(factory, tokenizer, in_force, table[k], path)
+                        solo[key] = alone_rows(factory, tokenizer, in_force, table[k], path)
                     trace.alone[(step.request, i)] = solo[key]
         elif step.kind == "encode":
             trace.encoded.append(_encode(engine, items, step))
@@ -287,5 +289,5 @@ def run_program(factory: EngineFactory, base: PreprocessConfig, steps: Sequence[
 
 
 __all__ = ["DEFAULT_PATHS", "ENGINE_BUILTINS", "ENGINE_ENTRY_POINT_GROUP", "Encoded", "EngineFactory", "Prepared",
-           "Raised", "Step", "Trace", "engine_paths", "item_field", "item_grid", "item_offsets", "load_engine",
+           "Raised", "Step", "Trace", "alone_rows", "engine_paths", "item_field", "item_grid", "item_offsets", "load_engine",
            "run_program"]

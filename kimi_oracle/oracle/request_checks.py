@@ -20,8 +20,9 @@ The rank of an image is where the documented balancer puts it (`request_contract
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from PIL import Image
@@ -210,6 +211,58 @@ def _rows_finding(r: int, i: int, rank: int, rows: torch.Tensor, alone: torch.Te
                           f"fresh engine: {how}", r, i, rank, {**base, "differing_values": count})
 
 
+def _norm_of(config: PreprocessConfig) -> tuple:
+    return config.image_mean, config.image_std, config.transparent_bg_config
+
+
+def explain_rows(finding: RequestFinding, steps: Sequence[Step], trace: Trace, base: PreprocessConfig,
+                 table: Sequence[Image.Image], alone: Callable[[PreprocessConfig, Image.Image, str], Any],
+                 tries: int = 4) -> str | None:
+    """For a `rows_invariance` finding: whether the image's rows in the batch are its rows alone
+    under another batch item's mean, std and background (its own resize config kept); said in the
+    finding's message and details when so (at most `tries` other configs are tried)."""
+    call = finding.details.get("call")
+    if finding.check != "rows_invariance" or call is None:
+        return None
+    enc = trace.encoded[call]
+    me = (finding.request, finding.image)
+    rows = enc.rows[enc.members.index(me)] if enc.rows else None
+    configs = in_force(steps, base)
+    where = {(s.request, i): (k, p) for s in steps if s.kind == "prepare" for i, (k, p) in enumerate(zip(s.images, s.paths))}
+    grids = [trace.prepared[r].grids[i] for r, i in enc.members]
+    by_rank = assign_ranks(grids, enc.dp_size)
+    rank_of = {enc.members[g]: rank for rank, gs in enumerate(by_rank) for g in gs}
+    own = configs[me[0]]
+    path = where[me][1]
+    # Same rank first, in the balancer's order; then the rest of the call.
+    order = [enc.members[g] for g in by_rank[rank_of[me]]] + list(enc.members)
+    seen: set = {_norm_of(own)}
+    for m in order:
+        cfg = configs[m[0]]
+        if tries <= 0 or rows is None:
+            break
+        if m == me or where[m][1] != path or _norm_of(cfg) in seen:
+            continue
+        seen.add(_norm_of(cfg))
+        tries -= 1
+        hybrid = dataclasses.replace(own, image_mean=cfg.image_mean, image_std=cfg.image_std,
+                                     transparent_bg_config=cfg.transparent_bg_config)
+        got = alone(hybrid, table[where[me][0]], path)
+        if isinstance(got, torch.Tensor) and got.dtype == rows.dtype and torch.equal(got, rows):
+            same_path = [x for x in (enc.members[g] for g in by_rank[rank_of[me]]) if where[x][1] == path]
+            first = same_path[0] == m
+            bg = cfg.transparent_bg_config.pattern if cfg.transparent_bg_config else "none"
+            text = (f"the rows are this image's rows under the mean {list(cfg.image_mean)}, std {list(cfg.image_std)} "
+                    f"and background {bg} of request {m[0]} image {m[1]}"
+                    + (f", the first {path} item of the group on rank {rank_of[me]}: the first item's mean/std/"
+                       "background was applied to the whole group" if first else ", another item of the batch"))
+            finding.details["explanation"] = text
+            finding.details["applied_from"] = list(m)
+            finding.message += f"; explained: {text}"
+            return text
+    return None
+
+
 def check_pixels(r: int, i: int, rows: torch.Tensor, image: Image.Image, config: PreprocessConfig,
                  tolerance: str) -> RequestFinding | None:
     """An image's rows against the reference under the tolerance policy (`checks.compare`)."""
@@ -271,4 +324,4 @@ def _pixel_findings(steps: Sequence[Step], trace: Trace, configs: dict[int, Prep
 
 
 __all__ = ["ENGINE_MESSAGES", "REQUEST_CHECKS", "RequestFinding", "check_encoded", "check_of_message", "check_pixels",
-           "check_prepared", "in_force", "judge"]
+           "check_prepared", "explain_rows", "in_force", "judge"]
