@@ -136,7 +136,9 @@ def fuzz_engine(runner: Any, base: PreprocessConfig, options: ScenarioFuzzOption
                 scenario, found = shrink(runner, scenario, check, options, budget)
                 run.runs += options.max_shrink_runs - budget[0]
             finding = ScenarioFinding(check, found[0].message, scenario, [f.to_dict() for f in found], runner.spec,
-                                      seed, i, original)
+                                      seed, i, original,
+                                      extra={"pixels": options.pixels, "tolerance": options.tolerance,
+                                             "mixed_configs": options.mixed_configs})
             if out_dir is not None:
                 write_scenario_finding(out_dir, finding, scenario.make_images())
             run.findings.append(finding)
