@@ -29,6 +29,7 @@ from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import PlanError
+from kimi_oracle.core.geometry import plan
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.oracle.checks import compare
 from kimi_oracle.oracle.engines import Encoded, Prepared, Raised, Step, Trace
@@ -126,9 +127,22 @@ def _check_offsets(r: int, exp: ExpectedRequest, got: Prepared, pad: int) -> lis
     return out
 
 
+def _stale(f: RequestFinding, size: tuple[int, int], got: tuple, config: PreprocessConfig,
+           earlier: Sequence[tuple[int, PreprocessConfig]]) -> None:
+    # A grid that is this image's plan under the config of an earlier request: a stale entry.
+    for r, old in earlier:
+        if old != config and tuple(plan(size[0], size[1], old).grid_thw) == got:
+            f.details["stale_from_request"] = r
+            f.message += (f"; it is the grid this image had under request {r}'s config (budget {old.in_patch_limit}, "
+                          f"side cap {old.patch_limit_on_one_side}): a cache entry from before the configure was served")
+            return
+
+
 def check_prepared(r: int, got: Prepared, sizes: Sequence[tuple[int, int]], prompt_ids: Sequence[int],
-                   config: PreprocessConfig, tokenizer: Any, framing: str) -> list[RequestFinding]:
-    """Request r's expansion, grids and offsets against the contract."""
+                   config: PreprocessConfig, tokenizer: Any, framing: str,
+                   earlier: Sequence[Sequence[tuple[int, PreprocessConfig]]] = ()) -> list[RequestFinding]:
+    """Request r's expansion, grids and offsets against the contract (`earlier`: per image, the
+    earlier requests that prepared the same image and their configs)."""
     if got.raised is not None:
         return [RequestFinding(check_of_message(got.raised.message),
                                f"prepare raised {got.raised.exc_type}: {got.raised.message}", r, None, None,
@@ -145,9 +159,11 @@ def check_prepared(r: int, got: Prepared, sizes: Sequence[tuple[int, int]], prom
     for i, (want, have) in enumerate(zip(exp.grids, got.grids)):
         if tuple(want) != tuple(have):
             w, h = sizes[i]
-            out.append(RequestFinding("grid_mismatch", f"{w}x{h}: grid_thw {list(have)} expected {list(want)} "
-                                      f"(budget {config.in_patch_limit}, side cap {config.patch_limit_on_one_side})",
-                                      r, i, None, {"expected": list(want), "got": list(have)}))
+            f = RequestFinding("grid_mismatch", f"{w}x{h}: grid_thw {list(have)} expected {list(want)} "
+                               f"(budget {config.in_patch_limit}, side cap {config.patch_limit_on_one_side})",
+                               r, i, None, {"expected": list(want), "got": list(have)})
+            _stale(f, (w, h), tuple(have), config, earlier[i] if earlier else ())
+            out.append(f)
     out += _check_ids(r, exp, got, tokenizer)
     out += _check_offsets(r, exp, got, tokenizer.media_pad_id)
     return out
@@ -284,12 +300,17 @@ def judge(steps: Sequence[Step], trace: Trace, base: PreprocessConfig, table: Se
     configs = in_force(steps, base)
     found: list[RequestFinding] = []
     consistent_items: set[tuple[int, int]] = set()
+    history: dict[int, list[tuple[int, PreprocessConfig]]] = {}
     for step in steps:
         if step.kind != "prepare" or step.request not in trace.prepared:
             continue
         sizes = [table[k].size for k in step.images]
         got = trace.prepared[step.request]
-        own = check_prepared(step.request, got, sizes, step.prompt_ids, configs[step.request], tokenizer, framing)
+        earlier = [list(history.get(k, ())) for k in step.images]
+        own = check_prepared(step.request, got, sizes, step.prompt_ids, configs[step.request], tokenizer, framing,
+                             earlier)
+        for k in step.images:
+            history.setdefault(k, []).append((step.request, configs[step.request]))
         found += own
         bad_images = {f.image for f in own if f.check == "grid_mismatch"}
         if got.raised is None and None not in bad_images:
