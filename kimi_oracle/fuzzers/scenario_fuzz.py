@@ -39,6 +39,7 @@ class ScenarioFuzzOptions:
     pixels: bool = False
     tolerance: str = "exact"
     shrink: bool = True
+    stop_early: bool = False  # end at the first finding (once shrunk)
     max_shrink_runs: int = 300
     max_requests: int = 8
     max_images: int = 6
@@ -144,6 +145,9 @@ def fuzz_engine(runner: Any, base: PreprocessConfig, options: ScenarioFuzzOption
             run.findings.append(finding)
         if on_example is not None:
             on_example(run)
+        if options.stop_early and run.findings:
+            run.stopped = "first finding"
+            break
     run.elapsed_s = time.monotonic() - started
     return run
 
