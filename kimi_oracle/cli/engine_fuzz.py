@@ -48,37 +48,17 @@ def print_findings(title: str, findings: Sequence[Any], checks: Sequence[str], f
             console.print(rich_text("  " + line), soft_wrap=True)
 
 
-def write_outputs(spec: str, summary: dict[str, Any], findings: Sequence[Any], json_path: Path | None,
-                  junit_path: Path | None, markdown_path: Path | None, elapsed: float) -> None:
-    """The run's JSON summary, JUnit XML (one case per request check) and Markdown."""
-    from kimi_oracle.core.files import atomic_write_text, write_json
-    from kimi_oracle.oracle.request_checks import REQUEST_CHECKS
-    from kimi_oracle.results.report import write_junit
-    from kimi_oracle.results.scenario_report import scenario_junit_cases, scenario_summary_markdown
-
-    if json_path is not None:
-        write_json(json_path, summary)
-    if junit_path is not None:
-        write_junit(junit_path, f"kimi-oracle fuzz --engine {spec}", scenario_junit_cases(findings, REQUEST_CHECKS),
-                    time=elapsed, properties={"engine": spec, "seed": summary.get("seed")})
-    if markdown_path is not None:
-        atomic_write_text(markdown_path, scenario_summary_markdown(spec, summary, findings))
-
-
 def run_fuzz(spec: str, config: PreprocessConfig, *, examples: int | None, seed: int | None, mixed_configs: bool,
              pixels: bool, tolerance: str, shrink: bool, out_dir: Path, json_path: Path | None,
              junit_path: Path | None, markdown_path: Path | None, case_timeout: float) -> int:
     """`kimi-oracle fuzz --engine SPEC`: exit 0 when every scenario passed, 1 on a finding."""
-    from kimi_oracle.fuzzers.engine_sandbox import IsolatedEngine
-    from kimi_oracle.fuzzers.scenario_fuzz import DEFAULT_SCENARIOS, ScenarioFuzzOptions, fuzz_engine
+    from kimi_oracle.fuzzers.scenario_fuzz import DEFAULT_SCENARIOS, ScenarioFuzzOptions
     from kimi_oracle.oracle.request_checks import REQUEST_CHECKS
+    from kimi_oracle.workflows.engine_stage import run_scenarios, write_outputs
 
     options = ScenarioFuzzOptions(examples=examples or DEFAULT_SCENARIOS, seed=seed, mixed_configs=mixed_configs,
                                   pixels=pixels, tolerance=tolerance, shrink=shrink)
-    with IsolatedEngine(spec, config, timeout_s=max(case_timeout, 1.0)) as runner:
-        run = fuzz_engine(runner, config, options, out_dir=out_dir)
-    summary = {**run.summary(), "profile": config.name, "mixed_configs": mixed_configs, "pixels": pixels,
-               "tolerance": tolerance}
+    run, summary = run_scenarios(spec, config, options, out_dir, case_timeout)
     write_outputs(spec, summary, run.findings, json_path, junit_path, markdown_path, run.elapsed_s)
     footer = (f"{run.examples} scenarios ({run.runs} runs incl. shrinking) in {run.elapsed_s:.1f} s; seed {run.seed}; "
               f"stopped: {run.stopped}; {len(run.findings)} finding(s)"
@@ -89,6 +69,15 @@ def run_fuzz(spec: str, config: PreprocessConfig, *, examples: int | None, seed:
     if run.stopped == "interrupted":
         return interrupts.exit_code()
     return 1 if run.findings else 0
+
+
+def print_stage(spec: str, summary: dict[str, Any], echo: Any) -> None:
+    """The gate's and nightly's scenario stage in a few lines."""
+    echo(f"engine {spec}: {summary['examples']} scenarios, {len(summary['findings'])} finding(s), "
+         f"verdict {summary['verdict'].upper()}")
+    for f in summary["findings"]:
+        echo(f"  {f['check']:<15} {f['path']}")
+        echo(f"      {str(f['message'])[:200]}")
 
 
 def run_repro(folder: Path, spec: str | None, json_path: Path | None, case_timeout: float) -> int:
@@ -123,4 +112,4 @@ def run_repro(folder: Path, spec: str | None, json_path: Path | None, case_timeo
     return 1 if found else 0
 
 
-__all__ = ["ENGINE_HELP", "MIXED_HELP", "PIXELS_HELP", "print_findings", "run_fuzz", "run_repro", "write_outputs"]
+__all__ = ["ENGINE_HELP", "MIXED_HELP", "PIXELS_HELP", "print_findings", "print_stage", "run_fuzz", "run_repro"]

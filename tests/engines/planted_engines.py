@@ -56,3 +56,13 @@ def resized_framing(config, tokenizer):
 
 MUTANTS = {"rank_local": "grid_mismatch", "digest_only_cache": "grid_mismatch", "span_from_grid": "input_ids",
            "resized_framing": "input_ids"}
+
+
+class EagerOnly(RequestLayer):
+    """The built-in model with only its eager route (the processor's CPU path: the reference's rows)."""
+
+    paths = ("eager",)
+
+
+def eager_only(config, tokenizer):
+    return EagerOnly(config, tokenizer)

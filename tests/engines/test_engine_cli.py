@@ -91,3 +91,18 @@ def test_engines_resolve_from_their_entry_point_group(tmp_path, monkeypatch):
     assert load_engine("sglang-0.5.23").spec == "sglang-0.5.23"
     with pytest.raises(CandidateError, match="bad engine spec"):
         load_engine("not a spec!")
+
+
+def test_gate_and_nightly_run_a_scenario_stage(tmp_path, capsys):
+    assert run_cli("gate", "--engine", "sglang-0.5.23", "--engine-scenarios", "30", "--seed", "1", "--out",
+                   tmp_path / "g", "--mixed-configs") == 1
+    stage = json.loads((tmp_path / "g" / "engine" / "summary.json").read_text())
+    assert stage["verdict"] == "fail" and stage["findings"][0]["check"] == "rows_invariance"
+    assert "engine sglang-0.5.23: 30 scenarios" in capsys.readouterr().out
+    assert run_cli("gate", "--out", tmp_path / "none") == 2  # neither --candidate nor --engine
+    with pytest.raises(SystemExit) as exc:
+        main(["nightly", "--out", str(tmp_path / "n"), "--engines", "hypothesis", "--max-examples", "5",
+              "--budget", "120s", "--engine", "sglang-0.5.23", "--seed", "3"])
+    assert exc.value.code == 0
+    stage = json.loads((tmp_path / "n" / "engine" / "summary.json").read_text())
+    assert stage["verdict"] == "pass" and stage["examples"] == 5

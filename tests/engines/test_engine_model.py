@@ -88,3 +88,12 @@ def test_held_out_adapter_runs_unchanged():
                       ScenarioFuzzOptions(examples=120, seed=4))
     assert run.findings == [], [f.lines() for f in run.findings]
     assert _local(str(HERE / "held_out_adapter.py") + ":engine").paths == ("default",)
+
+
+def test_pixels_compares_rows_with_the_reference():
+    planted = str(HERE / "planted_engines.py")
+    clean = fuzz_engine(_local(f"{planted}:eager_only"), BASE, ScenarioFuzzOptions(examples=40, seed=1, pixels=True))
+    assert clean.findings == [], [f.lines() for f in clean.findings]
+    run = fuzz_engine(_local("sglang-0.5.23"), BASE, ScenarioFuzzOptions(examples=80, seed=1, pixels=True))
+    [finding] = [f for f in run.findings if f.check == "pixel_mismatch"]
+    assert "against the reference" in finding.message and finding.findings[0]["details"]["path"] == "deferred"
