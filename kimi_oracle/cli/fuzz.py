@@ -238,8 +238,9 @@ def register(group: click.Group) -> None:
         from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
 
         if engine_spec is not None:
-            if candidate_spec is not None or planner_spec is not None:
-                raise click.UsageError("--engine fuzzes a request layer; give it without --candidate/--planner")
+            if candidate_spec is not None or planner_spec is not None or budget is not None:
+                raise click.UsageError("--engine fuzzes a request layer for --examples scenarios; give it without "
+                                       "--candidate, --planner or --budget")
             from kimi_oracle.cli.engine_fuzz import run_fuzz
 
             return run_fuzz(engine_spec, resolve_config(profile, config_path), examples=examples, seed=seed,

@@ -64,7 +64,8 @@ class ScenarioRun:
         return {"engine": self.engine, "seed": self.seed, "examples": self.examples, "runs": self.runs,
                 "elapsed_s": round(self.elapsed_s, 3), "stopped": self.stopped, "first_found": self.first_found,
                 "findings": [{"check": f.check, "message": f.message, "path": str(f.path) if f.path else None,
-                              "requests": len(f.scenario.requests), "findings": f.findings} for f in self.findings]}
+                              "requests": len(f.scenario.requests), "scenario": f.scenario.to_dict(),
+                              "findings": f.findings} for f in self.findings]}
 
 
 def evaluate(runner: Any, scenario: Scenario, options: ScenarioFuzzOptions, table: Sequence[Any] | None = None

@@ -131,12 +131,13 @@ def read_scenario(path: str | os.PathLike) -> tuple[dict[str, Any], Scenario, li
         name = str(entry.get("file", "")) if isinstance(entry, dict) else ""
         if not name or Path(name).name != name or name.startswith("."):
             raise InputError(f"scenario.json: bad image file name {name!r}", source=str(doc_path))
-        data = (directory / name).read_bytes()
+        try:
+            data = (directory / name).read_bytes()
+        except OSError as exc:
+            raise InputError(f"{name}: cannot be read: {exc.strerror or exc}", source=str(doc_path)) from None
         if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
             raise InputError(f"{name}: its SHA-256 is not the recorded one", source=str(doc_path))
-        img = open_encoded(data, name=name)
-        img.load()
-        images.append(img)
+        images.append(open_encoded(data, name=name))
     return doc, scenario, images, directory
 
 

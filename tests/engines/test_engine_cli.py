@@ -106,3 +106,21 @@ def test_gate_and_nightly_run_a_scenario_stage(tmp_path, capsys):
     assert exc.value.code == 0
     stage = json.loads((tmp_path / "n" / "engine" / "summary.json").read_text())
     assert stage["verdict"] == "pass" and stage["examples"] == 5
+
+
+def test_a_tampered_scenario_folder_is_an_input_error(tmp_path, capsys):
+    assert run_cli("fuzz", "--engine", "sglang-0.5.23", "--mixed-configs", "--examples", "30", "--seed", "2",
+                   "--out", tmp_path) == 1
+    [folder] = (tmp_path / "findings").iterdir()
+    doc = json.loads((folder / "scenario.json").read_text())
+    image = folder / doc["image_files"][0]["file"]
+    image.write_bytes(image.read_bytes() + b"x")
+    capsys.readouterr()
+    assert run_cli("repro", folder) == 2
+    assert "SHA-256 is not the recorded one" in capsys.readouterr().err
+    doc["image_files"][0]["file"] = "../escape.png"
+    (folder / "scenario.json").write_text(json.dumps(doc))
+    assert run_cli("repro", folder) == 2
+    (folder / "scenario.json").write_text("{not json")
+    assert run_cli("repro", folder) == 2
+    assert "not a scenario finding" in capsys.readouterr().err
