@@ -22,7 +22,6 @@ import inspect
 import numbers
 import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
@@ -31,7 +30,7 @@ from PIL import Image
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
 from kimi_oracle.core.tokenizer import Tokenizer
-from kimi_oracle.oracle.candidates import _import, _load_module_file, first_doc_line
+from kimi_oracle.oracle.candidates import first_doc_line, resolve
 from kimi_oracle.pipelines.request_contract import Step
 
 ENGINE_ENTRY_POINT_GROUP = "kimi_oracle.engines"
@@ -57,6 +56,7 @@ class EngineFactory:
 
 
 def _resolve(spec: str) -> Any:
+    # The engines' own entry points first; the other forms resolve as candidate specs do.
     try:
         found = {ep.name: ep for ep in importlib.metadata.entry_points(group=ENGINE_ENTRY_POINT_GROUP)}
     except Exception:  # noqa: BLE001 - broken metadata of some installed package: no plug-ins
@@ -67,25 +67,16 @@ def _resolve(spec: str) -> Any:
         except Exception as exc:  # noqa: BLE001 - whatever the plug-in's import raises
             raise CandidateError(f"engine {spec!r}: entry point {found[spec].value!r} cannot be loaded: "
                                  f"{type(exc).__name__}: {exc}") from None
-    target, sep, attr = spec.rpartition(":")
-    if not sep:
-        target, attr = spec, "engine"
-    if not target or not attr:
-        raise CandidateError(f"bad engine spec {spec!r}: expected {_SPEC_FORMS}")
-    if target.endswith(".py") or "/" in target or "\\" in target:
-        if not Path(target).is_file():
-            raise CandidateError(f"engine {spec!r}: no such file {target}")
-        module = _load_module_file(Path(target))
-    elif all(part.isidentifier() for part in target.split(".")):
-        module = _import(target, spec)
-    else:
-        raise CandidateError(f"bad engine spec {spec!r}: expected {_SPEC_FORMS}")
-    obj: Any = module
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise CandidateError(f"engine {spec!r}: {target} has no attribute {attr!r}") from None
+    try:
+        obj = resolve(spec, "engine")
+    except CandidateError as exc:
+        if str(exc).startswith("bad engine spec"):
+            raise CandidateError(f"bad engine spec {spec!r}: expected {_SPEC_FORMS}") from None
+        raise
+    if inspect.ismodule(obj):
+        if not callable(getattr(obj, "engine", None)):
+            raise CandidateError(f"engine {spec!r}: module {obj.__name__} has no engine factory; name it (module:attr)")
+        return obj.engine
     return obj
 
 
