@@ -106,6 +106,21 @@ def shrink(runner: Any, scenario: Scenario, check: str, options: ScenarioFuzzOpt
     return best, found
 
 
+def diagnose(finding: RequestFinding) -> None:
+    """A `pixel_mismatch` against the reference diagnosed as the image fuzzer's are
+    (`oracle.diagnosis.finding_diagnosis`): its root causes in the details and the message."""
+    from kimi_oracle.oracle.diagnosis import finding_diagnosis
+
+    ev = finding.evidence
+    if not ev:
+        return
+    found = finding_diagnosis("pixel_mismatch", finding.details.get("stats"), ev["images"], ev["config"],
+                              ev["expected"], ev["actual"])
+    finding.details["diagnosis"] = {k: v for k, v in found.items() if k != "attribution"}
+    if found.get("root_causes"):
+        finding.message += f"; root cause: {', '.join(found['root_causes'])}"
+
+
 def options_for(runner: Any, base: PreprocessConfig, options: ScenarioFuzzOptions) -> ScenarioOptions:
     """The draw's options for this engine (its paths, whether it can be reconfigured)."""
     return ScenarioOptions(paths=tuple(runner.paths), configurable=bool(runner.configurable),
@@ -137,6 +152,8 @@ def fuzz_engine(runner: Any, base: PreprocessConfig, options: ScenarioFuzzOption
                 budget = [options.max_shrink_runs]
                 scenario, found = shrink(runner, scenario, check, options, budget)
                 run.runs += options.max_shrink_runs - budget[0]
+            if check == "pixel_mismatch":
+                diagnose(found[0])
             finding = ScenarioFinding(check, found[0].message, scenario, [f.to_dict() for f in found], runner.spec,
                                       seed, i, original,
                                       extra={"pixels": options.pixels, "tolerance": options.tolerance,

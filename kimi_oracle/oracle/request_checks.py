@@ -52,6 +52,8 @@ class RequestFinding:
     image: int | None = None
     rank: int | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    # What a diagnosis needs (images, config, expected and actual results); not in the JSON form.
+    evidence: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -287,11 +289,14 @@ def check_pixels(r: int, i: int, rows: torch.Tensor, image: Image.Image, config:
     except PlanError:
         return None
     grid = torch.tensor([[1, 1, int(want.shape[0])]], dtype=torch.int64)
-    verdict = compare(PreprocessResult(want, grid), PreprocessResult(rows, grid), config, tolerance)
+    verdict = compare(PreprocessResult(want, grid), PreprocessResult(rows, grid), config, tolerance,
+                      sizes=[image.size])
     if verdict.ok:
         return None
     return RequestFinding(str(verdict.check), f"against the reference: {verdict.message}", r, i, None,
-                          {"stats": verdict.stats})
+                          {"stats": verdict.stats},
+                          {"images": [image], "config": config, "expected": verdict.expected,
+                           "actual": verdict.actual})
 
 
 def judge(steps: Sequence[Step], trace: Trace, base: PreprocessConfig, table: Sequence[Image.Image],
