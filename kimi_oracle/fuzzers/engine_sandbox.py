@@ -39,6 +39,12 @@ class EngineDied(EngineCrash):
     """The executor died (a signal, an exit)."""
 
 
+class EngineRaised(EngineCrash):
+    """The engine raised outside prepare and encode (its factory, its configure)."""
+
+    check = "engine_error"
+
+
 class EngineTimeout(EngineCrash):
     """The executor did not answer in time."""
 
@@ -80,6 +86,8 @@ def _serve(conn: Any, spec: str, base: PreprocessConfig) -> None:
                 reply = ("ok", alone_rows(factory, Tokenizer(), cfg, unpack_raw(packed), path))
         except CandidateError as exc:
             reply = ("error", str(exc))
+        except Exception as exc:  # noqa: BLE001 - the engine raised outside prepare/encode (its factory)
+            reply = ("raised", type(exc).__name__, str(exc))
         conn.send_bytes(pickle.dumps(reply))
 
 
@@ -95,7 +103,12 @@ class LocalEngine:
     def run(self, base: PreprocessConfig, steps: Sequence[Step], table: Sequence[Image.Image],
             alone: bool = True) -> Trace:
         """`run_program` here."""
-        return run_program(self.factory, base, steps, table, alone=alone)
+        try:
+            return run_program(self.factory, base, steps, table, alone=alone)
+        except CandidateError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - as in the executor: the engine raised outside prepare/encode
+            raise EngineRaised(self.spec, type(exc).__name__, f"the engine raised {type(exc).__name__}: {exc}") from exc
 
     def alone(self, config: PreprocessConfig, img: Image.Image, path: str) -> torch.Tensor | Raised:
         """One image prepared and encoded alone in a fresh engine."""
@@ -162,9 +175,15 @@ class IsolatedEngine:
     def _call(self, msg: tuple) -> Any:
         self.start()
         self._conn.send_bytes(pickle.dumps(msg))
-        reply = self._receive(self.timeout_s)
+        try:
+            reply = self._receive(self.timeout_s)
+        except KeyboardInterrupt:  # the answer would be read as the next call's: end the executor
+            self._kill()
+            raise
         if reply[0] == "error":
             raise CandidateError(reply[1])
+        if reply[0] == "raised":
+            raise EngineRaised(self.spec, reply[1], f"the engine raised {reply[1]}: {reply[2]}")
         return reply[1]
 
     def run(self, base: PreprocessConfig, steps: Sequence[Step], table: Sequence[Image.Image],
@@ -206,4 +225,4 @@ class IsolatedEngine:
         self.close()
 
 
-__all__ = ["EngineCrash", "EngineDied", "EngineTimeout", "IsolatedEngine", "LocalEngine"]
+__all__ = ["EngineCrash", "EngineDied", "EngineRaised", "EngineTimeout", "IsolatedEngine", "LocalEngine"]

@@ -136,6 +136,18 @@ def fuzz_engine(runner: Any, base: PreprocessConfig, options: ScenarioFuzzOption
     draw_options = options_for(runner, base, options)
     framing = framing_for(base)
     started = time.monotonic()
+    try:
+        _search(runner, base, options, draw_options, framing, run, out_dir, on_example)
+    except KeyboardInterrupt:  # SIGINT/SIGTERM: what was found is kept, the summary says so
+        run.stopped = "interrupted"
+    run.elapsed_s = time.monotonic() - started
+    return run
+
+
+def _search(runner: Any, base: PreprocessConfig, options: ScenarioFuzzOptions, draw_options: ScenarioOptions,
+            framing: str, run: ScenarioRun, out_dir: Path | None,
+            on_example: Callable[[ScenarioRun], None] | None) -> None:
+    seed = run.seed
     for i in range(options.examples):
         if interrupts.requested():
             run.stopped = "interrupted"
@@ -166,8 +178,6 @@ def fuzz_engine(runner: Any, base: PreprocessConfig, options: ScenarioFuzzOption
         if options.stop_early and run.findings:
             run.stopped = "first finding"
             break
-    run.elapsed_s = time.monotonic() - started
-    return run
 
 
 __all__ = ["DEFAULT_SCENARIOS", "ScenarioFuzzOptions", "ScenarioRun", "evaluate", "fuzz_engine", "options_for",

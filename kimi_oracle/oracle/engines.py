@@ -256,6 +256,8 @@ def run_program(factory: EngineFactory, base: PreprocessConfig, steps: Sequence[
     tokenizer = tokenizer or Tokenizer()
     engine = factory(base, tokenizer)
     trace = Trace(engine_paths(engine))
+    if any(s.kind == "configure" for s in steps) and not callable(getattr(engine, "configure", None)):
+        raise CandidateError(f"engine {factory.spec!r} has no configure(config); the scenario reconfigures it")
     items: dict[int, list[Any]] = {}
     in_force = base
     solo: dict[tuple[int, str, str], torch.Tensor | Raised] = {}

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import textwrap
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -124,3 +129,24 @@ def test_a_tampered_scenario_folder_is_an_input_error(tmp_path, capsys):
     (folder / "scenario.json").write_text("{not json")
     assert run_cli("repro", folder) == 2
     assert "not a scenario finding" in capsys.readouterr().err
+
+
+def test_an_interrupted_engine_fuzz_writes_its_summary(tmp_path):
+    # SIGTERM (SIGINT takes the same path through core.interrupts: exit 130 instead of 143).
+    sig, code = signal.SIGTERM, 143
+    marker = tmp_path / "marker"
+    env = {**os.environ, "KIMI_TEST_MARKER": str(marker), "PYTHONPATH": str(HERE.parents[1])}
+    proc = subprocess.Popen([sys.executable, "-m", "kimi_oracle", "fuzz", "--engine",
+                             f"{HERE / 'crashing_engines.py'}:announces", "--examples", "100000", "--seed", "1",
+                             "--out", str(tmp_path), "--json", str(tmp_path / "run.json")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        while not marker.exists() and proc.poll() is None:
+            time.sleep(0.02)  # polling for the event, not a timing assumption
+        proc.send_signal(sig)
+        proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == code
+    summary = json.loads((tmp_path / "run.json").read_text())
+    assert summary["stopped"] == "interrupted" and 0 < summary["examples"] < 100000
