@@ -40,6 +40,7 @@ class ScenarioFuzzOptions:
     tolerance: str = "exact"
     shrink: bool = True
     stop_early: bool = False  # end at the first finding (once shrunk)
+    stop_on: tuple[str, ...] = ()  # end once a finding of one of these checks is saved
     max_shrink_runs: int = 300
     max_requests: int = 8
     max_images: int = 6
@@ -175,7 +176,7 @@ def _search(runner: Any, base: PreprocessConfig, options: ScenarioFuzzOptions, d
             run.findings.append(finding)
         if on_example is not None:
             on_example(run)
-        if options.stop_early and run.findings:
+        if (options.stop_early and run.findings) or any(f.check in options.stop_on for f in run.findings):
             run.stopped = "first finding"
             break
 

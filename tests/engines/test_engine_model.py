@@ -26,8 +26,8 @@ def _local(spec: str) -> LocalEngine:
 
 
 def test_builtin_passes_default_scenarios():
-    run = fuzz_engine(_local("sglang-0.5.23"), BASE, ScenarioFuzzOptions(examples=250, seed=11))
-    assert run.examples == 250 and run.findings == [], [f.lines() for f in run.findings]
+    run = fuzz_engine(_local("sglang-0.5.23"), BASE, ScenarioFuzzOptions(examples=200, seed=11))
+    assert run.examples == 200 and run.findings == [], [f.lines() for f in run.findings]
 
 
 @pytest.mark.slow
@@ -85,7 +85,7 @@ def test_held_out_adapter_runs_unchanged():
     source = (HERE / "held_out_adapter.py").read_text()
     assert "kimi_oracle" not in source.split('"""', 2)[2]
     run = fuzz_engine(_local(str(HERE / "held_out_adapter.py") + ":engine"), BASE,
-                      ScenarioFuzzOptions(examples=120, seed=4))
+                      ScenarioFuzzOptions(examples=100, seed=4))
     assert run.findings == [], [f.lines() for f in run.findings]
     assert _local(str(HERE / "held_out_adapter.py") + ":engine").paths == ("default",)
 

@@ -27,7 +27,7 @@ EXPECTED = {
 def test_planted_mutant_is_caught_named_and_shrunk(mutant):
     check, phrase = EXPECTED[mutant]
     runner = LocalEngine(load_engine(f"{PLANTED}:{mutant}"), BASE)
-    run = fuzz_engine(runner, BASE, ScenarioFuzzOptions(examples=200, seed=0))
+    run = fuzz_engine(runner, BASE, ScenarioFuzzOptions(examples=200, seed=0, stop_on=(check,)))
     mine = [f for f in run.findings if f.check == check]
     assert mine, f"{mutant}: found only {[f.check for f in run.findings]}"
     finding = mine[0]
