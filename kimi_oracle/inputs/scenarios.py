@@ -7,7 +7,8 @@ of the engine's paths, each request prepared under one of 1-3 configurations (a 
 it when the config in force differs: another patch budget, side cap or fixed token count; with
 `mixed_configs` also mean, std and background), prompts that put a placeholder first, last, next
 to another or between text; then the batch encoded over `dp_size` 1-4 ranks in one call or in 2-3
-calls cutting across requests (chunked prefill).
+calls cutting across requests (chunked prefill), each call's items in request order, reversed or
+rotated, one call in five also encoding an item twice.
 
 `draw_scenario(source, base, options)` draws one over the same integer sources as `inputs.draw`
 (`RandomSource` for the fast loop): each choice lists its simplest option first. Shrinking is
@@ -77,6 +78,8 @@ class Scenario:
     cuts: tuple[int, ...] = ()  # item positions (request order) where a new encode call starts
     dp_size: int = 1
     framing: str = "k3"
+    order: int = 0  # each encode call's items: 0 in request order, 1 reversed, 2 rotated by one
+    repeat: bool = False  # the first call also encodes its first item again, at its end
 
     def members(self) -> list[tuple[int, int]]:
         """Every (request, image) in request order."""
@@ -86,7 +89,14 @@ class Scenario:
         """The encode calls' members."""
         items = self.members()
         bounds = [0, *[c for c in self.cuts if 0 < c < len(items)], len(items)]
-        return [items[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+        calls = [items[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+        if self.order == 1:
+            calls = [c[::-1] for c in calls]
+        elif self.order == 2:
+            calls = [c[1:] + c[:1] for c in calls]
+        if self.repeat and calls:
+            calls[0] = calls[0] + calls[0][:1]
+        return calls
 
     def make_images(self) -> list[Image.Image]:
         """The image table, built from the parameters."""
@@ -111,7 +121,8 @@ class Scenario:
         """JSON-ready form (`scenario.json`)."""
         return {
             "version": SCENARIO_VERSION,
-            "framing": self.framing, "dp_size": self.dp_size, "cuts": list(self.cuts),
+            "framing": self.framing, "dp_size": self.dp_size, "cuts": list(self.cuts), "order": self.order,
+            "repeat": self.repeat,
             "configs": [{"profile": c.name, "config": c.to_hf_json()} for c in self.configs],
             "images": [p.to_dict() for p in self.images],
             "requests": [{"prompt": r.prompt(), "texts": list(r.texts), "images": list(r.images),
@@ -127,14 +138,14 @@ class Scenario:
         requests = tuple(ScenarioRequest(tuple(map(str, r["texts"])), tuple(int(k) for k in r["images"]),
                                          tuple(map(str, r["paths"])), int(r["config"])) for r in data["requests"])
         out = cls(configs, images, requests, tuple(int(c) for c in data.get("cuts", ())), int(data["dp_size"]),
-                  str(data.get("framing", "k3")))
+                  str(data.get("framing", "k3")), int(data.get("order", 0)), bool(data.get("repeat", False)))
         out.validate()
         return out
 
     def validate(self) -> None:
         """ValueError when the parts do not fit together."""
-        if not self.configs or not self.requests or not 1 <= self.dp_size <= 64:
-            raise ValueError("a scenario needs a config, a request and 1..64 ranks")
+        if not self.configs or not self.requests or not 1 <= self.dp_size <= 64 or self.order not in (0, 1, 2):
+            raise ValueError("a scenario needs a config, a request, 1..64 ranks and an order 0..2")
         for r, req in enumerate(self.requests):
             if len(req.texts) != len(req.images) + 1 or len(req.paths) != len(req.images) or not req.images:
                 raise ValueError(f"request {r}: texts, images and paths do not fit")
@@ -144,7 +155,9 @@ class Scenario:
     def describe(self) -> list[str]:
         """One line per request and image, for terminals and reports."""
         lines = [f"{len(self.requests)} request(s), {len(self.members())} image(s), dp_size {self.dp_size}, "
-                 f"{len(self.chunks())} encode call(s) {[len(c) for c in self.chunks()]}, framing {self.framing}"]
+                 f"{len(self.chunks())} encode call(s) {[len(c) for c in self.chunks()]}"
+                 + (", reversed" if self.order == 1 else ", rotated" if self.order == 2 else "")
+                 + (", first item repeated" if self.repeat else "") + f", framing {self.framing}"]
         for r, req in enumerate(self.requests):
             c = self.configs[req.config]
             lines.append(f"request {r}: config {req.config} (budget {c.in_patch_limit}, side "
@@ -172,6 +185,10 @@ class Scenario:
         for r in range(len(reqs)):
             if len(reqs) > 1:
                 yield dataclasses.replace(self, requests=reqs[:r] + reqs[r + 1:], cuts=()).compact()
+        if self.repeat:
+            yield dataclasses.replace(self, repeat=False)
+        if self.order:
+            yield dataclasses.replace(self, order=0)
         if self.cuts:
             for k in range(len(self.cuts)):
                 yield dataclasses.replace(self, cuts=self.cuts[:k] + self.cuts[k + 1:])
@@ -246,7 +263,9 @@ def draw_scenario(source: Source, base: PreprocessConfig, options: ScenarioOptio
     total = sum(len(r.images) for r in requests)
     calls = min(source.integer(1, 3), total)
     cuts = sorted({source.integer(1, total - 1) for _ in range(calls - 1)}) if total > 1 else []
-    return Scenario(configs, tuple(table), requests, tuple(cuts), dp_size, framing)
+    order = choice(source, (0, 0, 1, 2))
+    repeat = source.integer(0, 4) == 4
+    return Scenario(configs, tuple(table), requests, tuple(cuts), dp_size, framing, order, repeat)
 
 
 def scenario_sizes(scenario: Scenario) -> Sequence[tuple[int, int]]:

@@ -260,7 +260,7 @@ def run_program(factory: EngineFactory, base: PreprocessConfig, steps: Sequence[
         raise CandidateError(f"engine {factory.spec!r} has no configure(config); the scenario reconfigures it")
     items: dict[int, list[Any]] = {}
     in_force = base
-    solo: dict[tuple[int, str, str], torch.Tensor | Raised] = {}
+    solo: dict[tuple[int, str, PreprocessConfig], torch.Tensor | Raised] = {}
     for step in steps:
         if step.kind == "configure":
             assert step.config is not None
@@ -270,7 +270,7 @@ def run_program(factory: EngineFactory, base: PreprocessConfig, steps: Sequence[
             trace.prepared[step.request], items[step.request] = _prepare(engine, step, table)
             for i, (k, path) in enumerate(zip(step.images, step.paths)):
                 if alone:
-                    key = (k, path, repr(in_force.to_hf_json()))
+                    key = (k, path, in_force)  # configs compare by every field but the name
                     if key not in solo:
                         solo[key] = alone_rows(factory, tokenizer, in_force, table[k], path)
                     trace.alone[(step.request, i)] = solo[key]

@@ -338,7 +338,7 @@ def _pixel_findings(steps: Sequence[Step], trace: Trace, configs: dict[int, Prep
             continue
         for i, (k, path) in enumerate(zip(step.images, step.paths)):
             rows = trace.alone.get((step.request, i))
-            key = (k, path, repr(configs[step.request].to_hf_json()))
+            key = (k, path, configs[step.request])
             if not isinstance(rows, torch.Tensor) or key in seen:
                 continue
             seen.add(key)

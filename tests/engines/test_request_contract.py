@@ -76,7 +76,7 @@ def test_scenarios_round_trip_and_shrink_to_valid_scenarios():
         assert again.to_dict() == sc.to_dict()
         for smaller in sc.smaller():
             smaller.validate()
-            assert sum(len(c) for c in smaller.chunks()) == len(smaller.members())
+            assert sum(len(c) for c in smaller.chunks()) == len(smaller.members()) + smaller.repeat
 
 
 def test_scenarios_repeat_images_and_cut_across_requests():
@@ -86,3 +86,4 @@ def test_scenarios_repeat_images_and_cut_across_requests():
     assert any(len(sc.chunks()) > 1 for sc in drawn)
     assert any(len(sc.configs) > 1 for sc in drawn)
     assert any(r.texts[0] == "" for sc in drawn for r in sc.requests)  # a placeholder first
+    assert any(sc.order for sc in drawn) and any(sc.repeat for sc in drawn)  # any order, repeats

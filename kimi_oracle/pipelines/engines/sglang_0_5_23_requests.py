@@ -25,6 +25,7 @@ The parts a planted mutant replaces are methods (`cache_key`, `span_tokens`, `fr
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -84,6 +85,7 @@ def content_digest(img: Image.Image) -> str:
     return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=512)
 def fingerprint(config: PreprocessConfig) -> str:
     """The processor configuration's fingerprint (every checkpoint key)."""
     return json.dumps(config.to_hf_json(), sort_keys=True)
