@@ -87,3 +87,20 @@ def test_scenarios_repeat_images_and_cut_across_requests():
     assert any(len(sc.configs) > 1 for sc in drawn)
     assert any(r.texts[0] == "" for sc in drawn for r in sc.requests)  # a placeholder first
     assert any(sc.order for sc in drawn) and any(sc.repeat for sc in drawn)  # any order, repeats
+
+
+def test_a_scenario_replays_from_its_choices_and_hypothesis_draws_and_shrinks_them():
+    from hypothesis import HealthCheck, find, settings
+
+    from kimi_oracle.inputs.draw import ChoiceSource
+    from kimi_oracle.inputs.strategies import scenarios
+
+    base = PreprocessConfig.k3()
+    options = ScenarioOptions(paths=("deferred", "eager"))
+    source = RandomSource(5)
+    sc = draw_scenario(source, base, options)
+    assert draw_scenario(ChoiceSource(source.choices), base, options) == sc  # the same integers, the same scenario
+    # Hypothesis over the same draw: the smallest scenario with two requests is two requests of one image.
+    small = find(scenarios(base, options), lambda s: len(s.requests) >= 2,
+                 settings=settings(max_examples=200, database=None, suppress_health_check=list(HealthCheck)))
+    assert len(small.requests) == 2 and all(len(r.images) == 1 for r in small.requests)
