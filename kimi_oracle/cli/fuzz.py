@@ -23,7 +23,8 @@ from kimi_oracle.cli.common import (
 )
 from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.core.errors import InputError, KimiOracleError
+from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT
+from kimi_oracle.core.errors import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, InputError, KimiOracleError
 from kimi_oracle.core.text import rich_text, safe_text
 from kimi_oracle.inputs.generators import DEFAULT_MAX_SIDE, MODES
 from kimi_oracle.oracle.checks import FINDING_KINDS, REPORTED_ONLY, Tolerance, ToleranceError, failing
@@ -313,7 +314,7 @@ def register(group: click.Group) -> None:
             click.echo("interrupted: the report covers only the examples that ran", err=True)
             return interrupts.exit_code()
         failed = failing([f.check for f in run.findings], strict)
-        return 1 if failed or (planner_report is not None and not planner_report.ok) else 0
+        return EXIT_FINDINGS if failed or (planner_report is not None and not planner_report.ok) else EXIT_OK
 
     @group.command("repro")
     @click.argument("finding", type=click.Path(exists=True, path_type=Path))
@@ -324,7 +325,8 @@ def register(group: click.Group) -> None:
     @click.option("--tolerance", default=None, callback=_tolerance, help="Override the recorded tolerance.")
     @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="Write the verdict as JSON here.")
-    @click.option("--case-timeout", "case_timeout", default="30s", show_default=True, callback=_positive_duration,
+    @click.option("--case-timeout", "case_timeout", default=DEFAULT_CASE_TIMEOUT, show_default=True,
+                  callback=_positive_duration,
                   help="Per-call limit for the candidate, which runs in a separate process: a hang is a timeout.")
     @_input_form_option
     @interpret_option
@@ -372,7 +374,7 @@ def register(group: click.Group) -> None:
             console.print(Text.assemble(("fixed", "green"), safe_text(
                 f": {directory.name} ({was}) now passes every check with candidate {spec}, tolerance {tol}")),
                 highlight=False)
-            code = 0
+            code = EXIT_OK
         else:
             f = finding_from(verdict, spec, config, images,
                              params=[e.get("params") for e in case["images"]], tolerance=tol,
@@ -384,7 +386,7 @@ def register(group: click.Group) -> None:
                           soft_wrap=True)
             for line in lines[1:]:
                 console.print(rich_text("  " + line), soft_wrap=True)
-            code = 1
+            code = EXIT_FINDINGS
         if json_path is not None:
             write_json(json_path, {"finding": str(directory), "candidate": spec, "was": was,
                                    "verdict": verdict.to_dict(), "notes": notes})
@@ -472,8 +474,8 @@ def register(group: click.Group) -> None:
             click.echo(f"interrupted: {len(rows)} of {len(loaded)} images judged", err=True)
             return interrupts.exit_code()
         if failing([f.check for f in findings], strict):
-            return 1
-        return 2 if errors else 0
+            return EXIT_FINDINGS
+        return EXIT_ERROR if errors else EXIT_OK
 
 
 def _run_planner(spec: str, sizes: int | None, config: PreprocessConfig, seed: int | None, fixed_config: bool) -> Any:
@@ -494,12 +496,11 @@ def _print_planner(report: Any) -> None:
 
 def _planner_only(spec: str, sizes: int | None, config: PreprocessConfig, seed: int | None, fixed_config: bool,
                   json_path: Path | None, junit_path: Path | None) -> int:
-    import random
-
+    from kimi_oracle.core.defaults import fresh_seed
     from kimi_oracle.core.files import utc_now, versions, write_json
     from kimi_oracle.results.report import JUnitCase, write_junit
 
-    seed = seed if seed is not None else random.SystemRandom().randrange(2**32)
+    seed = seed if seed is not None else fresh_seed()
     started = utc_now()
     report = _run_planner(spec, sizes, config, seed, fixed_config)
     _print_planner(report)
@@ -521,7 +522,7 @@ def _planner_only(spec: str, sizes: int | None, config: PreprocessConfig, seed: 
             cases.append(JUnitCase("planner", "kimi-oracle fuzz --planner", error=err))
         write_junit(junit_path, "kimi-oracle fuzz --planner", cases, time=report.elapsed_s,
                     properties={"planner": spec, "profile": config.name, "seed": seed})
-    return 0 if report.ok else 1
+    return EXIT_OK if report.ok else EXIT_FINDINGS
 
 
 def _refuse_candidate_inside(spec: str, directory: Path) -> None:

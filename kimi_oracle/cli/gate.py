@@ -30,7 +30,8 @@ def register(group: click.Group) -> None:
     @click.option("--tolerance", default="exact", show_default=True, metavar="exact|levels:K|bf16",
                   help="Pixel policy of fuzzing and invariance-free comparisons; a golden case whose digest "
                        "differs is re-compared against the reference under this policy.")
-    @click.option("--seed", type=int, default=None, help="Seed of the fuzzing stage (default: from the clock).")
+    @click.option("--seed", type=int, default=None,
+                  help="Seed of the fuzzing stage (default: random, recorded in the report).")
     @click.option("--fuzz-examples", type=click.IntRange(min=1), default=None, metavar="N",
                   help="Fuzz exactly N examples instead of what fits into the budget, so that the verdict "
                        "does not depend on the machine's speed (the budget still bounds the timing).")

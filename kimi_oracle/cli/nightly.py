@@ -15,7 +15,7 @@ from kimi_oracle.cli.common import (
     setup_interpret,
 )
 from kimi_oracle.cli.fuzz import TOLERANCE_HELP
-from kimi_oracle.core.errors import KimiOracleError
+from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK, KimiOracleError
 
 
 class _UsageError(KimiOracleError):
@@ -170,7 +170,7 @@ def _nightly_planner(spec: str, sizes: int, config, seed, vary_config: bool, out
                                       "versions": versions(), **report.to_dict()})
     for line in report.lines():
         click.echo(line)
-    return 0 if report.ok else 1
+    return EXIT_OK if report.ok else EXIT_FINDINGS
 
 
 @click.group()
