@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK
 from kimi_oracle.core.text import rich_text
 
 ENGINE_HELP = ("Fuzz an engine's request layer with request scenarios: sglang-0.5.23 | package.module:factory | "
@@ -68,7 +69,7 @@ def run_fuzz(spec: str, config: PreprocessConfig, *, examples: int | None, seed:
                    run.findings, REQUEST_CHECKS, run.first_found, footer)
     if run.stopped == "interrupted":
         return interrupts.exit_code()
-    return 1 if run.findings else 0
+    return EXIT_FINDINGS if run.findings else EXIT_OK
 
 
 def print_stage(spec: str, summary: dict[str, Any], echo: Any) -> None:
@@ -109,7 +110,7 @@ def run_repro(folder: Path, spec: str | None, json_path: Path | None, case_timeo
     if json_path is not None:
         write_json(json_path, {"finding": str(directory), "engine": spec, "was": was,
                                "findings": [f.to_dict() for f in found]})
-    return 1 if found else 0
+    return EXIT_FINDINGS if found else EXIT_OK
 
 
 __all__ = ["ENGINE_HELP", "MIXED_HELP", "PIXELS_HELP", "print_findings", "print_stage", "run_fuzz", "run_repro"]

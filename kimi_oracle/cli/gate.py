@@ -118,6 +118,7 @@ def _engine_only(spec: str, profile: str, scenarios: int, seed, mixed: bool, tol
     """The gate's scenario stage (OUT/engine/): exit 0 pass, 1 fail, 130/143 interrupted."""
     from kimi_oracle.cli.engine_fuzz import print_stage
     from kimi_oracle.core import interrupts
+    from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK
     from kimi_oracle.core.config import PreprocessConfig
     from kimi_oracle.fuzzers.scenario_fuzz import ScenarioFuzzOptions
     from kimi_oracle.workflows.engine_stage import engine_stage
@@ -128,4 +129,4 @@ def _engine_only(spec: str, profile: str, scenarios: int, seed, mixed: bool, tol
     print_stage(spec, summary, click.echo)
     if summary["verdict"] == "interrupted":
         return interrupts.exit_code()
-    return 0 if summary["verdict"] == "pass" else 1
+    return EXIT_OK if summary["verdict"] == "pass" else EXIT_FINDINGS

@@ -155,7 +155,7 @@ def _nightly_engine(spec: str, config, scenarios: int, seed, tolerance: str, out
     summary = engine_stage(spec, config, out / "engine",
                            ScenarioFuzzOptions(examples=scenarios, seed=seed, tolerance=tolerance), case_timeout)
     print_stage(spec, summary, click.echo)
-    return 0 if summary["verdict"] == "pass" else 1
+    return EXIT_OK if summary["verdict"] == "pass" else EXIT_FINDINGS
 
 
 def _nightly_planner(spec: str, sizes: int, config, seed, vary_config: bool, out: Path) -> int:

@@ -22,13 +22,15 @@ from kimi_oracle.core.errors import CandidateError
 from kimi_oracle.core.images import pack_raw, unpack_raw
 from kimi_oracle.core.tokenizer import Tokenizer
 from kimi_oracle.fuzzers.sandbox import _context, _hidden_main, candidate_threads, die_with_parent, signal_name
+from kimi_oracle.oracle.checks import CRASH, TIMEOUT
+from kimi_oracle.oracle.request_checks import ENGINE_ERROR
 from kimi_oracle.oracle.engines import EngineFactory, Raised, Step, Trace, alone_rows, engine_paths, load_engine, run_program
 
 
 class EngineCrash(Exception):
     """The engine's process died or hung: `check` is `crash` or `timeout`."""
 
-    check = "crash"
+    check = CRASH
 
     def __init__(self, spec: str, exc_type: str, message: str):
         super().__init__(f"engine {spec!r}: {message}")
@@ -42,13 +44,13 @@ class EngineDied(EngineCrash):
 class EngineRaised(EngineCrash):
     """The engine raised outside prepare and encode (its factory, its configure)."""
 
-    check = "engine_error"
+    check = ENGINE_ERROR
 
 
 class EngineTimeout(EngineCrash):
     """The executor did not answer in time."""
 
-    check = "timeout"
+    check = TIMEOUT
 
 
 def _describe(factory: EngineFactory, base: PreprocessConfig) -> tuple[tuple[str, ...], bool]:

@@ -10,18 +10,19 @@ ranks, chunks, configs) while the same check fails, and saved as a folder that `
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from kimi_oracle.core import interrupts
+from kimi_oracle.core.defaults import fresh_seed
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.tokenizer import Tokenizer
 from kimi_oracle.inputs.draw import RandomSource, derive
 from kimi_oracle.inputs.scenarios import Scenario, ScenarioOptions, draw_scenario
-from kimi_oracle.oracle.request_checks import RequestFinding, explain_rows, judge
+from kimi_oracle.oracle.checks import PIXEL_MISMATCH
+from kimi_oracle.oracle.request_checks import ROWS_INVARIANCE, RequestFinding, explain_rows, judge
 from kimi_oracle.pipelines.request_contract import framing_for
 from kimi_oracle.fuzzers.engine_sandbox import EngineCrash
 from kimi_oracle.results.scenario_report import ScenarioFinding, write_scenario_finding
@@ -83,7 +84,7 @@ def evaluate(runner: Any, scenario: Scenario, options: ScenarioFuzzOptions, tabl
         return [RequestFinding(exc.check, f"{exc.exc_type}: {exc.message}")]
     found = judge(steps, trace, base, table, tok, scenario.framing, pixels=options.pixels,
                   tolerance=options.tolerance)
-    if found and found[0].check == "rows_invariance":
+    if found and found[0].check == ROWS_INVARIANCE:
         explain_rows(found[0], steps, trace, base, table, runner.alone)
     return found
 
@@ -115,7 +116,7 @@ def diagnose(finding: RequestFinding) -> None:
     ev = finding.evidence
     if not ev:
         return
-    found = finding_diagnosis("pixel_mismatch", finding.details.get("stats"), ev["images"], ev["config"],
+    found = finding_diagnosis(PIXEL_MISMATCH, finding.details.get("stats"), ev["images"], ev["config"],
                               ev["expected"], ev["actual"])
     finding.details["diagnosis"] = {k: v for k, v in found.items() if k != "attribution"}
     if found.get("root_causes"):
@@ -132,7 +133,7 @@ def options_for(runner: Any, base: PreprocessConfig, options: ScenarioFuzzOption
 def fuzz_engine(runner: Any, base: PreprocessConfig, options: ScenarioFuzzOptions, *, out_dir: Path | None = None,
                 on_example: Callable[[ScenarioRun], None] | None = None) -> ScenarioRun:
     """Run `options.examples` scenarios; each new check's first scenario shrunk and saved."""
-    seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
+    seed = options.seed if options.seed is not None else fresh_seed()
     run = ScenarioRun(runner.spec, seed)
     draw_options = options_for(runner, base, options)
     framing = framing_for(base)
@@ -165,7 +166,7 @@ def _search(runner: Any, base: PreprocessConfig, options: ScenarioFuzzOptions, d
                 budget = [options.max_shrink_runs]
                 scenario, found = shrink(runner, scenario, check, options, budget)
                 run.runs += options.max_shrink_runs - budget[0]
-            if check == "pixel_mismatch":
+            if check == PIXEL_MISMATCH:
                 diagnose(found[0])
             finding = ScenarioFinding(check, found[0].message, scenario, [f.to_dict() for f in found], runner.spec,
                                       seed, i, original,

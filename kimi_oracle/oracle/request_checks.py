@@ -31,14 +31,20 @@ from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import PlanError
 from kimi_oracle.core.geometry import plan
 from kimi_oracle.core.result import PreprocessResult
-from kimi_oracle.oracle.checks import compare
+from kimi_oracle.oracle.checks import (CRASH, FEATURE_LENGTH, GRID_MISMATCH, PIXEL_MISMATCH, SHAPE_DTYPE, TIMEOUT,
+                                       compare)
 from kimi_oracle.oracle.engines import Encoded, Prepared, Raised, Step, Trace
 from kimi_oracle.pipelines.request_contract import ExpectedRequest, assign_ranks, expected_request, reference_rows
 
-REQUEST_CHECKS = ("grid_mismatch", "feature_length", "input_ids", "offsets", "rows_invariance", "shape_dtype",
-                  "pixel_mismatch", "engine_error", "crash", "timeout")
+# The request layer's own kinds (the others are `oracle.checks`'): defined here, once.
+INPUT_IDS = "input_ids"
+OFFSETS = "offsets"
+ROWS_INVARIANCE = "rows_invariance"
+ENGINE_ERROR = "engine_error"
+REQUEST_CHECKS = (GRID_MISMATCH, FEATURE_LENGTH, INPUT_IDS, OFFSETS, ROWS_INVARIANCE, SHAPE_DTYPE,
+                  PIXEL_MISMATCH, ENGINE_ERROR, CRASH, TIMEOUT)
 # The engine's own two messages and the checks they are (SGLang's get_image_feature).
-ENGINE_MESSAGES = {"produced wrong grids": "grid_mismatch", "feature length does not match": "feature_length"}
+ENGINE_MESSAGES = {"produced wrong grids": GRID_MISMATCH, "feature length does not match": FEATURE_LENGTH}
 _WINDOW = 6  # ids shown either side of a first difference
 
 
@@ -72,7 +78,7 @@ def check_of_message(message: str) -> str:
     for needle, check in ENGINE_MESSAGES.items():
         if needle in message:
             return check
-    return "engine_error"
+    return ENGINE_ERROR
 
 
 def in_force(steps: Sequence[Step], base: PreprocessConfig) -> dict[int, PreprocessConfig]:
@@ -111,7 +117,7 @@ def _check_ids(r: int, exp: ExpectedRequest, got: Prepared, tokenizer: Any) -> l
            f"{tokenizer.decode([e]) if e is not None else '(end)'!r}, got {tokenizer.decode([g]) if g is not None else '(end)'!r}"
            f" (length {len(want)} expected, {len(have)} got); expected ...{_window(tokenizer, want, at)!r}..., "
            f"got ...{_window(tokenizer, have, at)!r}...")
-    return [RequestFinding("input_ids", msg, r, image, None, {"position": at, "expected": e, "got": g,
+    return [RequestFinding(INPUT_IDS, msg, r, image, None, {"position": at, "expected": e, "got": g,
                                                               "expected_length": len(want), "got_length": len(have)})]
 
 
@@ -123,7 +129,7 @@ def _check_offsets(r: int, exp: ExpectedRequest, got: Prepared, pad: int) -> lis
         covers = (0 <= s <= e < len(ids) and all(t == pad for t in ids[s:e + 1])
                   and (s == 0 or ids[s - 1] != pad) and (e + 1 == len(ids) or ids[e + 1] != pad))
         if tuple(want) != tuple(have) or not covers:
-            out.append(RequestFinding("offsets", f"offsets {tuple(have)} expected {tuple(want)}"
+            out.append(RequestFinding(OFFSETS, f"offsets {tuple(have)} expected {tuple(want)}"
                                       + ("" if covers else " (not exactly a pad run of the returned ids)"),
                                       r, i, None, {"expected": list(want), "got": list(have)}))
     return out
@@ -155,13 +161,13 @@ def check_prepared(r: int, got: Prepared, sizes: Sequence[tuple[int, int]], prom
         return []  # the checkpoint rejects an image: no contract to hold the engine to
     out: list[RequestFinding] = []
     if len(got.grids) != len(sizes):
-        out.append(RequestFinding("grid_mismatch", f"prepare returned {len(got.grids)} item(s) for {len(sizes)} "
+        out.append(RequestFinding(GRID_MISMATCH, f"prepare returned {len(got.grids)} item(s) for {len(sizes)} "
                                   "image(s)", r))
         return out
     for i, (want, have) in enumerate(zip(exp.grids, got.grids)):
         if tuple(want) != tuple(have):
             w, h = sizes[i]
-            f = RequestFinding("grid_mismatch", f"{w}x{h}: grid_thw {list(have)} expected {list(want)} "
+            f = RequestFinding(GRID_MISMATCH, f"{w}x{h}: grid_thw {list(have)} expected {list(want)} "
                                f"(budget {config.in_patch_limit}, side cap {config.patch_limit_on_one_side})",
                                r, i, None, {"expected": list(want), "got": list(have)})
             _stale(f, (w, h), tuple(have), config, earlier[i] if earlier else ())
@@ -197,19 +203,19 @@ def check_encoded(call: int, enc: Encoded, trace: Trace, consistent: bool, confi
         return []
     want_rows = sum(g[0] * g[1] * g[2] for g in grids)
     if enc.rows is None:
-        return [RequestFinding("feature_length" if enc.total_rows != want_rows else "shape_dtype",
+        return [RequestFinding(FEATURE_LENGTH if enc.total_rows != want_rows else SHAPE_DTYPE,
                                f"encode returned shape {list(enc.shape)} for {len(enc.members)} item(s) whose grids "
                                f"hold {want_rows} rows", None, None, None, base)]
     out: list[RequestFinding] = []
     p = config.patch_size
     if len(enc.shape) != 4 or tuple(enc.shape[1:]) != (3, p, p) or not enc.rows[0].is_floating_point():
-        out.append(RequestFinding("shape_dtype", f"encode returned shape {list(enc.shape)}, expected (N, 3, {p}, {p})"
+        out.append(RequestFinding(SHAPE_DTYPE, f"encode returned shape {list(enc.shape)}, expected (N, 3, {p}, {p})"
                                   " floats", None, None, None, base))
         return out
     for k, ((r, i), rows) in enumerate(zip(enc.members, enc.rows)):
         alone = trace.alone.get((r, i))
         if isinstance(alone, Raised):
-            out.append(RequestFinding("engine_error", f"alone, the image raised {alone.exc_type}: {alone.message}",
+            out.append(RequestFinding(ENGINE_ERROR, f"alone, the image raised {alone.exc_type}: {alone.message}",
                                       r, i, ranks[k], base))
         elif alone is not None and (alone.dtype != rows.dtype or not torch.equal(alone, rows)):
             out.append(_rows_finding(r, i, ranks[k], rows, alone, base))
@@ -225,7 +231,7 @@ def _rows_finding(r: int, i: int, rank: int, rows: torch.Tensor, alone: torch.Te
         differ = ~((rows == alone) | (torch.isnan(rows) & torch.isnan(alone)))
         count = int(differ.sum())
         how = f"{count} of {rows.numel()} values differ, max |diff| {float(diff[differ].max()) if count else 0:.6g}"
-    return RequestFinding("rows_invariance", f"rows in the batch differ from the same image encoded alone in a "
+    return RequestFinding(ROWS_INVARIANCE, f"rows in the batch differ from the same image encoded alone in a "
                           f"fresh engine: {how}", r, i, rank, {**base, "differing_values": count})
 
 
@@ -240,7 +246,7 @@ def explain_rows(finding: RequestFinding, steps: Sequence[Step], trace: Trace, b
     under another batch item's mean, std and background (its own resize config kept); said in the
     finding's message and details when so (at most `tries` other configs are tried)."""
     call = finding.details.get("call")
-    if finding.check != "rows_invariance" or call is None:
+    if finding.check != ROWS_INVARIANCE or call is None:
         return None
     enc = trace.encoded[call]
     me = (finding.request, finding.image)
@@ -317,7 +323,7 @@ def judge(steps: Sequence[Step], trace: Trace, base: PreprocessConfig, table: Se
         for k in step.images:
             history.setdefault(k, []).append((step.request, configs[step.request]))
         found += own
-        bad_images = {f.image for f in own if f.check == "grid_mismatch"}
+        bad_images = {f.image for f in own if f.check == GRID_MISMATCH}
         if got.raised is None and None not in bad_images:
             consistent_items |= {(step.request, i) for i in range(len(got.grids)) if i not in bad_images}
     for call, enc in enumerate(trace.encoded):
@@ -349,5 +355,5 @@ def _pixel_findings(steps: Sequence[Step], trace: Trace, configs: dict[int, Prep
     return out
 
 
-__all__ = ["ENGINE_MESSAGES", "REQUEST_CHECKS", "RequestFinding", "check_encoded", "check_of_message", "check_pixels",
+__all__ = ["ENGINE_ERROR", "ENGINE_MESSAGES", "INPUT_IDS", "OFFSETS", "REQUEST_CHECKS", "ROWS_INVARIANCE", "RequestFinding", "check_encoded", "check_of_message", "check_pixels",
            "check_prepared", "explain_rows", "in_force", "judge"]
