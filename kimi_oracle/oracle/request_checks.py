@@ -146,6 +146,19 @@ def _stale(f: RequestFinding, size: tuple[int, int], got: tuple, config: Preproc
             return
 
 
+def _stale_ids(f: RequestFinding, got: Prepared, sizes: Sequence[tuple[int, int]], prompt_ids: Sequence[int],
+               config: PreprocessConfig, tokenizer: Any, framing: str,
+               earlier: Sequence[Sequence[tuple[int, PreprocessConfig]]]) -> None:
+    # Ids that are the contract's expansion under an earlier request's config: stale entries.
+    for r, old in dict.fromkeys(x for per_image in earlier for x in per_image):
+        if old != config and list(expected_request(prompt_ids, sizes, old, tokenizer, framing).input_ids) == got.input_ids:
+            f.details["stale_from_request"] = r
+            f.message += (f"; they are this request's ids under request {r}'s config (fixed tokens "
+                          f"{old.fixed_output_tokens}, budget {old.in_patch_limit}): a cache entry from before the "
+                          "configure was served")
+            return
+
+
 def check_prepared(r: int, got: Prepared, sizes: Sequence[tuple[int, int]], prompt_ids: Sequence[int],
                    config: PreprocessConfig, tokenizer: Any, framing: str,
                    earlier: Sequence[Sequence[tuple[int, PreprocessConfig]]] = ()) -> list[RequestFinding]:
@@ -172,7 +185,10 @@ def check_prepared(r: int, got: Prepared, sizes: Sequence[tuple[int, int]], prom
                                r, i, None, {"expected": list(want), "got": list(have)})
             _stale(f, (w, h), tuple(have), config, earlier[i] if earlier else ())
             out.append(f)
-    out += _check_ids(r, exp, got, tokenizer)
+    ids = _check_ids(r, exp, got, tokenizer)
+    for f in ids:
+        _stale_ids(f, got, sizes, prompt_ids, config, tokenizer, framing, earlier)
+    out += ids
     out += _check_offsets(r, exp, got, tokenizer.media_pad_id)
     return out
 

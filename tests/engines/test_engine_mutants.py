@@ -43,3 +43,6 @@ def test_planted_mutant_is_caught_named_and_shrunk(mutant):
         assert sc.configs[sc.requests[first["request"]].config].fixed_output_tokens is not None
     if mutant == "digest_only_cache":  # a repeated image prepared after a configure
         assert len(finding.scenario.configs) > 1 and len(finding.scenario.images) < len(finding.scenario.members())
+        # Whichever check fires first (a stale grid, or stale ids when only the token count moved), it
+        # is named a stale entry.
+        assert all("a cache entry from before the configure was served" in f.message for f in run.findings)
