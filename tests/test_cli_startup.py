@@ -63,6 +63,8 @@ def startup(tmp_path_factory):
         "bad tolerance": (["fuzz", "--candidate", "eager", "--tolerance", "close"], 2),
         "bad modes": (["fuzz", "--candidate", "eager", "--modes", "XYZ"], 2),
         "bad margin": (["gate", "--candidate", "eager", "--margin", "lots"], 2),
+        "engine with a budget": (["fuzz", "--engine", "sglang-0.5.23", "--budget", "1s"], 2),
+        "gate without a candidate": (["gate"], 2),
         "gate bad tolerance": (["gate", "--candidate", "eager", "--tolerance", "close"], 2),
         "explain bomb": (["explain", bomb], 2),
         "explain junk": (["explain", str(junk)], 2),
