@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import click
 from rich.text import Text
 
+from kimi_oracle.cli.engine_fuzz import ENGINE_HELP, MIXED_HELP, PIXELS_HELP
 from kimi_oracle.cli.common import (
     interpret_option,
     isolation_options,
@@ -171,6 +172,11 @@ def register(group: click.Group) -> None:
                        "first differing field. Spec forms as for --candidate (a module or entry point with plan()).")
     @click.option("--planner-sizes", type=click.IntRange(min=1), default=None, metavar="N",
                   help="Sizes the planner is judged on (default 200000, a few seconds).")
+    @click.option("--engine", "engine_spec", default=None, metavar="SPEC", help=ENGINE_HELP)
+    @click.option("--mixed-configs", is_flag=True, help=MIXED_HELP)
+    @click.option("--pixels", is_flag=True, help=PIXELS_HELP)
+    @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                  help="With --engine: write a Markdown summary here.")
     @profile_options
     @click.option("--examples", type=click.IntRange(min=1), default=None,
                   help="Number of examples, run exactly (saved failures replayed first count; shrinking does not). "
@@ -217,7 +223,8 @@ def register(group: click.Group) -> None:
                  fixed_config: bool, out_dir: Path, db_dir: Path | None, json_path: Path | None,
                  junit_path: Path | None, max_images: int, max_side: int, modes: str | None, no_invariance: bool,
                  no_shrink: bool, group_by: str, stop_early: bool, input_form: str | None, interpret: bool | None,
-                 case_timeout: float, memory_limit_mb: int | None) -> int:
+                 case_timeout: float, memory_limit_mb: int | None, engine_spec: str | None = None,
+                 mixed_configs: bool = False, pixels: bool = False, markdown_path: Path | None = None) -> int:
         """Differential fuzzing of a candidate against the reference; findings written under --out.
 
         The candidate runs in a separate process: its crash, exit, hang or memory exhaustion is a
@@ -231,8 +238,20 @@ def register(group: click.Group) -> None:
         """
         from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
 
+        if engine_spec is not None:
+            if candidate_spec is not None or planner_spec is not None or budget is not None:
+                raise click.UsageError("--engine fuzzes a request layer for --examples scenarios; give it without "
+                                       "--candidate, --planner or --budget")
+            from kimi_oracle.cli.engine_fuzz import run_fuzz
+
+            return run_fuzz(engine_spec, resolve_config(profile, config_path), examples=examples, seed=seed,
+                            mixed_configs=mixed_configs, pixels=pixels, tolerance=tolerance, shrink=not no_shrink,
+                            out_dir=out_dir, json_path=json_path, junit_path=junit_path,
+                            markdown_path=markdown_path, case_timeout=case_timeout)
+        if mixed_configs or pixels or markdown_path is not None:
+            raise click.UsageError("--mixed-configs, --pixels and --markdown go with --engine")
         if candidate_spec is None and planner_spec is None:
-            raise click.UsageError("give --candidate SPEC, --planner SPEC, or both")
+            raise click.UsageError("give --candidate SPEC, --planner SPEC, --engine SPEC, or a combination")
         setup_interpret(interpret)
         config = resolve_config(profile, config_path)
         if candidate_spec is None:
@@ -301,6 +320,8 @@ def register(group: click.Group) -> None:
     @click.argument("finding", type=click.Path(exists=True, path_type=Path))
     @click.option("--candidate", "candidate_spec", default=None, metavar="SPEC",
                   help="Candidate to replay against (default: the one recorded in case.json).")
+    @click.option("--engine", "engine_spec", default=None, metavar="SPEC",
+                  help="Engine to replay a scenario finding against (default: the one in scenario.json).")
     @click.option("--tolerance", default=None, callback=_tolerance, help="Override the recorded tolerance.")
     @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="Write the verdict as JSON here.")
@@ -310,7 +331,8 @@ def register(group: click.Group) -> None:
     @_input_form_option
     @interpret_option
     def repro_cmd(finding: Path, candidate_spec: str | None, tolerance: str | None, json_path: Path | None,
-                  case_timeout: float, input_form: str | None, interpret: bool | None) -> int:
+                  case_timeout: float, input_form: str | None, interpret: bool | None,
+                  engine_spec: str | None = None) -> int:
         """Replay one finding (its directory or case.json). Exit 1 while it still fails, 0 once fixed.
 
         The finding folder is untrusted: case.json is validated, files must be plain names inside
@@ -321,7 +343,12 @@ def register(group: click.Group) -> None:
         from kimi_oracle.fuzzers.fuzzing import finding_from, replay_case
         from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
         from kimi_oracle.results.report import finding_lines, read_case
+        from kimi_oracle.results.scenario_report import SCENARIO_FILE
 
+        if (finding / SCENARIO_FILE).is_file() or finding.name == SCENARIO_FILE:
+            from kimi_oracle.cli.engine_fuzz import run_repro
+
+            return run_repro(finding, engine_spec, json_path, case_timeout)
         setup_interpret(interpret)
         case, directory = read_case(finding)
         spec = candidate_spec or case.get("candidate")
