@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -76,7 +77,8 @@ class GateContext:
         self.seed = options.seed if options.seed is not None else fresh_seed()
         self.interrupted = False  # Ctrl-C or SIGTERM arrived: the running stage is an error
         self.hung: dict[str, str] = {}  # mode class -> golden case NEW timed out on
-        self.budget = Budget(options.budget_s, 0.0, with_baseline=self.old is not None)  # run() sets t0
+        # from now until Gate.run() starts the clock again
+        self.budget = Budget(options.budget_s, time.monotonic(), with_baseline=self.old is not None)
 
     def candidate(self, side: str) -> IsolatedCandidate:
         """NEW (`side` "new") or OLD ("old")."""
