@@ -27,7 +27,8 @@ import numpy as np
 # The composite's packed index (`composite_planes`) reads bytes as a little-endian uint32.
 LITTLE_ENDIAN = sys.byteorder == "little"
 
-__all__ = ["LITTLE_ENDIAN", "blend_table", "composite_planes", "pair_table", "patches_from_hwc", "patches_from_planes"]
+__all__ = ["LITTLE_ENDIAN", "blend_table", "composite_planes", "pair_table", "patches_from_hwc", "patches_from_planes",
+           "patches_from_rows"]
 
 # Bytes of uint8 levels handled per band (a band is whole patch rows; at least one).
 _BAND_BYTES = 1 << 18
@@ -92,20 +93,29 @@ def patches_from_hwc(rgb: np.ndarray, padded_h: int, padded_w: int, ps: int, lut
     """float32 (N, 3, p, p) patches of a uint8 (h, w, 3) array zero-padded to (padded_h, padded_w),
     each level looked up in `lut` (3, 256)."""
     h, w = rgb.shape[:2]
+    return patches_from_rows(lambda y0, y1: rgb[y0:y1], h, w, padded_h, padded_w, ps, lut)
+
+
+def patches_from_rows(rows: Callable[[int, int], np.ndarray], h: int, w: int, padded_h: int, padded_w: int,
+                      ps: int, lut: np.ndarray) -> np.ndarray:
+    """As `patches_from_hwc` for an (h, w, 3) image read band by band: `rows(y0, y1)` gives its
+    uint8 rows y0 to y1 (y0 < y1 <= h) as an (y1 - y0, w, 3) array."""
     gw = padded_w // ps
     pad_buf: list[np.ndarray] = []
 
     def fill(tiles: np.ndarray, y0: int) -> None:
         k = tiles.shape[0]
         y1 = max(y0, min(h, y0 + k * ps))
-        src = rgb[y0:y1]
         if y1 - y0 != k * ps or w != padded_w:
             if not pad_buf:
                 pad_buf.append(np.zeros((k * ps, padded_w, 3), dtype=np.uint8))
             band = pad_buf[0][: k * ps]
-            band[: y1 - y0, :w] = src
+            if y1 > y0:
+                band[: y1 - y0, :w] = rows(y0, y1)
             band[y1 - y0:] = 0
             src = band
+        else:
+            src = rows(y0, y1)
         np.copyto(tiles, src.reshape(k, ps, gw, ps, 3).transpose(0, 2, 4, 1, 3))
 
     return _patch_bands(padded_h, padded_w, ps, lut, fill)

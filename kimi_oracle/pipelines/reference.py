@@ -35,7 +35,7 @@ from kimi_oracle.core.errors import InputError
 from kimi_oracle.core.geometry import ResizePlan, plan
 from kimi_oracle.core.images import PREMULTIPLIED_MODES, ImageSource, convert, has_alpha, load_images
 from kimi_oracle.core.result import PreprocessResult
-from kimi_oracle.pipelines import fused
+from kimi_oracle.pipelines import fused, pixels
 
 __all__ = [
     "CHECKPOINT",
@@ -347,11 +347,11 @@ class Steps:
         rgba = np.asarray(_convert(img, "RGBA"))
         return self.composite(rgba, self.background(bg, rgba.shape[0], rgba.shape[1]))
 
-    def resized_rgb(self, img: Image.Image, config: PreprocessConfig, p: ResizePlan) -> np.ndarray:
-        """Stage fill, resize, convert and composite: the uint8 (new_h, new_w, 3) array."""
+    def _resized(self, img: Image.Image, config: PreprocessConfig, p: ResizePlan) -> Image.Image:
+        # Stage fill (before the resize) and resize: the image `resized_rgb` reads.
         bg = config.transparent_bg_config
         size = (p.new_w, p.new_h)
-        if (self.stage or config.fill_stage) == "before_resize":
+        if self._filled_before(config):
             if self._checkpoint_fill():
                 img = fill(img, bg)
             else:
@@ -362,17 +362,41 @@ class Steps:
                 img = _convert(img, kind)
         if self._pillow_resizes():
             # Pillow's resize to the same size is a copy of the same bytes: skipped.
-            img = img if img.size == size else resize(img, size)
-        else:
-            img = _resize_by_parts(img, size, self)
-        if (self.stage or config.fill_stage) == "before_resize":
-            return np.asarray(img)
-        return self._fill(img, bg)
+            return img if img.size == size else resize(img, size)
+        return _resize_by_parts(img, size, self)
+
+    def _filled_before(self, config: PreprocessConfig) -> bool:
+        return (self.stage or config.fill_stage) == "before_resize"
+
+    def _rgb(self, resized: Image.Image, config: PreprocessConfig) -> np.ndarray:
+        # The resized image as the uint8 (h, w, 3) array of levels: the fill after the resize.
+        if self._filled_before(config):
+            return np.asarray(resized)
+        return self._fill(resized, config.transparent_bg_config)
+
+    def resized_rgb(self, img: Image.Image, config: PreprocessConfig, p: ResizePlan) -> np.ndarray:
+        """Stage fill, resize, convert and composite: the uint8 (new_h, new_w, 3) array."""
+        return self._rgb(self._resized(img, config, p), config)
+
+    def _fused_tail(self) -> bool:
+        return self.pad is pad_bottom_right and self.patchify is patches_chw
+
+    def image_patches(self, img: Image.Image, config: PreprocessConfig, p: ResizePlan) -> torch.Tensor:
+        """`patches(resized_rgb(img))`; an RGB image the fill keeps is read band by band by the
+        fused tail (`pixels.row_reader`: the same bytes, no copy of the whole image)."""
+        resized = self._resized(img, config, p)
+        kept = self._filled_before(config) or (self._checkpoint_fill()
+                                                and fill_conversion(resized, config.transparent_bg_config) is None)
+        if not (kept and resized.mode == "RGB" and self._fused_tail() and resized.size == (p.new_w, p.new_h)):
+            return self.patches(self._rgb(resized, config), config, p)
+        hp, wp = p.new_h + p.pad_h, p.new_w + p.pad_w
+        return torch.from_numpy(fused.patches_from_rows(pixels.row_reader(resized), p.new_h, p.new_w, hp, wp,
+                                                        config.patch_size, self.normalize(config)))
 
     def patches(self, rgb: np.ndarray, config: PreprocessConfig, p: ResizePlan) -> torch.Tensor:
         """Pad, normalize and patchify a uint8 (new_h, new_w, 3) array."""
         lut = self.normalize(config)
-        if self.pad is pad_bottom_right and self.patchify is patches_chw:
+        if self._fused_tail():
             return patchify(rgb, config, p, lut)
 
         def normalized(u8: np.ndarray) -> np.ndarray:
@@ -399,8 +423,7 @@ def preprocess_image(img: Image.Image, config: PreprocessConfig, *,
     """Patches (N, 3, p, p) float32 and the plan for one decoded image."""
     img = steps.prepared(img)
     p = plan(img.width, img.height, config)
-    rgb = steps.resized_rgb(img, config, p)
-    return steps.patches(rgb, config, p), p
+    return steps.image_patches(img, config, p), p
 
 
 @functools.lru_cache(maxsize=1)
