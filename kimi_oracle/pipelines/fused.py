@@ -28,7 +28,7 @@ import numpy as np
 LITTLE_ENDIAN = sys.byteorder == "little"
 
 __all__ = ["LITTLE_ENDIAN", "blend_table", "composite_planes", "pair_table", "patches_from_hwc", "patches_from_planes",
-           "patches_from_rows"]
+           "patches_from_composite", "patches_from_rows"]
 
 # Bytes of uint8 levels handled per band (a band is whole patch rows; at least one).
 _BAND_BYTES = 1 << 18
@@ -192,3 +192,46 @@ def composite_planes(rgba: np.ndarray, levels: tuple[int, ...], which: Callable[
             band[..., 0] = rgba[y0:y1, :, c]
             np.take(table, index, out=planes[c, y0:y1], mode="clip")
     return planes
+
+
+def patches_from_composite(rows: Callable[[int, int], np.ndarray], h: int, w: int, padded_h: int, padded_w: int,
+                           ps: int, lut: np.ndarray, levels: tuple[int, ...],
+                           which: Callable[[int, int], np.ndarray | None],
+                           blend: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+    """As `patches_from_planes(composite_planes(rgba, ...))` for an (h, w, 4) image read band by band
+    (`rows(y0, y1)`: its uint8 rows y0 to y1): each band is composited into padded channel planes
+    and put in patch order while in the cache, no whole-image planes.
+
+    The padding is composited too: its index is level 0 at alpha 0 on an extra background level
+    0, whose `blend` is level 0 (entry of the table, as every other)."""
+    pad = len(levels)
+    table = blend_table((*levels, 0), blend)
+    gw = padded_w // ps
+    item = np.dtype(f"V{ps}")
+    bufs: list[np.ndarray] = []
+
+    def fill(tiles: np.ndarray, y0: int) -> None:
+        k = tiles.shape[0]
+        n = max(0, min(h, y0 + k * ps) - y0)
+        if not bufs:
+            packed = np.zeros((k * ps, padded_w, 4), dtype=np.uint8)
+            packed[:, w:, 2] = pad
+            bufs.extend((packed, np.empty((3, k * ps, padded_w), dtype=np.uint8)))
+        packed, planes = bufs[0][: k * ps], bufs[1][:, : k * ps]
+        packed[n:] = 0
+        packed[n:, :, 2] = pad
+        if n:
+            rgba = rows(y0, y0 + n)
+            packed[:n, :w, 1] = rgba[..., 3]
+            choice = which(y0, y0 + n)
+            if choice is not None:
+                packed[:n, :w, 2] = choice
+        index = packed.view(np.uint32)[..., 0]
+        for c in range(3):
+            if n:
+                packed[:n, :w, 0] = rgba[..., c]
+            np.take(table, index, out=planes[c], mode="clip")
+        np.copyto(tiles.reshape(k, gw, 3, ps * ps).view(item),
+                  planes.view(item).reshape(3, k, ps, gw).transpose(1, 3, 0, 2))
+
+    return _patch_bands(padded_h, padded_w, ps, lut, fill)

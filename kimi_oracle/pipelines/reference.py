@@ -381,17 +381,36 @@ class Steps:
     def _fused_tail(self) -> bool:
         return self.pad is pad_bottom_right and self.patchify is patches_chw
 
+    def _read_by_bands(self, resized: Image.Image, config: PreprocessConfig) -> str | None:
+        # How the fused tail reads the resized image: "RGB" as it is, "RGBA" composited band by
+        # band; None: through `resized_rgb`'s array (a variant's step, or a conversion first).
+        if not self._fused_tail():
+            return None
+        if self._filled_before(config):
+            return "RGB" if resized.mode == "RGB" else None
+        if not self._checkpoint_fill():
+            return None
+        kind = fill_conversion(resized, config.transparent_bg_config)
+        if kind is None:
+            return "RGB"
+        return "RGBA" if kind == "RGBA" and fused.LITTLE_ENDIAN else None
+
     def image_patches(self, img: Image.Image, config: PreprocessConfig, p: ResizePlan) -> torch.Tensor:
-        """`patches(resized_rgb(img))`; an RGB image the fill keeps is read band by band by the
-        fused tail (`pixels.row_reader`: the same bytes, no copy of the whole image)."""
+        """`patches(resized_rgb(img))`; on the checkpoint's own fill and tail, the resized image is
+        read band by band (`pixels.row_reader`: the same bytes, no copy of the whole image), an RGB
+        image kept as it is, an RGBA one composited band by band."""
         resized = self._resized(img, config, p)
-        kept = self._filled_before(config) or (self._checkpoint_fill()
-                                                and fill_conversion(resized, config.transparent_bg_config) is None)
-        if not (kept and resized.mode == "RGB" and self._fused_tail() and resized.size == (p.new_w, p.new_h)):
+        kind = self._read_by_bands(resized, config)
+        if kind is None or resized.size != (p.new_w, p.new_h):
             return self.patches(self._rgb(resized, config), config, p)
-        hp, wp = p.new_h + p.pad_h, p.new_w + p.pad_w
-        return torch.from_numpy(fused.patches_from_rows(pixels.row_reader(resized), p.new_h, p.new_w, hp, wp,
-                                                        config.patch_size, self.normalize(config)))
+        shape = (p.new_h, p.new_w, p.new_h + p.pad_h, p.new_w + p.pad_w, config.patch_size, self.normalize(config))
+        if kind == "RGB":
+            return torch.from_numpy(fused.patches_from_rows(pixels.row_reader(resized), *shape))
+        bg = config.transparent_bg_config
+        assert bg is not None
+        rgba = resized if resized.mode == "RGBA" else _convert(resized, "RGBA")
+        levels, which = _background_levels(bg, p.new_w)
+        return torch.from_numpy(fused.patches_from_composite(pixels.row_reader(rgba), *shape, levels, which, blend))
 
     def patches(self, rgb: np.ndarray, config: PreprocessConfig, p: ResizePlan) -> torch.Tensor:
         """Pad, normalize and patchify a uint8 (new_h, new_w, 3) array."""

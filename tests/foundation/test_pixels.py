@@ -65,3 +65,21 @@ def test_reference_reading_rgb_by_rows_is_the_spec(monkeypatch, profile, size):
     assert read, "the RGB image was not read by rows"
     assert got.grid_thws.tolist() == want_grids.tolist()
     assert got.pixel_values.numpy().tobytes() == want_pixels.tobytes()
+
+
+@pytest.mark.parametrize("size", [(28, 28), (57, 43), (300, 211)])
+@pytest.mark.parametrize("pattern", ["chessboard", "white"])
+def test_reference_compositing_rgba_by_bands_is_the_spec(monkeypatch, size, pattern):
+    import dataclasses
+    monkeypatch.setattr(fused, "_BAND_BYTES", 1)  # one patch row a band: every band edge composited
+    img = _noise("RGBA", size, seed=size[1])
+    cfg = PreprocessConfig.profile("k3")
+    cfg = dataclasses.replace(cfg, transparent_bg_config=dataclasses.replace(cfg.transparent_bg_config, pattern=pattern))
+    calls: list[int] = []
+    real = fused.patches_from_composite
+    monkeypatch.setattr(fused, "patches_from_composite", lambda *a: calls.append(1) or real(*a))
+    got = reference.preprocess([img], cfg, threads=1)
+    want_pixels, want_grids = spec_preprocess([img], cfg.to_hf_json())
+    assert calls, "the RGBA image was not composited by bands"
+    assert got.grid_thws.tolist() == want_grids.tolist()
+    assert got.pixel_values.numpy().tobytes() == want_pixels.tobytes()
