@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -28,7 +28,7 @@ import numpy as np
 LITTLE_ENDIAN = sys.byteorder == "little"
 
 __all__ = ["LITTLE_ENDIAN", "blend_table", "composite_planes", "pair_table", "patches_from_hwc", "patches_from_planes",
-           "patches_from_composite", "patches_from_rows"]
+           "patches_from_composite", "patches_from_plane_rows", "patches_from_rows"]
 
 # Bytes of uint8 levels handled per band (a band is whole patch rows; at least one).
 _BAND_BYTES = 1 << 18
@@ -124,27 +124,42 @@ def patches_from_rows(rows: Callable[[int, int], np.ndarray], h: int, w: int, pa
 def patches_from_planes(planes: np.ndarray, padded_h: int, padded_w: int, ps: int, lut: np.ndarray) -> np.ndarray:
     """As `patches_from_hwc` for uint8 channel planes (3, h, w) (each row contiguous)."""
     _, h, w = planes.shape
-    gw = padded_w // ps
+    return patches_from_plane_rows(lambda y0, y1: planes[:, y0:y1], h, w, padded_h, padded_w, ps, lut)
+
+
+def _plane_items(tiles: np.ndarray, c: int, plane: np.ndarray, ps: int) -> bool:
+    # Plane c of a band, uint8 (k·p, gw·p) with contiguous rows, into tiles (k, gw, 3, p, p)
+    # as runs of p levels moved as one p-byte item each (half the time of byte by byte);
+    # False (nothing written) where the rows are not contiguous.
+    if plane.strides[1] != 1:
+        return False
+    k, gw = tiles.shape[:2]
+    item = np.dtype(f"V{ps}")
+    np.copyto(tiles.reshape(k, gw, 3, ps * ps)[:, :, c].view(item),
+              plane.view(item).reshape(k, ps, gw).transpose(0, 2, 1))
+    return True
+
+
+def patches_from_plane_rows(planes: Callable[[int, int], Sequence[np.ndarray]], h: int, w: int,
+                            padded_h: int, padded_w: int, ps: int, lut: np.ndarray) -> np.ndarray:
+    """As `patches_from_hwc` for an image read as channel planes band by band: `planes(y0, y1)`
+    gives its three uint8 planes of rows y0 to y1 (y0 < y1 <= h), each (y1 - y0, w)."""
     pad_buf: list[np.ndarray] = []
 
     def fill(tiles: np.ndarray, y0: int) -> None:
         k = tiles.shape[0]
-        y1 = max(y0, min(h, y0 + k * ps))
-        src = planes[:, y0:y1]
-        if y1 - y0 != k * ps or w != padded_w:
-            if not pad_buf:
-                pad_buf.append(np.zeros((3, k * ps, padded_w), dtype=np.uint8))
-            band = pad_buf[0][:, : k * ps]
-            band[:, : y1 - y0, :w] = src
-            band[:, y1 - y0:] = 0
-            src = band
-        if src.strides[2] == 1 and src.shape[2] == padded_w:
-            # Runs of p levels moved as one p-byte item each (half the time of byte by byte).
-            item = np.dtype(f"V{ps}")
-            np.copyto(tiles.reshape(k, gw, 3, ps * ps).view(item),
-                      src.view(item).reshape(3, k, ps, gw).transpose(1, 3, 0, 2))
-        else:
-            np.copyto(tiles, src.reshape(3, k, ps, gw, ps).transpose(1, 3, 0, 2, 4))
+        n = max(0, min(h, y0 + k * ps) - y0)
+        src = planes(y0, y0 + n) if n else ()
+        if n == k * ps and w == padded_w and all(_plane_items(tiles, c, src[c], ps) for c in range(3)):
+            return
+        if not pad_buf:
+            pad_buf.append(np.zeros((3, k * ps, padded_w), dtype=np.uint8))
+        band = pad_buf[0][:, : k * ps]
+        for c in range(len(src)):
+            band[c, :n, :w] = src[c]
+        band[:, n:] = 0
+        for c in range(3):
+            _plane_items(tiles, c, band[c], ps)
 
     return _patch_bands(padded_h, padded_w, ps, lut, fill)
 
@@ -207,7 +222,6 @@ def patches_from_composite(rows: Callable[[int, int], np.ndarray], h: int, w: in
     pad = len(levels)
     table = blend_table((*levels, 0), blend)
     gw = padded_w // ps
-    item = np.dtype(f"V{ps}")
     bufs: list[np.ndarray] = []
 
     def fill(tiles: np.ndarray, y0: int) -> None:
@@ -231,7 +245,7 @@ def patches_from_composite(rows: Callable[[int, int], np.ndarray], h: int, w: in
             if n:
                 packed[:n, :w, 0] = rgba[..., c]
             np.take(table, index, out=planes[c], mode="clip")
-        np.copyto(tiles.reshape(k, gw, 3, ps * ps).view(item),
-                  planes.view(item).reshape(3, k, ps, gw).transpose(1, 3, 0, 2))
+        for c in range(3):
+            _plane_items(tiles, c, planes[c], ps)
 
     return _patch_bands(padded_h, padded_w, ps, lut, fill)

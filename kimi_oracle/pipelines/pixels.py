@@ -12,22 +12,24 @@ answer as expected (another Pillow), so the bytes are the same on every path.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 from PIL import Image
 
-__all__ = ["RowReader", "row_reader"]
+__all__ = ["PlaneReader", "RowReader", "plane_reader", "row_reader"]
 
 # rows(y0, y1) -> uint8 (y1 - y0, width, bands): rows y0 to y1 of the image's pixels.
 RowReader = Callable[[int, int], np.ndarray]
+# planes(y0, y1) -> three uint8 (y1 - y0, width) arrays: the R, G and B levels of rows y0 to y1.
+PlaneReader = Callable[[int, int], Sequence[np.ndarray]]
 
 
-def _encoded_rows(img: Image.Image, y0: int, y1: int, bands: int) -> np.ndarray | None:
-    # Pillow's raw encoder over the box (0, y0, width, y1); None if it answers otherwise than
-    # with exactly those rows in one call.
+def _encoded_rows(img: Image.Image, y0: int, y1: int, bands: int, raw: str | None = None) -> np.ndarray | None:
+    # Pillow's raw encoder (raw mode `raw`, default the image's mode) over the box
+    # (0, y0, width, y1); None if it answers otherwise than with exactly those rows in one call.
     try:
-        encoder = Image._getencoder(img.mode, "raw", (img.mode,))
+        encoder = Image._getencoder(img.mode, "raw", (raw or img.mode,))
         encoder.setimage(img.im, (0, y0, img.width, y1))
         size = (y1 - y0) * img.width * bands
         _, errcode, data = encoder.encode(max(size, 1))
@@ -62,3 +64,23 @@ def _sliced(img: Image.Image) -> RowReader:
     arr = np.asarray(img)
     arr = arr.reshape(*arr.shape[:2], -1)
     return lambda y0, y1: arr[y0:y1]
+
+
+def plane_reader(img: Image.Image) -> PlaneReader:
+    """The R, G and B planes of the rows of an "RGB" image, each read when asked for by Pillow's
+    raw encoder in the single-band raw modes "R", "G", "B"; the same bytes as the channels of
+    `np.asarray(img)` (its slices where the encoder answers otherwise)."""
+    if img.mode != "RGB":
+        raise ValueError(f"plane_reader reads RGB images, not {img.mode!r}")
+    img.load()
+    whole: list[np.ndarray] = []
+
+    def planes(y0: int, y1: int) -> Sequence[np.ndarray]:
+        if not whole:
+            got = [_encoded_rows(img, y0, y1, 1, raw) for raw in "RGB"]
+            if all(plane is not None for plane in got):
+                return [plane[..., 0] for plane in got if plane is not None]
+            whole.append(np.asarray(img).transpose(2, 0, 1))
+        return whole[0][:, y0:y1]
+
+    return planes

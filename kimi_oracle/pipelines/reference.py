@@ -397,7 +397,7 @@ class Steps:
 
     def image_patches(self, img: Image.Image, config: PreprocessConfig, p: ResizePlan) -> torch.Tensor:
         """`patches(resized_rgb(img))`; on the checkpoint's own fill and tail, the resized image is
-        read band by band (`pixels.row_reader`: the same bytes, no copy of the whole image), an RGB
+        read band by band (`pixels`: the same bytes, no copy of the whole image), an RGB
         image kept as it is, an RGBA one composited band by band."""
         resized = self._resized(img, config, p)
         kind = self._read_by_bands(resized, config)
@@ -405,7 +405,7 @@ class Steps:
             return self.patches(self._rgb(resized, config), config, p)
         shape = (p.new_h, p.new_w, p.new_h + p.pad_h, p.new_w + p.pad_w, config.patch_size, self.normalize(config))
         if kind == "RGB":
-            return torch.from_numpy(fused.patches_from_rows(pixels.row_reader(resized), *shape))
+            return torch.from_numpy(fused.patches_from_plane_rows(pixels.plane_reader(resized), *shape))
         bg = config.transparent_bg_config
         assert bg is not None
         rgba = resized if resized.mode == "RGBA" else _convert(resized, "RGBA")

@@ -30,11 +30,40 @@ def test_rows_are_asarrays_rows(mode, size):
         assert got.tobytes() == want[y0:y1].tobytes()
 
 
+@pytest.mark.parametrize("size", [(1, 1), (37, 23), (2400, 1800)])
+def test_planes_are_asarrays_channels(size):
+    img = _noise("RGB", size, seed=2)
+    want = np.asarray(img)
+    planes = pixels.plane_reader(img)
+    for y0, y1 in [(0, 1), (0, size[1]), (size[1] // 3, size[1])]:
+        got = planes(y0, y1)
+        assert len(got) == 3
+        for c in range(3):
+            assert got[c].shape == (y1 - y0, size[0])
+            assert got[c].tobytes() == np.ascontiguousarray(want[y0:y1, :, c]).tobytes()
+
+
+def test_planes_without_the_encoder_are_asarrays_channels(monkeypatch):
+    img = _noise("RGB", (29, 17), seed=3)
+    want = np.asarray(img)
+    monkeypatch.setattr(pixels, "_encoded_rows", lambda *args: None)  # another Pillow's answer
+    got = pixels.plane_reader(img)(4, 13)
+    for c in range(3):
+        assert np.ascontiguousarray(got[c]).tobytes() == np.ascontiguousarray(want[4:13, :, c]).tobytes()
+
+
+def test_plane_reader_refuses_other_modes():
+    with pytest.raises(ValueError):
+        pixels.plane_reader(_noise("RGBA", (4, 4)))
+
+
 def test_this_pillow_answers_through_the_encoder():
     # The fast path is taken here (a fallback on every call would pass the tests above, slowly).
     img = _noise("RGB", (31, 9))
     got = pixels._encoded_rows(img, 2, 7, 3)
     assert got is not None and got.tobytes() == np.asarray(img)[2:7].tobytes()
+    green = pixels._encoded_rows(img, 2, 7, 1, "G")
+    assert green is not None and green.tobytes() == np.ascontiguousarray(np.asarray(img)[2:7, :, 1]).tobytes()
 
 
 def test_rows_without_the_encoder_are_asarrays_rows(monkeypatch):
@@ -53,13 +82,13 @@ def test_reference_reading_rgb_by_rows_is_the_spec(monkeypatch, profile, size):
     img = _noise("RGB", size, seed=size[0])
     cfg = PreprocessConfig.profile(profile)
     read: list[tuple[int, int]] = []
-    real = pixels.row_reader
+    real = pixels.plane_reader
 
     def counting(image):
-        rows = real(image)
-        return lambda y0, y1: read.append((y0, y1)) or rows(y0, y1)
+        planes = real(image)
+        return lambda y0, y1: read.append((y0, y1)) or planes(y0, y1)
 
-    monkeypatch.setattr(pixels, "row_reader", counting)
+    monkeypatch.setattr(pixels, "plane_reader", counting)
     got = reference.preprocess([img], cfg, threads=1)
     want_pixels, want_grids = spec_preprocess([img], cfg.to_hf_json())
     assert read, "the RGB image was not read by rows"
