@@ -52,9 +52,19 @@ def _compare(
         if len(sizes) != n:
             raise ValueError(f"{len(sizes)} sizes given for {n} images")
         plans = [plan(w, h, config) for w, h in sizes]
-
-    # 1. grids, per image
     act_grids = _grid_rows(act.grid_thws)
+    failed = (_check_grids(exp_grids, act_grids, act, sizes)
+              or _check_feature_length(act_grids, act)
+              or _check_shape_dtype(act_grids, act, config, tol))
+    if failed is not None:
+        return failed
+    return _check_pixels(exp, act, exp_grids, config, tol, plans, sizes)
+
+
+def _check_grids(exp_grids: list[tuple[Any, ...]], act_grids: list[tuple[Any, ...]] | None,
+                 act: PreprocessResult, sizes: Sequence[tuple[int, int]] | None) -> Verdict | None:
+    """1. grids, per image."""
+    n = len(exp_grids)
     if act_grids is None:
         return Verdict(
             GRID_MISMATCH,
@@ -80,8 +90,11 @@ def _compare(
             "actual_grids": [list(g) for g in act_grids],
             "mismatched": mismatched,
         })
+    return None
 
-    # 2. feature length: the rows produced must match the advertised grids
+
+def _check_feature_length(act_grids: list[tuple[Any, ...]], act: PreprocessResult) -> Verdict | None:
+    """2. feature length: the rows produced must match the advertised grids."""
     total = sum(_rows_of(g) for g in act_grids)
     rows = int(act.pixel_values.shape[0]) if act.pixel_values.ndim >= 1 else None
     if rows != total:
@@ -91,8 +104,13 @@ def _compare(
             "rows_per_image": [_rows_of(g) for g in act_grids],
             "pixel_values_shape": list(act.pixel_values.shape),
         })
+    return None
 
-    # 3. shapes and dtypes
+
+def _check_shape_dtype(act_grids: list[tuple[Any, ...]], act: PreprocessResult, config: PreprocessConfig,
+                       tol: Tolerance) -> Verdict | None:
+    """3. shapes and dtypes."""
+    total = sum(_rows_of(g) for g in act_grids)
     want_shape = [total, 3, config.patch_size, config.patch_size]
     problems = shape_dtype_problems(act, config, tol)
     if problems:
@@ -102,8 +120,13 @@ def _compare(
             "grid_thws_dtype": str(act.grid_thws.dtype),
             "expected_shape": want_shape,
         })
+    return None
 
-    # 4. pixels
+
+def _check_pixels(exp: PreprocessResult, act: PreprocessResult, exp_grids: list[tuple[Any, ...]],
+                  config: PreprocessConfig, tol: Tolerance, plans: Sequence[ResizePlan | None],
+                  sizes: Sequence[tuple[int, int]] | None) -> Verdict:
+    """4. pixels."""
     stats = pixel_stats(exp.pixel_values, act.pixel_values, exp_grids, config, tol, plans, sizes)
     if stats["failing"]:
         loc = stats.get("worst") or {}

@@ -57,21 +57,43 @@ def pixel_stats(
         policy_fail = bitwise  # what `_differs_bitwise` computes for a float32 result
     elif tol.kind != "levels":
         policy_fail = _differs_bitwise(exp, act, tol).numpy()
+    diff, top = _level_differences(a, e, config)
+    if tol.kind == "levels":
+        policy_fail = diff > tol.levels + _LEVEL_EPS
+    stats, mean = _totals(tol, a, diff, top, bitwise, policy_fail)
+    if stats["differing"]:
+        stats["max_ulp"] = _max_ulp(a_bits, e_bits)
+    offsets = [0]
+    for g in grids:
+        offsets.append(offsets[-1] + _rows_of(g))
+    per_image = _per_image(grids, offsets, diff, top, mean, bitwise, policy_fail, stats["differing"])
+    stats["per_image"] = per_image
+    if stats["failing"]:
+        worst = max(per_image, key=lambda r: (r["failing"] > 0, r["max_level_diff"], r["failing"]))
+        stats["worst"] = _worst(worst["image"], offsets, diff, policy_fail, e, a, grids, config, plans, sizes)
+    return stats
+
+
+def _level_differences(a: np.ndarray, e: np.ndarray, config: PreprocessConfig) -> tuple[np.ndarray, float]:
+    """|a - e| in levels, NaN counted as infinite, and its largest value (0.0 when empty)."""
     # One float64 buffer, operated on in place: the values of np.abs(a64 - e64) / slopes.
     diff = a.astype(np.float64)
     np.subtract(diff, e, out=diff)
     np.abs(diff, out=diff)
     np.divide(diff, _level_divisor(config), out=diff)
-    values = int(diff.size)
-    top = float(diff.max()) if values else 0.0
+    top = float(diff.max()) if diff.size else 0.0
     if math.isnan(top):  # max propagates NaN: a NaN difference counts as infinite
         diff[np.isnan(diff)] = np.inf
         top = float(diff.max())
-    if tol.kind == "levels":
-        policy_fail = diff > tol.levels + _LEVEL_EPS
+    return diff, top
+
+
+def _totals(tol: Tolerance, a: np.ndarray, diff: np.ndarray, top: float, bitwise: np.ndarray,
+            policy_fail: np.ndarray) -> tuple[dict[str, Any], float]:
+    """The batch's statistics (without ulps and per-image rows), and its mean level difference."""
+    values = int(diff.size)
     # A finite largest difference means every difference (and every actual value) is finite.
-    all_finite = math.isfinite(top)
-    if all_finite:
+    if math.isfinite(top):
         mean = _mean(diff.reshape(-1)) if values else 0.0
         non_finite = 0
     else:
@@ -90,16 +112,24 @@ def pixel_stats(
         "non_finite": non_finite,
         "histogram": _histogram(diff, bitwise),
     }
-    if differing:
-        # ulps between differing values of the same sign: their int32 difference cannot overflow,
-        # and equal values (0 apart) change no maximum of differing ones (>= 1 apart).
-        same_sign = (a_bits ^ e_bits) >= 0
-        ulps = np.where(same_sign, a_bits - e_bits, 0)
-        top_ulp = int(np.abs(ulps, out=ulps).max())
-        stats["max_ulp"] = top_ulp if top_ulp > 0 else None
-    offsets = [0]
-    for g in grids:
-        offsets.append(offsets[-1] + _rows_of(g))
+    return stats, mean
+
+
+def _max_ulp(a_bits: np.ndarray, e_bits: np.ndarray) -> int | None:
+    """The most ulps between differing values of the same sign (None when none is)."""
+    # Their int32 difference cannot overflow, and equal values (0 apart) change no maximum of
+    # differing ones (>= 1 apart).
+    same_sign = (a_bits ^ e_bits) >= 0
+    ulps = np.where(same_sign, a_bits - e_bits, 0)
+    top_ulp = int(np.abs(ulps, out=ulps).max())
+    return top_ulp if top_ulp > 0 else None
+
+
+def _per_image(grids: Sequence[Sequence[int]], offsets: list[int], diff: np.ndarray, top: float,
+               mean: float, bitwise: np.ndarray, policy_fail: np.ndarray,
+               differing: int) -> list[dict[str, Any]]:
+    """Per image: its largest and mean level difference, differing and failing values."""
+    all_finite = math.isfinite(top)
     per_image = []
     for i, g in enumerate(grids):
         lo, hi = offsets[i], offsets[i + 1]
@@ -121,35 +151,38 @@ def pixel_stats(
             "differing": img_differing,
             "failing": img_differing if policy_fail is bitwise else int(np.count_nonzero(policy_fail[lo:hi])),
         })
-    stats["per_image"] = per_image
-    if stats["failing"]:
-        worst = max(per_image, key=lambda r: (r["failing"] > 0, r["max_level_diff"], r["failing"]))
-        i = worst["image"]
-        lo, hi = offsets[i], offsets[i + 1]
-        # Worst value among the failing ones of that image: the first largest difference, when
-        # it is a failing value (then no failing value before it is as large), else searched
-        # among the failing values only.
-        d = diff[lo:hi]
-        flat = int(np.argmax(d))
-        if not policy_fail[lo:hi].reshape(-1)[flat]:
-            flat = int(np.argmax(np.where(policy_fail[lo:hi], d, -1.0)))
-        row, c, py, px = (int(v) for v in np.unravel_index(flat, d.shape))
-        exp_value = float(e[lo + row, c, py, px])
-        act_value = float(a[lo + row, c, py, px])
-        exp_levels = _level_of(exp_value, c, config)
-        act_levels = _level_of(act_value, c, config)
-        loc = locate(i, row, c, py, px, grids[i], config.patch_size,
-                     plans[i] if plans else None, tuple(sizes[i]) if sizes else None)
-        loc.update({
-            "expected_value": exp_value,
-            "actual_value": act_value,
-            "expected_level": round(exp_levels, 4),
-            "actual_level": round(act_levels, 4) if math.isfinite(act_levels) else str(act_levels),
-            "level_diff": float(diff[lo + row, c, py, px]),
-            "ulp_diff": ulp_distance(exp_value, act_value),
-        })
-        stats["worst"] = loc
-    return stats
+    return per_image
+
+
+def _worst(i: int, offsets: list[int], diff: np.ndarray, policy_fail: np.ndarray, e: np.ndarray,
+           a: np.ndarray, grids: Sequence[Sequence[int]], config: PreprocessConfig,
+           plans: Sequence[ResizePlan | None] | None,
+           sizes: Sequence[tuple[int, int]] | None) -> dict[str, Any]:
+    """The location of image i's worst failing value, with both values and their levels."""
+    lo, hi = offsets[i], offsets[i + 1]
+    # Worst value among the failing ones of that image: the first largest difference, when
+    # it is a failing value (then no failing value before it is as large), else searched
+    # among the failing values only.
+    d = diff[lo:hi]
+    flat = int(np.argmax(d))
+    if not policy_fail[lo:hi].reshape(-1)[flat]:
+        flat = int(np.argmax(np.where(policy_fail[lo:hi], d, -1.0)))
+    row, c, py, px = (int(v) for v in np.unravel_index(flat, d.shape))
+    exp_value = float(e[lo + row, c, py, px])
+    act_value = float(a[lo + row, c, py, px])
+    exp_levels = _level_of(exp_value, c, config)
+    act_levels = _level_of(act_value, c, config)
+    loc = locate(i, row, c, py, px, grids[i], config.patch_size,
+                 plans[i] if plans else None, tuple(sizes[i]) if sizes else None)
+    loc.update({
+        "expected_value": exp_value,
+        "actual_value": act_value,
+        "expected_level": round(exp_levels, 4),
+        "actual_level": round(act_levels, 4) if math.isfinite(act_levels) else str(act_levels),
+        "level_diff": float(diff[lo + row, c, py, px]),
+        "ulp_diff": ulp_distance(exp_value, act_value),
+    })
+    return loc
 
 
 def ulp_distance(a: float, b: float) -> int | None:
