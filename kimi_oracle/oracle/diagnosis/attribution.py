@@ -153,7 +153,9 @@ def _search_image(search: Search, start: _Option) -> tuple[list[Explained], _Opt
             taken, current = search.best_so_far
         return taken, current, False
     try:
-        taken = search.name_alternatives(taken, start)
+        if taken:
+            current = search.prune(start, current)
+            taken = search.name_alternatives([search.explained(o) for o in current.chain()], start)
     except OutOfRuns:
         return taken, current, False
     return taken, current, True

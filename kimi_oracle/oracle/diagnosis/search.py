@@ -340,8 +340,9 @@ class Search:
         return h.digest()
 
     def name_alternatives(self, taken: list[Explained], start: _Option) -> list[Explained]:
-        """`taken` with each step's `alternatives`: the variants that, in its place on top of the
-        steps before it, give the same output (the candidate cannot tell them apart)."""
+        """`taken` with each step's ties: `alternatives`, the variants that in its place (on top
+        of the steps before it) give the same output, and `equivalent`, their other families
+        (the candidate's output cannot tell them apart)."""
         out, current = [], start
         for e in taken:
             options = self.options(current, {x.root_cause for x in out})
@@ -349,10 +350,36 @@ class Search:
             if mine is None:  # a step the search did not take on this base (by elimination)
                 out.append(e)
                 continue
-            others = tuple(full_name(o.cause.id, o.variant.name) for o in self.alternatives(mine, options))
-            out.append(dataclasses.replace(e, alternatives=others))
+            ties = self.alternatives(mine, options)
+            out.append(dataclasses.replace(
+                e, alternatives=tuple(full_name(o.cause.id, o.variant.name) for o in ties),
+                equivalent=tuple(dict.fromkeys(o.cause.id for o in ties if o.cause.id != e.root_cause))))
             current = mine
         return out
+
+    def prune(self, start: _Option, final: _Option) -> _Option:
+        """The stack of `final` without the swaps that change nothing of its output (the fewest
+        variants), rebuilt on `start`."""
+        kept = final.chain()
+        for o in list(kept):
+            if len(kept) < 2:
+                break
+            rest = [x for x in kept if x is not o]
+            trial = start.steps
+            for x in rest:
+                trial = x.variant.apply(trial)
+            if all(torch.equal(self.run(i, trial), final.model[i]) for i in self.scope):
+                kept = rest
+        if len(kept) == len(final.chain()):
+            return final
+        current = start
+        for x in kept:
+            trial = x.variant.apply(current.steps)
+            outs = {i: self.run(i, trial) for i in self.scope}
+            dist = {**current.dist, **{i: self.targets[i].summary(outs[i]) for i in self.scope}}
+            current = _Option(self.total(dist).total_levels, x.cause_index, x.variant_index, x.cause, x.variant,
+                              trial, {**current.model, **outs}, dist, True, current)
+        return current
 
 
 def _stack_order(o: _Option) -> tuple:
