@@ -59,7 +59,7 @@ from kimi_oracle.oracle.candidates import Candidate, load_candidate
 from kimi_oracle.oracle.checks import (FINDING_KINDS, INVARIANCE,
                                        PIXEL_MISMATCH, TIMEOUT, Tolerance,
                                        Verdict, update_digest)
-from kimi_oracle.oracle.diagnosis import finding_diagnosis
+from kimi_oracle.oracle.diagnosis import assumed_steps, finding_diagnosis, full_name, infer_profile
 from kimi_oracle.oracle.grouping import failure_type, finding_key, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
 from kimi_oracle.results.report import (Finding, finding_summary,
@@ -145,6 +145,9 @@ class FuzzOptions:
     overhead_s: float | None = None
     at_work: Callable[[float, float], float] | None = None
     overhead_min_examples: int = 0  # examples the search runs whatever the allowance (a floor)
+    # (family, variant) pairs of the diagnosis catalogue the reference is taken with (`--assume`):
+    # the candidate is compared with the reference with those variants applied.
+    assume: tuple[tuple[str, str], ...] = ()
 
     def max_examples(self) -> int:
         """The number of examples the run draws (huge under a time budget alone)."""
@@ -198,7 +201,10 @@ class FuzzRun:
         return out
 
     def summary(self) -> dict[str, Any]:
-        """JSON-ready summary (the `--json` document)."""
+        """JSON-ready summary (the `--json` document). `pipeline`: the candidate's inferred
+        pipeline (family -> variant, `oracle.diagnosis.infer_profile`), `pipeline_summary` its
+        line, `pipeline_apart` the pixel findings it does not explain."""
+        profile = infer_profile(self.findings)
         return {
             "schema": "kimi-oracle.fuzz-run",
             "schema_version": 1,
@@ -223,6 +229,9 @@ class FuzzRun:
             "started": self.started,
             "counts": self.counts(),
             "root_causes": root_cause_rows(self.findings),
+            "assume": [full_name(f, v) for f, v in self.options.assume],
+            "pipeline": dict(profile.pipeline),
+            **profile.to_dict(),
             "findings": [finding_summary(f) for f in self.findings],
             "versions": versions(),
         }
@@ -239,13 +248,13 @@ class FuzzRun:
 def finding_from(verdict: Verdict, candidate: str, config: PreprocessConfig, images: Sequence[Image.Image], *,
                  params: Sequence[dict | None] | None = None, tolerance: str = "exact", engine: str = "hypothesis",
                  seed: int | None = None, example: int | None = None, sources: Sequence[str | None] = (),
-                 raw_inputs: Sequence[bytes | None] = ()) -> Finding:
-    """A Finding for a failed verdict."""
+                 raw_inputs: Sequence[bytes | None] = (), assume: Sequence[tuple[str, str]] = ()) -> Finding:
+    """A Finding for a failed verdict (`assume`: the variants the reference was taken with)."""
     extra: dict[str, Any] = {}
     if verdict.check == INVARIANCE:
         extra["invariance"] = {"kind": verdict.stats.get("kind"), "indices": verdict.stats.get("indices")}
     diagnosis = finding_diagnosis(str(verdict.check), verdict.stats, images, config,
-                                  expected=verdict.expected, actual=verdict.actual)
+                                  expected=verdict.expected, actual=verdict.actual, assume=assume)
     return Finding(
         check=str(verdict.check),
         message=verdict.message,
@@ -416,7 +425,8 @@ class _Engine:
             run.shrink_calls += 1
         try:
             verdict = evaluate(self.candidate, images, config, self.tol, invariance=invariance, call=call,
-                               expected=expected, same_as=same_as)
+                               expected=expected, same_as=same_as,
+                               steps=assumed_steps(config, self.options.assume) if self.options.assume else None)
         except Rejected:
             if not shrinking:
                 run.rejected += 1
@@ -760,7 +770,7 @@ class _Engine:
         case = record.case  # fresh images: the candidate may have altered the ones it was given
         return finding_from(record.verdict, self.candidate.spec, case.config, case.make_images(),
                             params=[p.to_dict() for p in case.images], tolerance=str(self.tol),
-                            seed=self.run.seed, example=record.example)
+                            seed=self.run.seed, example=record.example, assume=self.options.assume)
 
     def publish(self, group: str, past_end: bool = False) -> None:
         """The group's finding (and, when shrinking lost root causes, its first case's), written.

@@ -625,6 +625,7 @@ def finding_summary(f: Finding | Mapping[str, Any]) -> dict[str, Any]:
         "group": f.extra.get("group") or f.key,
         "message": f.message,
         "root_causes": list(f.root_causes),
+        **explanation_fields(f.attribution),
         "max_levels": f.max_levels,
         "mean_levels": f.mean_levels,
         "residual_max_levels": f.residual_max_levels,
@@ -638,15 +639,40 @@ def finding_summary(f: Finding | Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def explanation_fields(attribution: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A pixel finding's `explanation` (`explained`, `partly explained`, `unexplained`) and the
+    `variants` (`family/variant`) its attribution took; {} for findings without one."""
+    if not isinstance(attribution, Mapping):
+        return {}
+    return {"explanation": attribution.get("explanation") or "unexplained",
+            "variants": list(attribution.get("variants") or [])}
+
+
+# The family whose variants are float rounding of the normalization (docs/diagnosis.md).
+FLOAT_ROUNDING_FAMILY = "normalize-float"
+
+
+def _reproduced(e: Mapping[str, Any]) -> bool:
+    attribution = e.get("attribution")
+    if isinstance(attribution, Mapping):
+        return attribution.get("residual_differing") == 0
+    return e.get("residual_max_levels") == 0 and e.get("explanation", "explained") == "explained"
+
+
 def root_cause_rows(findings: Iterable[Finding | Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per (root cause, mode class) over pixel findings, worst first: the largest and mean
     levels, how many examples hit it, whether it is float rounding only (under one level), and
-    one repro folder with its picture. Other findings (grids, crashes, ...) get one row per key."""
+    one repro folder with its picture. Other findings (grids, crashes, ...) get one row per key.
+    A row is float rounding only when a normalization variant reproduces its findings: an
+    unexplained or partly explained sub-level difference is a row of its own."""
     from kimi_oracle.oracle.grouping import key_mode_class
 
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for f in findings:
         e = finding_summary(f)
+        if isinstance(f, Finding):
+            e["attribution"] = f.attribution
+        rounding = _reproduced(e)
         causes = e.get("root_causes") or [e.get("key") or e["check"]]
         mode = key_mode_class(e.get("key") or "")
         whole = e.get("max_levels_seen") if e.get("max_levels_seen") is not None else e.get("max_levels")
@@ -662,7 +688,7 @@ def root_cause_rows(findings: Iterable[Finding | Mapping[str, Any]]) -> list[dic
             row["findings"] += 1
             if isinstance(top, (int, float)):
                 row["max_levels"] = max(row["max_levels"] or 0.0, float(top))
-                if top >= 1.0:
+                if top >= 1.0 or cause != FLOAT_ROUNDING_FAMILY or not rounding:
                     row["float_rounding_only"] = False
             else:
                 row["float_rounding_only"] = e["check"] == "pixel_mismatch" and row["float_rounding_only"]

@@ -61,7 +61,7 @@ def torch_bicubic_antialias_half_up(arr: np.ndarray, size: Size) -> np.ndarray:
 
 
 def _torch_uint8(arr: np.ndarray, size: Size, mode: str) -> np.ndarray:
-    x = torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))[None]
+    x = torch.from_numpy(np.array(arr.transpose(2, 0, 1), dtype=np.uint8))[None]
     y = F.interpolate(x, size=(size[1], size[0]), mode=mode, align_corners=False, antialias=True)
     return y[0].permute(1, 2, 0).contiguous().numpy()
 
