@@ -21,7 +21,7 @@ from kimi_oracle.core.result import PreprocessResult
 
 
 def _uint8_resize(rgb: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    x = torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1)[None].contiguous()
+    x = torch.from_numpy(np.array(rgb, dtype=np.uint8)).permute(2, 0, 1)[None].contiguous()
     y = F.interpolate(x, size=(size[1], size[0]), mode="bicubic", antialias=True)
     return y[0].permute(1, 2, 0).contiguous().numpy()
 

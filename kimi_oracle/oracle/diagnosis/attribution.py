@@ -21,6 +21,7 @@ from kimi_oracle.core.errors import CandidateError
 from kimi_oracle.core.geometry import plan
 from kimi_oracle.core.images import ImageSource, load_images
 from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.core.threads import one_torch_thread
 from kimi_oracle.oracle.candidates import as_result
 from kimi_oracle.oracle.diagnosis.catalogue import (BY_ELIMINATION, BY_ID, CATALOGUE, ROOT_CAUSE_IDS, UNEXPLAINED,
                                                     assumed_steps, full_name)
@@ -80,8 +81,8 @@ class Attribution:
 
     @property
     def variants(self) -> tuple[str, ...]:
-        """The variants taken, `family/variant`, in the order taken."""
-        return tuple(e.name for e in self.explained)
+        """The variants taken, `family/variant`, in the order taken (each once over a batch)."""
+        return tuple(dict.fromkeys(e.name for e in self.explained))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (lists, plain numbers; an infinite level is written as None)."""
@@ -138,16 +139,17 @@ def _search_image(search: Search, start: _Option) -> tuple[list[Explained], _Opt
         found = search.greedy(start)
         assert found is not None
         taken, current = found
-        if current.total > 0 and taken:
-            # A residual left: retry from the next-best first swaps; keep the smallest.
-            for rank in [*range(1, RESTARTS + 1), PAIR_FIRST]:
-                other = search.greedy(start, rank)
-                if other is not None and other[1].total < current.total:
-                    taken, current = other
         if current.total > 0:
+            # A residual left: a stack that reproduces the candidate exactly, else the restarts
+            # from the next-best first swaps; the smallest residual is kept.
             exact = search.stacked(start)
             if exact is not None:
                 taken, current = [search.explained(o) for o in exact.chain()], exact
+            elif taken:
+                for rank in [*range(1, RESTARTS + 1), PAIR_FIRST]:
+                    other = search.greedy(start, rank)
+                    if other is not None and other[1].total < current.total:
+                        taken, current = other
     except OutOfRuns:
         if not taken and search.best_so_far is not None:  # cut short on its first run
             taken, current = search.best_so_far
@@ -218,17 +220,18 @@ def attribute(
     base = assumed_steps(config, assume)
     budget = Budget(max_runs)
     outcomes: list[_ImageOutcome] = []
-    for i in scope:
-        lo, hi = offsets[i], offsets[i + 1]
-        target = Target(act.pixel_values[lo:hi], config)
-        search = Search(decoded, config, [i], {i: target}, catalogue, budget, base)
-        outcome = _attribute_image(search, i, target, None if expected is None else expected.pixel_values[lo:hi],
-                                   causes is None or "decoder" in causes)
-        if outcome is None:
-            break
-        outcomes.append(outcome)
-        if not outcome.complete:
-            break
+    with one_torch_thread():  # small tensors: a thread pool only adds its overhead (core.threads)
+        for i in scope:
+            lo, hi = offsets[i], offsets[i + 1]
+            target = Target(act.pixel_values[lo:hi], config)
+            search = Search(decoded, config, [i], {i: target}, catalogue, budget, base)
+            outcome = _attribute_image(search, i, target, None if expected is None else expected.pixel_values[lo:hi],
+                                       causes is None or "decoder" in causes)
+            if outcome is None:
+                break
+            outcomes.append(outcome)
+            if not outcome.complete:
+                break
     return _combined(outcomes, scope, budget, time.perf_counter() - start,
                      tuple(full_name(f, v) for f, v in assume))
 
