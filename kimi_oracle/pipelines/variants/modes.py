@@ -25,14 +25,16 @@ from kimi_oracle.pipelines.reference import PATTERN_VALUES, background, fill_con
 
 
 def convert_ignoring_key(img: Image.Image, bg: TransparentBgConfig | None) -> str | None:
-    """The fill's conversion with a `transparency` key ignored: only an "A" band composites."""
+    """The fill's conversion with a `transparency` key ignored: only an "A" band composites
+    (engines that test `"A" in img.getbands()` or `img.mode == "RGBA"`)."""
     if "transparency" in img.info and "A" not in img.getbands():
         return None if img.mode == "RGB" else "RGB"
     return fill_conversion(img, bg)
 
 
 def convert_honouring_key(img: Image.Image, bg: TransparentBgConfig | None) -> str | None:
-    """The fill's conversion with a `transparency` key honoured on RGB images too."""
+    """The fill's conversion with a `transparency` key honoured on RGB images too (engines that
+    convert every keyed image to RGBA at decode)."""
     if bg is not None and img.mode == "RGB" and "transparency" in img.info:
         return "RGBA"
     return fill_conversion(img, bg)
@@ -48,31 +50,32 @@ def _alpha(rgba: np.ndarray, dtype: type) -> np.ndarray:
 
 
 def blend_rounded(rgba: np.ndarray, back: np.ndarray) -> np.ndarray:
-    """float32 composite rounded half to even instead of truncated."""
+    """float32 composite rounded half to even instead of truncated (`np.rint` / `torch.round`
+    before the uint8 cast)."""
     a = _alpha(rgba, np.float32)
     return np.clip(np.rint(a * rgba[..., :3] + (1 - a) * back), 0, 255).astype(np.uint8)
 
 
 def blend_half_up(rgba: np.ndarray, back: np.ndarray) -> np.ndarray:
-    """float32 composite rounded half up (floor(x + 0.5))."""
+    """float32 composite rounded half up (`floor(x + 0.5)`, the CUDA kernels' idiom)."""
     a = _alpha(rgba, np.float32)
     return np.clip(np.floor(a * rgba[..., :3] + (1 - a) * back + np.float32(0.5)), 0, 255).astype(np.uint8)
 
 
 def blend_float64(rgba: np.ndarray, back: np.ndarray) -> np.ndarray:
-    """The composite in float64, truncated."""
+    """The composite in float64, truncated (numpy code whose alpha is a float64 array)."""
     a = _alpha(rgba, np.float64)
     return (a * rgba[..., :3] + (1 - a) * back).astype(np.uint8)
 
 
 def blend_integer_rounded(rgba: np.ndarray, back: np.ndarray) -> np.ndarray:
-    """Integer composite (α·c + (255 − α)·b + 127) // 255."""
+    """Integer composite (α·c + (255 − α)·b + 127) // 255 (fixed-point kernels with a rounding term)."""
     a = rgba[..., 3:4].astype(np.int32)
     return ((a * rgba[..., :3] + (255 - a) * back.astype(np.int32) + 127) // 255).astype(np.uint8)
 
 
 def blend_integer_truncated(rgba: np.ndarray, back: np.ndarray) -> np.ndarray:
-    """Integer composite (α·c + (255 − α)·b) // 255."""
+    """Integer composite (α·c + (255 − α)·b) // 255 (fixed-point kernels without the rounding term)."""
     a = rgba[..., 3:4].astype(np.int32)
     return ((a * rgba[..., :3] + (255 - a) * back.astype(np.int32)) // 255).astype(np.uint8)
 
@@ -142,7 +145,8 @@ def flattened_on_white(img: Image.Image) -> Image.Image:
 
 
 def alpha_composited_on_white(img: Image.Image) -> Image.Image:
-    """Transparency composited onto white with `Image.alpha_composite`."""
+    """Transparency composited onto white with `Image.alpha_composite` (processors that build an
+    RGBA white canvas and composite onto it)."""
     if not has_alpha(img):
         return img
     return Image.alpha_composite(Image.new("RGBA", img.size, (255, 255, 255, 255)), _rgba(img)).convert("RGB")
