@@ -30,10 +30,12 @@ PREMULTIPLIED = {"RGBA": "RGBa", "LA": "La"}
 
 
 def _uint8_resize(arr: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    x = torch.from_numpy(np.ascontiguousarray(arr if arr.ndim == 3 else arr[:, :, None])).permute(2, 0, 1)[None]
-    y = F.interpolate(x.contiguous(), size=(size[1], size[0]), mode="bicubic", antialias=True)
-    out = y[0].permute(1, 2, 0).contiguous().numpy()
-    return out if arr.ndim == 3 else out[:, :, 0]
+    # band by band, each a one-channel uint8 tensor (torch 2.13's 3-channel uint8 kernel fails an
+    # assert on 1x1 outputs; one band at a time gives the same bytes as its 3- and 4-channel paths)
+    bands = arr if arr.ndim == 3 else arr[:, :, None]
+    out = [F.interpolate(torch.from_numpy(np.array(bands[:, :, c]))[None, None], size=(size[1], size[0]),
+                         mode="bicubic", antialias=True)[0, 0].numpy() for c in range(bands.shape[2])]
+    return np.stack(out, axis=-1) if arr.ndim == 3 else out[0]
 
 
 class Uint8Antialias(Pipeline):

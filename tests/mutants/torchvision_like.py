@@ -1,6 +1,6 @@
 """A whole engine nobody modelled step by step: a K2.5 processor on torchvision-style tensor
 transforms. Every input decoded to RGB (`convert("RGB")`), resized by torch's uint8 antialiased
-bicubic (`F.interpolate` on a uint8 tensor, what torchvision's resize runs) to the checkpoint's
+bicubic (`F.interpolate` on uint8 tensors, what torchvision's resize runs) to the checkpoint's
 plan, padded with zeros, rescaled (x/255) and normalized ((x − mean)/std) in float32.
 
 Self-contained (a `path.py:function` candidate): `torchvision_like`.
@@ -21,9 +21,11 @@ from kimi_oracle.core.result import PreprocessResult
 
 
 def _uint8_resize(rgb: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    x = torch.from_numpy(np.array(rgb, dtype=np.uint8)).permute(2, 0, 1)[None].contiguous()
-    y = F.interpolate(x, size=(size[1], size[0]), mode="bicubic", antialias=True)
-    return y[0].permute(1, 2, 0).contiguous().numpy()
+    # band by band (torch 2.13's 3-channel uint8 kernel fails an assert on 1x1 outputs; one band at
+    # a time gives the same bytes)
+    out = [F.interpolate(torch.from_numpy(np.array(rgb[:, :, c]))[None, None], size=(size[1], size[0]),
+                         mode="bicubic", antialias=True)[0, 0].numpy() for c in range(3)]
+    return np.stack(out, axis=-1)
 
 
 def torchvision_like(images: list[Image.Image], config: PreprocessConfig) -> PreprocessResult:
