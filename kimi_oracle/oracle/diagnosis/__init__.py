@@ -20,7 +20,8 @@ from kimi_oracle.oracle.diagnosis.catalogue import (_BY_ID, ALL_MODES, BY_ELIMIN
 from kimi_oracle.oracle.diagnosis.findings import FINDING_MAX_RUNS, finding_diagnosis
 from kimi_oracle.oracle.diagnosis.levels import LevelSummary, level_summary
 from kimi_oracle.oracle.diagnosis.profile import EngineProfile, infer_profile
-from kimi_oracle.oracle.diagnosis.search import BEAM, KEEP_AT_MOST, MAX_STACK, PAIR_SEEDS, RESTARTS, Explained
+from kimi_oracle.oracle.diagnosis.search import (BEAM, KEEP_AT_MOST, MAX_STACK, PAIR_SEEDS, RESTARTS, STACK_RUNS,
+                                                 Explained)
 
 __all__ = [
     "ALL_MODES",
@@ -38,6 +39,7 @@ __all__ = [
     "PAIR_SEEDS",
     "PARTLY_EXPLAINED",
     "RESTARTS",
+    "STACK_RUNS",
     "ROOT_CAUSE_IDS",
     "UNEXPLAINED",
     "Attribution",

@@ -26,7 +26,8 @@ from kimi_oracle.oracle.candidates import as_result
 from kimi_oracle.oracle.diagnosis.catalogue import (BY_ELIMINATION, BY_ID, CATALOGUE, ROOT_CAUSE_IDS, UNEXPLAINED,
                                                     assumed_steps, full_name)
 from kimi_oracle.oracle.diagnosis.levels import LevelSummary, Target, merge
-from kimi_oracle.oracle.diagnosis.search import PAIR_FIRST, RESTARTS, Budget, Explained, OutOfRuns, Search, _Option
+from kimi_oracle.oracle.diagnosis.search import (GREEDY_RUNS, PAIR_FIRST, RESTARTS, Budget, Explained, OutOfRuns,
+                                                 Search, _Option)
 from kimi_oracle.pipelines.variants.request import lossy_file
 
 EXPLAINED = "explained"
@@ -131,36 +132,51 @@ def _offsets(decoded: list, config: PreprocessConfig, act: PreprocessResult) -> 
     return offsets
 
 
-def _search_image(search: Search, start: _Option) -> tuple[list[Explained], _Option, bool]:
-    """The greedy search and its restarts, then the stacked search when a residual is left."""
-    taken: list[Explained] = []
-    current = start
+def _greedy(search: Search, start: _Option) -> tuple[_Option, bool]:
+    """The greedy search within GREEDY_RUNS: its last swap (or `start`), and whether it finished."""
     try:
-        found = search.greedy(start)
+        with search.budget.capped(search.budget.runs + GREEDY_RUNS):
+            found = search.greedy(start)
         assert found is not None
-        taken, current = found
+        return found[1], True
+    except OutOfRuns:
+        return (search.best_so_far[1] if search.best_so_far is not None else start), False
+
+
+def _restarts(search: Search, start: _Option, current: _Option, runs: int) -> _Option:
+    """The greedy search again from the next-best first swaps, within `runs`: the closest end."""
+    with search.budget.capped(search.budget.runs + runs):
+        for rank in [*range(1, RESTARTS + 1), PAIR_FIRST]:
+            other = search.greedy(start, rank)
+            if other is not None and other[1].total < current.total:
+                current = other[1]
+    return current
+
+
+def _search_image(search: Search, start: _Option) -> tuple[list[Explained], _Option, bool]:
+    """The greedy search; when it leaves a residual, the stacked search for an exact
+    reproduction, else the restarts (docs/diagnosis.md): the swaps taken, the last one, and
+    whether the search finished within its budget."""
+    first = search.budget.runs
+    current, complete = _greedy(search, start)
+    greedy_spent = search.budget.runs - first
+    try:
         if current.total > 0:
-            # A residual left: a stack that reproduces the candidate exactly, else the restarts
-            # from the next-best first swaps; the smallest residual is kept.
             exact = search.stacked(start)
             if exact is not None:
-                taken, current = [search.explained(o) for o in exact.chain()], exact
-            elif taken:
-                for rank in [*range(1, RESTARTS + 1), PAIR_FIRST]:
-                    other = search.greedy(start, rank)
-                    if other is not None and other[1].total < current.total:
-                        taken, current = other
+                current, complete = exact, True
+            elif complete and current is not start:
+                current = _restarts(search, start, current, GREEDY_RUNS - greedy_spent)
     except OutOfRuns:
-        if not taken and search.best_so_far is not None:  # cut short on its first run
-            taken, current = search.best_so_far
-        return taken, current, False
+        complete = False
+    taken = [search.explained(o) for o in current.chain()]
+    if not taken:
+        return taken, current, complete
     try:
-        if taken:
-            current = search.prune(start, current)
-            taken = search.name_alternatives([search.explained(o) for o in current.chain()], start)
+        current = search.prune(start, current)
+        return search.name_alternatives([search.explained(o) for o in current.chain()], start), current, complete
     except OutOfRuns:
         return taken, current, False
-    return taken, current, True
 
 
 def _attribute_image(search: Search, i: int, target: Target, expected: torch.Tensor | None,

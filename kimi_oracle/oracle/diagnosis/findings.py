@@ -23,11 +23,20 @@ from kimi_oracle.oracle.diagnosis.attribution import attribute
 from kimi_oracle.oracle.diagnosis.catalogue import UNEXPLAINED
 from kimi_oracle.oracle.diagnosis.search import image_key
 
-# Reference runs one finding's attribution may spend (most cost a table lookup; a resize is a
-# millisecond or two at the fuzzed sizes): the greedy search takes tens, the stacked search up
-# to a few thousand (0.5 s on the eager path's four-step stacks at fuzzed sizes).
+# Reference runs one finding's attribution may spend: FINDING_MAX_RUNS on images of up to
+# FINDING_FULL_PIXELS (the fuzzer's sizes: most runs cost a table lookup, a resize a millisecond
+# or two), fewer in proportion on larger ones, never fewer than FINDING_MIN_RUNS (a run costs in
+# proportion to the pixels: this bounds the time per finding, not by a clock). The greedy search
+# takes tens of runs, the stacked search up to STACK_RUNS.
 FINDING_MAX_RUNS = 3000
+FINDING_MIN_RUNS = 400
+FINDING_FULL_PIXELS = 64 * 64
 
+
+def finding_runs(img: Any) -> int:
+    """The reference runs a finding's attribution may spend on this image (by its pixels)."""
+    pixels = max(1, int(getattr(img, "width", 1)) * int(getattr(img, "height", 1)))
+    return max(FINDING_MIN_RUNS, min(FINDING_MAX_RUNS, FINDING_MAX_RUNS * FINDING_FULL_PIXELS // pixels))
 
 def finding_diagnosis(check: str, stats: Mapping[str, Any] | None, images: Sequence[Any],
                       config: PreprocessConfig, expected: Any = None, actual: Any = None,
@@ -58,7 +67,7 @@ def finding_diagnosis(check: str, stats: Mapping[str, Any] | None, images: Seque
         fields.update(copy.deepcopy(known))
         return fields
     try:
-        found = attribute(images, config, actual, expected=expected, image=index, max_runs=FINDING_MAX_RUNS,
+        found = attribute(images, config, actual, expected=expected, image=index, max_runs=finding_runs(images[index]),
                           assume=assume)
     except (KimiOracleError, ValueError) as exc:  # a result the diagnosis cannot line up
         fields["root_causes"] = [UNEXPLAINED]

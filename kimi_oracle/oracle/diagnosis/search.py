@@ -8,10 +8,11 @@ searches, an image's patches under a given `Steps` are kept per process (`run_pa
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -40,6 +41,11 @@ PAIR_SEEDS = 4
 # step that only pays off with the next). It ends at the first stack with a residual of 0.
 MAX_STACK = 4
 BEAM = 4
+STACK_RUNS = 1200  # reference runs the stacked search may spend (then the restarts run)
+STACK_MIN_RUNS = 600  # it is not started with fewer runs left (the restarts get them)
+# The greedy search and its restarts spend at most this many runs (the stacked search's besides;
+# 400 in all before issue 25's larger catalogue).
+GREEDY_RUNS = 600
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,20 @@ class Budget:
 
     max_runs: int | None
     runs: int = 0
+
+    @contextlib.contextmanager
+    def capped(self, limit: int) -> Iterator[None]:
+        """Within the block, at most `limit` runs in all (the attribution's own bound still holds)."""
+        before = self.max_runs
+        self.max_runs = limit if before is None else min(before, limit)
+        try:
+            yield
+        finally:
+            self.max_runs = before
+
+    def left(self) -> int | None:
+        """Runs left (None: no bound)."""
+        return None if self.max_runs is None else self.max_runs - self.runs
 
     def spend(self) -> None:
         if self.max_runs is not None and self.runs >= self.max_runs:
@@ -311,25 +331,32 @@ class Search:
 
     def stacked(self, start: _Option) -> _Option | None:
         """The beam search for a stack of at most MAX_STACK variants that reproduces the
-        candidate exactly: its last swap (`chain()` gives the stack), None when none is found."""
-        beam = [start]
+        candidate exactly: its last swap (`chain()` gives the stack), None when none is found,
+        when a depth brings the stacks no closer, or past STACK_RUNS reference runs."""
+        left = self.budget.left()
+        if left is not None and left < STACK_MIN_RUNS:
+            return None
+        beam, best_total, until = [start], start.total, self.budget.runs + STACK_RUNS
         for _ in range(MAX_STACK):
             found: dict[bytes, _Option] = {}
             for state in beam:
                 done = {o.cause.id for o in state.chain()}
+                if self.budget.runs >= until:
+                    return None
                 for o in self.options(state, done):
                     key = self._output_key(o)
-                    if key not in found or _stack_order(o) < _stack_order(found[key]):
+                    if o.changed and (key not in found or _stack_order(o) < _stack_order(found[key])):
                         found[key] = o
             ranked = sorted(found.values(), key=_stack_order)
-            if not ranked:
+            if not ranked or ranked[0].total >= best_total:
                 return None
             if ranked[0].total == 0:
                 return ranked[0]
+            best_total = ranked[0].total
             beam = ranked[:BEAM]
-            for cause in {o.cause.id for o in ranked if o.cause.enabling}:
+            for cause in dict.fromkeys(o.cause.id for o in ranked if o.cause.enabling):
                 best = next(o for o in ranked if o.cause.id == cause)
-                if best.changed and best not in beam:
+                if best not in beam:
                     beam.append(best)
         return None
 
