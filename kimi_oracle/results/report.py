@@ -539,6 +539,9 @@ def finding_lines(finding: Finding | Mapping[str, Any]) -> list[str]:
                 f"max {_fmt(stats.get('max_level_diff'))} levels, mean {_fmt(stats.get('mean_level_diff'))}"
                 + (f", max {stats['max_ulp']} ulp" if stats.get("max_ulp") is not None else "")
             )
+            diagnosis = explanation_line(case.get("attribution"))
+            if diagnosis:
+                lines.append(diagnosis)
             hist = stats.get("histogram")
             if hist:
                 lines.append("level differences: " + ", ".join(f"{k}: {v}" for k, v in hist.items() if v))
@@ -646,6 +649,20 @@ def explanation_fields(attribution: Mapping[str, Any] | None) -> dict[str, Any]:
         return {}
     return {"explanation": attribution.get("explanation") or "unexplained",
             "variants": list(attribution.get("variants") or [])}
+
+
+def explanation_line(attribution: Mapping[str, Any] | None) -> str:
+    """`diagnosis: explained by resample-float/uint8-aa, ...` (partly: with the residual in
+    levels); "" without an attribution."""
+    fields = explanation_fields(attribution)
+    if not fields:
+        return ""
+    text = f"diagnosis: {fields['explanation']}"
+    if fields["variants"]:
+        text += " by " + ", ".join(fields["variants"])
+    if fields["explanation"] == "partly explained" and isinstance(attribution, Mapping):
+        text += f"; left: max {_fmt(attribution.get('residual_max_levels'))} levels"
+    return text
 
 
 # The family whose variants are float rounding of the normalization (docs/diagnosis.md).

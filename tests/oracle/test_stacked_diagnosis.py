@@ -178,6 +178,11 @@ def test_an_unmodelled_engine_is_explained_and_profiled():
     assert summary["pipeline"] == {"resample-float": "uint8-aa", "normalize-float": "(x/255-mean)/std"}
     assert summary["pipeline_apart"] == [] and summary["assume"] == []
     assert {f["explanation"] for f in summary["findings"]} == {"explained"}
+    from kimi_oracle.results.report import finding_lines
+
+    lines = [line for f in pixel for line in finding_lines(f) if line.startswith("diagnosis: ")]
+    assert len(lines) == len(pixel) and all(line.startswith("diagnosis: explained by ") for line in lines)
+    assert any("resample-float/uint8-aa" in line for line in lines)
 
 
 def test_assume_silences_the_assumed_variants():
