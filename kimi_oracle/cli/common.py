@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from kimi_oracle.core.config import PROFILES, PreprocessConfig
+from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT
 
 
 def profile_options(func):
@@ -29,7 +30,6 @@ def profile_options(func):
     return func
 
 
-DEFAULT_CASE_TIMEOUT = "30s"
 
 
 def isolation_options(func):

@@ -15,7 +15,7 @@ from kimi_oracle.cli.common import (
     setup_interpret,
 )
 from kimi_oracle.cli.fuzz import TOLERANCE_HELP
-from kimi_oracle.core.errors import KimiOracleError
+from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK, KimiOracleError
 
 
 class _UsageError(KimiOracleError):
@@ -70,6 +70,9 @@ def register(group: click.Group) -> None:
 @click.option("--log-limit", "log_limit_mb", type=click.FloatRange(min=0.01), default=8, show_default=True,
               metavar="MB", help="Each worker's log (and libFuzzer's) keeps at most its last MB MiB: a chatty "
                                  "candidate cannot fill the disk.")
+@click.option("--engine", "engine_spec", default=None, metavar="SPEC",
+              help="Also fuzz this engine's request layer after the campaign: a scenario stage of --max-examples "
+                   "(default 2000) scenarios, findings under OUT/engine/.")
 @interpret_option
 @isolation_options
 def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | None, planner_sizes: int,
@@ -77,7 +80,7 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
             corpus_dir: Path | None, db_dir: Path | None, engines: str, shard: str, jobs: int,
             case_timeout: float, tolerance: str, seed: int | None, fixed_config: bool,
             memory_limit_mb: int | None, max_findings: int, max_examples: int | None, no_shrink: bool,
-            log_limit_mb: float) -> int:
+            log_limit_mb: float, engine_spec: str | None = None) -> int:
     """Run a time-boxed fuzzing campaign (hypothesis + atheris) against a candidate.
 
     The candidate runs in worker subprocesses: a segfault, abort, out-of-memory kill or hang
@@ -135,7 +138,24 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
     if planner_spec is not None and code in (0, 1):
         code = max(code, _nightly_planner(planner_spec, planner_sizes, config, s.get("seed"), not fixed_config,
                                           result.out))
+    if engine_spec is not None and code in (0, 1):
+        code = max(code, _nightly_engine(engine_spec, config, max_examples or NIGHTLY_SCENARIOS, s.get("seed"),
+                                         tolerance, result.out, case_timeout))
     raise SystemExit(code)
+
+
+NIGHTLY_SCENARIOS = 2000
+
+
+def _nightly_engine(spec: str, config, scenarios: int, seed, tolerance: str, out: Path, case_timeout: float) -> int:
+    from kimi_oracle.cli.engine_fuzz import print_stage
+    from kimi_oracle.fuzzers.scenario_fuzz import ScenarioFuzzOptions
+    from kimi_oracle.workflows.engine_stage import engine_stage
+
+    summary = engine_stage(spec, config, out / "engine",
+                           ScenarioFuzzOptions(examples=scenarios, seed=seed, tolerance=tolerance), case_timeout)
+    print_stage(spec, summary, click.echo)
+    return EXIT_OK if summary["verdict"] == "pass" else EXIT_FINDINGS
 
 
 def _nightly_planner(spec: str, sizes: int, config, seed, vary_config: bool, out: Path) -> int:
@@ -150,7 +170,7 @@ def _nightly_planner(spec: str, sizes: int, config, seed, vary_config: bool, out
                                       "versions": versions(), **report.to_dict()})
     for line in report.lines():
         click.echo(line)
-    return 0 if report.ok else 1
+    return EXIT_OK if report.ok else EXIT_FINDINGS
 
 
 @click.group()

@@ -11,8 +11,8 @@ Magnitudes are in levels: one level is one step of the 8-bit input (`checks.leve
 
 from __future__ import annotations
 
-from kimi_oracle.oracle.diagnosis.attribution import (EXPLAINED, EXPLANATIONS, PARTLY_EXPLAINED, Attribution,
-                                                      attribute)
+from kimi_oracle.core.explanation import EXPLAINED, EXPLANATIONS, PARTLY_EXPLAINED
+from kimi_oracle.oracle.diagnosis.attribution import Attribution, attribute
 from kimi_oracle.oracle.diagnosis.catalogue import (_BY_ID, ALL_MODES, BY_ELIMINATION, BY_ID, CATALOGUE,
                                                     CONVERTED_FIRST, MEANINGS, ROOT_CAUSE_IDS, UNEXPLAINED, RootCause,
                                                     Variant, assumed_steps, full_name, meaning, parse_assumption,

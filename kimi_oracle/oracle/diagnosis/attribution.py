@@ -18,8 +18,10 @@ import torch
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
+from kimi_oracle.core.explanation import EXPLAINED, PARTLY_EXPLAINED
 from kimi_oracle.core.geometry import plan
 from kimi_oracle.core.images import ImageSource, load_images
+from kimi_oracle.core.levels import is_sub_level
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.core.threads import one_torch_thread
 from kimi_oracle.oracle.candidates import as_result
@@ -30,9 +32,6 @@ from kimi_oracle.oracle.diagnosis.search import (GREEDY_RUNS, PAIR_FIRST, RESTAR
                                                  Search, _Option)
 from kimi_oracle.pipelines.variants.request import lossy_file
 
-EXPLAINED = "explained"
-PARTLY_EXPLAINED = "partly explained"
-EXPLANATIONS = (EXPLAINED, PARTLY_EXPLAINED, UNEXPLAINED)
 
 
 @dataclass(frozen=True)
@@ -68,7 +67,7 @@ class Attribution:
     @property
     def sub_level(self) -> bool:
         """True when the candidate is everywhere less than one level from the reference."""
-        return self.max_levels < 1.0
+        return is_sub_level(self.max_levels)
 
     @property
     def explanation(self) -> str:

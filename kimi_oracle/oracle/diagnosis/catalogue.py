@@ -15,6 +15,7 @@ from PIL import Image
 
 from kimi_oracle.core.config import FILL_STAGES, PreprocessConfig
 from kimi_oracle.core.errors import AssumptionError
+from kimi_oracle.core.explanation import UNEXPLAINED
 from kimi_oracle.core.geometry import ResizePlan
 from kimi_oracle.core.images import has_alpha
 from kimi_oracle.pipelines.reference import CHECKPOINT, Steps
@@ -22,7 +23,6 @@ from kimi_oracle.pipelines.variants import layout, modes, request
 from kimi_oracle.pipelines.variants import normalize as normalizers
 from kimi_oracle.pipelines.variants import resample as resamplers
 
-UNEXPLAINED = "unexplained"
 BY_ELIMINATION = "by-elimination"
 
 

@@ -18,7 +18,7 @@ from PIL import Image
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import KimiOracleError
 from kimi_oracle.core.result import PreprocessResult
-from kimi_oracle.oracle.checks import update_digest
+from kimi_oracle.oracle.checks import PIXEL_MISMATCH, update_digest
 from kimi_oracle.oracle.diagnosis.attribution import attribute
 from kimi_oracle.oracle.diagnosis.catalogue import UNEXPLAINED
 from kimi_oracle.oracle.diagnosis.search import image_key
@@ -54,7 +54,7 @@ def finding_diagnosis(check: str, stats: Mapping[str, Any] | None, images: Seque
         "residual_mean_levels": _finite_or_none(stats.get("mean_level_diff", 0.0)),
         "attribution": None,
     }
-    if check != "pixel_mismatch" or actual is None or not images:
+    if check != PIXEL_MISMATCH or actual is None or not images:
         return fields
     from kimi_oracle.oracle.grouping import image_at_fault
 

@@ -12,7 +12,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from kimi_oracle.oracle.diagnosis.attribution import EXPLAINED, PARTLY_EXPLAINED
+from kimi_oracle.core.explanation import EXPLAINED, PARTLY_EXPLAINED
+from kimi_oracle.oracle.checks import PIXEL_MISMATCH
 from kimi_oracle.oracle.diagnosis.catalogue import BY_ELIMINATION, ROOT_CAUSE_IDS
 
 
@@ -50,8 +51,8 @@ def _pixel_findings(findings: Iterable[Any]) -> list[tuple[str, Mapping[str, Any
     out = []
     for f in findings:
         get = f.get if isinstance(f, Mapping) else lambda k, f=f: getattr(f, k, None)
-        if get("check") == "pixel_mismatch":
-            out.append((str(get("key") or "pixel_mismatch"), get("attribution") or {}))
+        if get("check") == PIXEL_MISMATCH:
+            out.append((str(get("key") or PIXEL_MISMATCH), get("attribution") or {}))
     return out
 
 

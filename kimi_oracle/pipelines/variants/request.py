@@ -11,10 +11,7 @@ from typing import Callable
 
 from PIL import Image, ImageOps
 
-from kimi_oracle.core.images import call_copy, encoded_bytes
-
-ORIENTATION_TAG = 0x0112  # EXIF Orientation (inputs.requests.ORIENTATION_TAG; oracle cannot import inputs)
-
+from kimi_oracle.core.images import ORIENTATION_TAG, call_copy, encoded_bytes
 
 def exif_orientation(img: Image.Image) -> int:
     """The EXIF Orientation of `img` as Pillow reads it (1 when there is none or it is bad)."""
