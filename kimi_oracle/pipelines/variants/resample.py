@@ -115,43 +115,65 @@ def _cubic(a: float) -> Callable[[np.ndarray], np.ndarray]:
     return k
 
 
-def _filter_weights(n_in: int, n_out: int, kernel: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    # Pillow's placement (centre (i + 0.5)·scale, the filter widened by the scale when downscaling)
+Taps = tuple[np.ndarray, np.ndarray]  # (n_out, K) input indices and their weights
+
+
+def _band(n_in: int, n_out: int, reach: float) -> tuple[np.ndarray, np.ndarray, float]:
+    # each output's input indices within `reach` input pixels of its centre (clipped), the centres
     scale = n_in / n_out
-    ss = max(scale, 1.0)
     centres = (np.arange(n_out) + 0.5) * scale
-    xs = np.arange(n_in) + 0.5
-    w = kernel((xs[None, :] - centres[:, None]) / ss)
-    return w / w.sum(axis=1, keepdims=True)
+    lo = np.clip(np.floor(centres - reach).astype(np.int64), 0, n_in - 1)
+    k = int(np.ceil(2 * reach)) + 2
+    idx = np.minimum(lo[:, None] + np.arange(k)[None, :], n_in - 1)
+    valid = (lo[:, None] + np.arange(k)[None, :]) < n_in
+    return idx, valid, scale
 
 
-def _area_weights(n_in: int, n_out: int) -> np.ndarray:
+def _filter_taps(n_in: int, n_out: int, kernel: Callable[[np.ndarray], np.ndarray], support: float) -> Taps:
+    # Pillow's placement (centre (i + 0.5)·scale, the filter widened by the scale when downscaling)
+    ss = max(n_in / n_out, 1.0)
+    idx, valid, scale = _band(n_in, n_out, support * ss)
+    centres = (np.arange(n_out) + 0.5) * scale
+    w = np.where(valid, kernel((idx + 0.5 - centres[:, None]) / ss), 0.0)
+    return idx, w / w.sum(axis=1, keepdims=True)
+
+
+def _area_taps(n_in: int, n_out: int) -> Taps:
     # OpenCV INTER_AREA: the overlap of each output pixel's source interval with each input pixel
     scale = n_in / n_out
     if scale <= 1.0:  # upscaling: OpenCV falls back to a linear interpolation
-        return _filter_weights(n_in, n_out, lambda x: np.maximum(0.0, 1 - np.abs(x)))
-    lo = np.arange(n_out)[:, None] * scale
-    left = np.arange(n_in)[None, :]
-    return np.clip(np.minimum(lo + scale, left + 1) - np.maximum(lo, left), 0.0, None) / scale
+        return _filter_taps(n_in, n_out, lambda x: np.maximum(0.0, 1 - np.abs(x)), 1.0)
+    idx, valid, _ = _band(n_in, n_out, scale / 2 + 1)
+    left = (np.arange(n_out) * scale)[:, None]
+    w = np.clip(np.minimum(left + scale, idx + 1) - np.maximum(left, idx), 0.0, None) / scale
+    return idx, np.where(valid, w, 0.0)
 
 
-def _separable(arr: np.ndarray, size: Size, weights: Callable[[int, int], np.ndarray]) -> np.ndarray:
-    h, w, c = arr.shape
-    wy, wx = weights(h, size[1]), weights(w, size[0])
-    x = arr.astype(np.float64)
-    y = np.einsum("oh,hwc->owc", wy, x)
-    y = np.einsum("pw,owc->opc", wx, y)
+def _along(x: np.ndarray, taps: Taps, axis: int) -> np.ndarray:
+    idx, w = taps
+    shape = [1] * x.ndim
+    shape[axis] = idx.shape[0]
+    out = np.zeros(x.shape[:axis] + (idx.shape[0],) + x.shape[axis + 1:])
+    for k in range(idx.shape[1]):
+        out += w[:, k].reshape(shape) * np.take(x, idx[:, k], axis=axis)
+    return out
+
+
+def _separable(arr: np.ndarray, size: Size, taps: Callable[[int, int], Taps]) -> np.ndarray:
+    h, w, _ = arr.shape
+    y = _along(arr.astype(np.float64), taps(h, size[1]), 0)
+    y = _along(y, taps(w, size[0]), 1)
     return np.clip(np.rint(y), 0, 255).astype(np.uint8)
 
 
 def opencv_area(arr: np.ndarray, size: Size) -> np.ndarray:
     """OpenCV's INTER_AREA in float (pixel-area averaging when downscaling, linear when
     upscaling), rounded: processors that resize with cv2 to avoid aliasing."""
-    return _separable(arr, size, _area_weights)
+    return _separable(arr, size, _area_taps)
 
 
 def bicubic_a075_antialias(arr: np.ndarray, size: Size) -> np.ndarray:
     """Pillow's antialiased placement with the a = −0.75 cubic (Keys' OpenCV/torch constant) in
     float: ports of Pillow's filter that took the constant from cv2/torch."""
-    return _separable(arr, size, lambda n_in, n_out: _filter_weights(n_in, n_out, _cubic(-0.75)))
+    return _separable(arr, size, lambda n_in, n_out: _filter_taps(n_in, n_out, _cubic(-0.75), 2.0))
 
