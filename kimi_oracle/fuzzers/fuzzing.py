@@ -48,7 +48,7 @@ from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.defaults import fresh_seed
 from kimi_oracle.core.levels import is_sub_level
-from kimi_oracle.core.errors import InputError, KimiOracleError
+from kimi_oracle.core.errors import AssumptionError, InputError, KimiOracleError
 from kimi_oracle.core.files import versions
 from kimi_oracle.core.threads import one_torch_thread
 from kimi_oracle.inputs.draw import (ChoiceSource, DrawOptions, RandomSource,
@@ -60,7 +60,7 @@ from kimi_oracle.oracle.candidates import Candidate, load_candidate
 from kimi_oracle.oracle.checks import (FINDING_KINDS, INVARIANCE,
                                        PIXEL_MISMATCH, TIMEOUT, Tolerance,
                                        Verdict, update_digest)
-from kimi_oracle.oracle.diagnosis import assumed_steps, finding_diagnosis, full_name, infer_profile
+from kimi_oracle.oracle.diagnosis import assumed_steps, finding_diagnosis, full_name, infer_profile, parse_assumption
 from kimi_oracle.oracle.grouping import failure_type, finding_key, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
 from kimi_oracle.results.report import (Finding, finding_summary,
@@ -242,6 +242,8 @@ def finding_from(verdict: Verdict, candidate: str, config: PreprocessConfig, ima
                  raw_inputs: Sequence[bytes | None] = (), assume: Sequence[tuple[str, str]] = ()) -> Finding:
     """A Finding for a failed verdict (`assume`: the variants the reference was taken with)."""
     extra: dict[str, Any] = {}
+    if assume:  # `repro` compares with the same reference
+        extra["assume"] = [full_name(f, v) for f, v in assume]
     if verdict.check == INVARIANCE:
         extra["invariance"] = {"kind": verdict.stats.get("kind"), "indices": verdict.stats.get("indices")}
     diagnosis = finding_diagnosis(str(verdict.check), verdict.stats, images, config,
@@ -1025,6 +1027,17 @@ def _find_harness(exc: BaseException) -> BaseException | None:
 # replay and real files
 
 
+def _case_assumptions(case: dict[str, Any], directory: Path) -> tuple[tuple[str, str], ...]:
+    """The variants a finding's reference was taken with (`fuzz --assume`, case.json's `assume`)."""
+    names = case.get("assume") or []
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise InputError("case.json: assume must be a list of FAMILY/VARIANT strings", source=str(directory))
+    try:
+        return tuple(parse_assumption(n) for n in names)
+    except AssumptionError as exc:
+        raise InputError(f"case.json: {exc}", source=str(directory)) from None
+
+
 def replay_case(case: dict[str, Any], directory: Path, candidate: Candidate, *,
                 tolerance: str | None = None) -> tuple[Verdict, list[Image.Image], PreprocessConfig, list[str]]:
     """Re-run a finding's case.json: (verdict, images, config, notes)."""
@@ -1055,8 +1068,12 @@ def replay_case(case: dict[str, Any], directory: Path, candidate: Candidate, *,
         images.append(stored)
     tol = tolerance or case.get("tolerance") or "exact"
     inv = case.get("check") == INVARIANCE
+    assume = _case_assumptions(case, directory)
+    if assume:
+        notes.append("compared with the reference with " + ", ".join(full_name(f, v) for f, v in assume) + " applied")
     try:
-        verdict = evaluate(candidate, images, config, tol, invariance=True)
+        verdict = evaluate(candidate, images, config, tol, invariance=True,
+                           steps=assumed_steps(config, assume) if assume else None)
     except Rejected as exc:
         raise InputError(f"the reference rejects this case now: {exc}", source=str(directory)) from None
     if inv and verdict.ok:

@@ -230,3 +230,34 @@ def test_four_stacked_steps_the_greedy_search_misses(monkeypatch):
     assert set(result.root_causes) == {"convert-before-resize", "alpha-straight", "resample-float", "normalize-float"}
     monkeypatch.setattr(search.Search, "stacked", lambda self, start: None)
     assert attribute([img], config, out, max_runs=1200).explanation == "partly explained"
+
+
+def test_a_finding_made_under_assume_is_replayed_with_it(tmp_path):
+    import json
+
+    from kimi_oracle.core.errors import InputError
+    from kimi_oracle.fuzzers.fuzzing import replay_case
+
+    options = FuzzOptions(**K25_OPTIONS, assume=(("resample-float", "uint8-aa"),), vary_config=False, shrink=False)
+    candidate = Candidate("torchvision_like", torchvision_like)
+    # a budget of 1 patch (images of two patches or more are resized) and CLIP's statistics (the engine's
+    # float normalization differs from the table)
+    config = dataclasses.replace(PreprocessConfig.k25(), in_patch_limit=1, image_mean=CLIP_RESIZING.image_mean,
+                                 image_std=CLIP_RESIZING.image_std)
+    run = fuzz(candidate, config, options, out_dir=tmp_path)
+    from kimi_oracle.core.geometry import plan
+
+    def resized(f):
+        return any((img.width, img.height) != (p.new_w, p.new_h) for img in f.images
+                   for p in [plan(img.width, img.height, f.config)])
+
+    # a finding on a resized image: there the plain reference differs by the resampler as well
+    f = next(f for f in run.findings if f.check == "pixel_mismatch" and resized(f))
+    case = json.loads((f.path / "case.json").read_text())
+    assert case["assume"] == ["resample-float/uint8-aa"]
+    verdict, _, _, notes = replay_case(case, f.path, candidate)
+    # the same finding: the normalization's float rounding only, as found (not the resampler)
+    assert not verdict.ok and verdict.stats["max_level_diff"] == pytest.approx(f.stats["max_level_diff"])
+    assert verdict.stats["max_level_diff"] < 1 and any("uint8-aa" in n for n in notes)
+    with pytest.raises(InputError, match="no variant"):
+        replay_case({**case, "assume": ["resample-float/nope"]}, f.path, candidate)
