@@ -18,7 +18,7 @@ from kimi_oracle.core.errors import AssumptionError
 from kimi_oracle.core.explanation import UNEXPLAINED
 from kimi_oracle.core.geometry import ResizePlan
 from kimi_oracle.core.images import has_alpha
-from kimi_oracle.pipelines.reference import CHECKPOINT, Steps
+from kimi_oracle.pipelines.reference import CHECKPOINT, EIGHT_BIT_MODES, Steps
 from kimi_oracle.pipelines.variants import layout, modes, request
 from kimi_oracle.pipelines.variants import normalize as normalizers
 from kimi_oracle.pipelines.variants import resample as resamplers
@@ -71,6 +71,13 @@ class RootCause:
 
 def _resized(img: Image.Image, p: ResizePlan) -> bool:
     return img.size != (p.new_w, p.new_h)
+
+
+def _eight_bit_resize(img: Image.Image, config: PreprocessConfig, steps: Steps) -> bool:
+    """False only when the image surely reaches Pillow's own resize of its mode (16- and 32-bit,
+    LAB, PA, P, 1 kept in their mode): no 8-bit resampler variant can change it then."""
+    return (img.mode in EIGHT_BIT_MODES or img.mode in steps.convert_first or bool(steps.prepare)
+            or (steps.stage or config.fill_stage) == "before_resize")
 
 
 def _composited(img: Image.Image, config: PreprocessConfig) -> bool:
@@ -166,14 +173,14 @@ CATALOGUE: tuple[RootCause, ...] = (
             ("pillow-nearest", resamplers.pillow_nearest),
             ("opencv-area", resamplers.opencv_area),
         ))),
-        lambda img, p, config, steps: _resized(img, p),
+        lambda img, p, config, steps: _resized(img, p) and _eight_bit_resize(img, config, steps),
         reference="pillow-bicubic",
     ),
     RootCause(
         "alpha-straight",
         "images with alpha resized without premultiplying, so hidden colours bleed",
         _fixed(Variant("straight-alpha", lambda s: s.replace(straight_alpha=True))),
-        lambda img, p, config, steps: _resized(img, p) and has_alpha(img),
+        lambda img, p, config, steps: _resized(img, p) and has_alpha(img) and _eight_bit_resize(img, config, steps),
     ),
     RootCause(
         "palette-bicubic",
