@@ -27,7 +27,7 @@ from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT
 from kimi_oracle.core.errors import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, InputError, KimiOracleError
 from kimi_oracle.core.text import rich_text, safe_text
 from kimi_oracle.inputs.generators import DEFAULT_MAX_SIDE, MODES
-from kimi_oracle.oracle.checks import FINDING_KINDS, REPORTED_ONLY, Tolerance, ToleranceError, failing
+from kimi_oracle.oracle.kinds import FINDING_KINDS, REPORTED_ONLY, Tolerance, ToleranceError, failing
 
 CANDIDATE_HELP = ("reference | gpu | eager | sglang-0.5.23 | package.module:function | path/to/file.py:function | "
                   "a module with preprocess() | an installed entry point's name (kimi_oracle.candidates)")
@@ -233,7 +233,8 @@ def register(group: click.Group) -> None:
     @click.option("--db", "db_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                   help="Hypothesis example database (default OUT/hypothesis-db; failures replay first).")
     @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                  help="Write a machine-readable summary here.")
+                  help="Write a machine-readable summary here (its `time`: seconds in the candidate, the "
+                       "reference, diagnosis, shrinking, writing and the harness).")
     @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="Write JUnit XML (one test case per check) here.")
     @click.option("--max-images", type=click.IntRange(1, 16), default=3, show_default=True,
@@ -272,8 +273,6 @@ def register(group: click.Group) -> None:
         drawn in bulk, each plan compared field by field with the checkpoint's; sizes the
         checkpoint rejects are reported, not failed.
         """
-        from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
-
         if engine_spec is not None:
             if candidate_spec is not None or planner_spec is not None or budget is not None:
                 raise click.UsageError("--engine fuzzes a request layer for --examples scenarios; give it without "
@@ -288,9 +287,9 @@ def register(group: click.Group) -> None:
             raise click.UsageError("--mixed-configs, --pixels and --markdown go with --engine")
         if candidate_spec is None and planner_spec is None:
             raise click.UsageError("give --candidate SPEC, --planner SPEC, --engine SPEC, or a combination")
-        setup_interpret(interpret)
         config = resolve_config(profile, config_path)
         if candidate_spec is None:
+            setup_interpret(interpret)
             return _planner_only(planner_spec, planner_sizes, config, seed, fixed_config, json_path, junit_path)
         budget_s = parse_duration(budget) if budget else None
         mode_list = tuple(MODES)
@@ -300,6 +299,10 @@ def register(group: click.Group) -> None:
             if bad or not mode_list:
                 raise click.BadParameter(f"unknown mode(s) {', '.join(bad) or '(none)'}; known: {', '.join(MODES)}",
                                          param_hint="--modes")
+        # Here, after the usage checks: a usage error or a bad config imports no torch.
+        setup_interpret(interpret)
+        from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
+
         options = FuzzOptions(
             examples=examples, budget_s=budget_s, seed=seed, tolerance=tolerance, vary_config=not fixed_config,
             max_images=max_images, max_side=max_side, modes=mode_list, invariance=not no_invariance,
@@ -423,10 +426,13 @@ def register(group: click.Group) -> None:
                           soft_wrap=True)
             for line in lines[1:]:
                 console.print(rich_text("  " + line), soft_wrap=True)
+            if f.root_causes:  # diagnosed now (a fuzz run may have deferred it: its budget's share spent)
+                console.print(rich_text("  root causes: " + ", ".join(f.root_causes)), soft_wrap=True)
             code = EXIT_FINDINGS
         if json_path is not None:
             write_json(json_path, {"finding": str(directory), "candidate": spec, "was": was,
-                                   "verdict": verdict.to_dict(), "notes": notes})
+                                   "verdict": verdict.to_dict(), "notes": notes,
+                                   "root_causes": None if verdict.ok else list(f.root_causes)})
         return code
 
     @group.command("check")
@@ -457,10 +463,8 @@ def register(group: click.Group) -> None:
 
         from kimi_oracle.core.files import utc_now, versions
         from kimi_oracle.core.images import decode, read_file
-        from kimi_oracle.fuzzers.fuzzing import check_images
         from kimi_oracle.results.report import finding_summary, root_cause_rows
 
-        setup_interpret(interpret)
         config = resolve_config(profile, config_path)
         files, skipped = _expand(paths)
         for line in skipped[:20]:
@@ -477,6 +481,12 @@ def register(group: click.Group) -> None:
                 loaded.append((str(path), decode(raw, name=str(path)), raw))
             except InputError as exc:
                 errors.append(str(exc))
+        if not loaded:  # refused before the candidate starts (and before torch is imported)
+            more = f" (and {len(errors) - 1} more unreadable)" if len(errors) > 1 else ""
+            raise InputError(f"no readable image: {errors[0]}{more}")
+        setup_interpret(interpret)
+        from kimi_oracle.fuzzers.fuzzing import check_images
+
         started = time.monotonic()
         with _open_with_form(candidate_spec, case_timeout, memory_limit_mb, input_form) as candidate:
             checked = check_images(candidate, loaded, config, tolerance or "exact",

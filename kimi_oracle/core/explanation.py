@@ -12,5 +12,7 @@ EXPLAINED = "explained"
 PARTLY_EXPLAINED = "partly explained"
 UNEXPLAINED = "unexplained"
 EXPLANATIONS = (EXPLAINED, PARTLY_EXPLAINED, UNEXPLAINED)
+# A finding whose diagnosis a fuzz budget's diagnosis share left for later (`repro` makes it).
+DEFERRED = "deferred"
 
-__all__ = ["EXPLAINED", "EXPLANATIONS", "PARTLY_EXPLAINED", "UNEXPLAINED"]
+__all__ = ["DEFERRED", "EXPLAINED", "EXPLANATIONS", "PARTLY_EXPLAINED", "UNEXPLAINED"]

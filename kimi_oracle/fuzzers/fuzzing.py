@@ -13,20 +13,27 @@ How a run goes:
    config), never on the candidate or on what earlier examples found: two candidates fuzzed with
    the same seed and example count see the same cases (the gate relies on it). Invariances run on
    every `invariance_every`-th example (i % invariance_every == 0), differential checks on all.
-   A group's first case is diagnosed when it is met (that time is what publishing the group is
-   expected to take); its simplest failing case (shortest choice list) is kept for shrinking.
+   A group's simplest failing case (shortest choice list) is kept for shrinking; `fuzz_pair`
+   also diagnoses its first case when it is met (that time is what publishing the group is
+   expected to take), `fuzz` only when it publishes (the mean publishing time so far is then
+   the expectation).
    With a database (or two runs differing in it) the generated examples are fewer, not others.
 3. Shrinking: the simplest failing case of each new failure group (`oracle.grouping.finding_key`)
    is handed to hypothesis as a recorded choice sequence (`inputs.strategies`), which replays it
    and shrinks it; other groups' failures are ignored while one group is shrunk.
 4. Publishing: one finding per group, diagnosed, written under `out_dir`; a first case with root
-   causes the shrunk one lost is a finding of its own (`_lost_causes`).
+   causes the shrunk one lost is a finding of its own (`_lost_causes`). In `fuzz`, each case is
+   diagnosed once, a database's earlier diagnosis of the same case and result is reused
+   (`fuzzers.publishing.DiagnosisStore`), at most `DIAGNOSIS_SHARE` of a budget goes to
+   diagnoses (later findings carry the levels and an attribution saying it was deferred), and
+   the folders are written by a background thread (all written when `fuzz` returns).
+   `FuzzRun.time` says where the time went (`fuzzers.publishing.RunTimes`).
 
 Counts and budgets: `examples` = N exactly (saved failures replayed + generated examples;
 rejected and hanging-skipped ones included); shrinking is counted apart in `shrink_calls` (and in
 `calls`, every evaluation). A budget covers the whole run, shrinking and publishing included: the
-search stops at `SEARCH_SHARE` of it once something waits to be shrunk (or earlier, at twice the
-waiting groups' diagnosis time), else at the end; no example starts that would end past it (as
+search stops at `SEARCH_SHARE` of it once something waits to be shrunk (or earlier, when what is
+left is what publishing the waiting groups is expected to take), else at the end; no example starts that would end past it (as
 long as the longest of its kind so far). The rest is shared among the groups, each shrink
 stopping (with its smallest case so far) before a step would pass its deadline; time left over
 goes back to the search.
@@ -35,6 +42,7 @@ goes back to the search.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import time
@@ -60,15 +68,20 @@ from kimi_oracle.oracle.candidates import Candidate, load_candidate
 from kimi_oracle.oracle.checks import (FINDING_KINDS, INVARIANCE,
                                        PIXEL_MISMATCH, TIMEOUT, Tolerance,
                                        Verdict, update_digest)
+from kimi_oracle.fuzzers.publishing import Publisher
 from kimi_oracle.oracle.diagnosis import assumed_steps, finding_diagnosis, full_name, infer_profile, parse_assumption
 from kimi_oracle.oracle.grouping import failure_type, finding_key, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
+from kimi_oracle.pipelines import reference
 from kimi_oracle.results.report import (Finding, finding_summary,
                                         root_cause_rows, summary_markdown,
                                         write_finding)
 
 # Share of a budget the search gets once a failure waits to be shrunk (the rest shrinks).
 SEARCH_SHARE = 0.8
+# fuzz(): findings are diagnosed when published, not when met, and at most this share of a budget
+# goes to diagnoses (a finding published past it carries no attribution: `repro` diagnoses it).
+DIAGNOSIS_SHARE = 0.1
 # How often (seconds of the clock) the search measures its overhead under FuzzOptions.overhead_s,
 # and how far back each check reads the candidates' spans again (they arrive with the answers).
 OVERHEAD_CHECK_S = 0.25
@@ -136,6 +149,10 @@ class FuzzOptions:
     overhead_s: float | None = None
     at_work: Callable[[float, float], float] | None = None
     overhead_min_examples: int = 0  # examples the search runs whatever the allowance (a floor)
+    # fuzz() under a budget: the share of it diagnoses may take (later findings are published with
+    # their levels only, `attribution: {"deferred": ...}`); None: every reported finding is
+    # diagnosed (the gate's absolute verdict reads their root causes).
+    diagnosis_share: float | None = DIAGNOSIS_SHARE
     # (family, variant) pairs of the diagnosis catalogue the reference is taken with (`--assume`):
     # the candidate is compared with the reference with those variants applied.
     assume: tuple[tuple[str, str], ...] = ()
@@ -178,6 +195,9 @@ class FuzzRun:
     outcomes: dict[int, str] = field(default_factory=dict)
     stopped: str = "examples"
     started: str = ""
+    # where the time went (fuzzers.publishing.RunTimes: candidate, reference, diagnosis,
+    # shrinking, writing, harness), set at the end of the run
+    time: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -218,6 +238,7 @@ class FuzzRun:
             "search_s": round(self.search_s, 3),
             "stopped": self.stopped,
             "started": self.started,
+            "time": dict(self.time),
             "counts": self.counts(),
             "root_causes": root_cause_rows(self.findings),
             "assume": [full_name(f, v) for f, v in self.options.assume],
@@ -239,15 +260,18 @@ class FuzzRun:
 def finding_from(verdict: Verdict, candidate: str, config: PreprocessConfig, images: Sequence[Image.Image], *,
                  params: Sequence[dict | None] | None = None, tolerance: str = "exact", engine: str = "hypothesis",
                  seed: int | None = None, example: int | None = None, sources: Sequence[str | None] = (),
-                 raw_inputs: Sequence[bytes | None] = (), assume: Sequence[tuple[str, str]] = ()) -> Finding:
-    """A Finding for a failed verdict (`assume`: the variants the reference was taken with)."""
+                 raw_inputs: Sequence[bytes | None] = (), diagnosis: dict[str, Any] | None = None,
+                 assume: Sequence[tuple[str, str]] = ()) -> Finding:
+    """A Finding for a failed verdict (`diagnosis`: its fields when made already; `assume`: the
+    variants the reference was taken with)."""
     extra: dict[str, Any] = {}
     if assume:  # `repro` compares with the same reference
         extra["assume"] = [full_name(f, v) for f, v in assume]
     if verdict.check == INVARIANCE:
         extra["invariance"] = {"kind": verdict.stats.get("kind"), "indices": verdict.stats.get("indices")}
-    diagnosis = finding_diagnosis(str(verdict.check), verdict.stats, images, config,
-                                  expected=verdict.expected, actual=verdict.actual, assume=assume)
+    if diagnosis is None:
+        diagnosis = finding_diagnosis(str(verdict.check), verdict.stats, images, config,
+                                      expected=verdict.expected, actual=verdict.actual, assume=assume)
     return Finding(
         check=str(verdict.check),
         message=verdict.message,
@@ -283,11 +307,13 @@ def _database(directory: Path) -> Any:
 
 
 def _namespace(candidate: Candidate, config: PreprocessConfig, options: FuzzOptions, tol: Tolerance) -> bytes:
-    """The database key of a run's saved failures: one per candidate, profile, drawing options and
-    tolerance, so that a replay is relevant."""
-    return ("fuzz-cases:" + hashlib.sha256(json.dumps(
-        [candidate.spec, config.to_hf_json(), dataclasses.asdict(options.draw_options()), str(tol)],
-        sort_keys=True).encode()).hexdigest()[:32]).encode()
+    """The database key of a run's saved failures: one per candidate, profile, drawing options,
+    tolerance and assumed variants (`--assume`; none: the key as before), so that a replay is
+    relevant (and a stored diagnosis is the same reference's)."""
+    parts: list[Any] = [candidate.spec, config.to_hf_json(), dataclasses.asdict(options.draw_options()), str(tol)]
+    if options.assume:
+        parts.append([list(pair) for pair in options.assume])
+    return ("fuzz-cases:" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]).encode()
 
 
 def _seed_database(choices: Sequence[int]) -> Any:
@@ -379,6 +405,10 @@ class _Engine:
         # fuzz_pair: the baseline's engine, judged on every generated example of this one in lockstep
         self.partner: _Engine | None = None
         self.db_key = _namespace(candidate, config, options, self.tol)
+        # fuzz_pair: each group's first case is diagnosed when met (the gate compares root causes
+        # of first and shrunk cases, NEW's and OLD's); fuzz(): when published, within a budget.
+        self.eager_diagnosis = False
+        self.publisher = Publisher(self.clock, options.db_dir, options.diagnosis_share)
 
     # -- one evaluation
 
@@ -468,12 +498,20 @@ class _Engine:
         self.first_cases[group] = record
         if check == TIMEOUT and len(images) == 1:
             self.hanging.add(mode_class(images[0]))
+        if not self.eager_diagnosis:
+            # Diagnosed when published (fuzz()): publishing is expected to take what it took so far.
+            record.cost = self.publisher.estimate()
+            return
         # The first case is diagnosed when it is met: its finding is published as is when the
         # case is not shrunk, its root causes are compared with the shrunk case's, and what it
         # cost tells the budget how long publishing this group will take.
         began = self.clock()
         record.finding = self.finding(record)
         record.cost = self.clock() - began
+
+    def diagnosis_spent(self) -> bool:
+        """fuzz() under a budget: whether the diagnoses have had their share of it."""
+        return not self.eager_diagnosis and self.publisher.spent(self.budget)
 
     # -- stages
 
@@ -490,7 +528,14 @@ class _Engine:
         if not self.records and not (self.partner is not None and self.partner.records):
             return left <= 0 or next_cost > left + 1e-6  # (1 µs: sums of float clock readings)
         shrinking = (1 - SEARCH_SHARE) * self.budget if self.options.shrink else 0.0
-        return left <= max(shrinking, 2 * self.waiting()) or next_cost > left + 1e-6
+        return left <= max(shrinking, self.publishing()) or next_cost > left + 1e-6
+
+    def publishing(self) -> float:
+        """What publishing the waiting groups will take: fuzz(), their count times the expected
+        time of one; fuzz_pair, twice what diagnosing their first cases took (`waiting`)."""
+        if not self.eager_diagnosis:
+            return len(self.first_cases) * self.publisher.estimate() + self.publisher.backlog()
+        return 2 * self.waiting()
 
     def waiting(self) -> float:
         """What diagnosing the waiting groups' first cases took (the partner's too): publishing
@@ -525,7 +570,7 @@ class _Engine:
         elapsed = now - self.start
         # What settling will add (mostly the harness's: hypothesis, the reference, diagnoses):
         # the share of the run it gets under a budget, or publishing the waiting groups.
-        settling = max(elapsed * (1 - SEARCH_SHARE) / SEARCH_SHARE if options.shrink else 0.0, 2 * self.waiting())
+        settling = max(elapsed * (1 - SEARCH_SHARE) / SEARCH_SHARE if options.shrink else 0.0, self.publishing())
         if spent + settling < options.overhead_s:
             return False
         took = elapsed + settling
@@ -761,14 +806,24 @@ class _Engine:
 
     def finding(self, record: _Record) -> Finding:
         case = record.case  # fresh images: the candidate may have altered the ones it was given
-        return finding_from(record.verdict, self.candidate.spec, case.config, case.make_images(),
+        images = case.make_images()
+        return finding_from(record.verdict, self.candidate.spec, case.config, images,
                             params=[p.to_dict() for p in case.images], tolerance=str(self.tol),
-                            seed=self.run.seed, example=record.example, assume=self.options.assume)
+                            seed=self.run.seed, example=record.example,
+                            diagnosis=self.diagnosis(record, images), assume=self.options.assume)
+
+    def diagnosis(self, record: _Record, images: list[Image.Image]) -> dict[str, Any]:
+        """The diagnosis fields of a record's finding (`fuzzers.publishing.Publisher.diagnose`;
+        fuzz_pair: always a new one)."""
+        budget = None if self.eager_diagnosis else self.budget
+        return self.publisher.diagnose(record.verdict, images, record.case.config, (self.db_key, record.choices),
+                                       budget, functools.partial(finding_diagnosis, assume=self.options.assume))
 
     def publish(self, group: str, past_end: bool = False) -> None:
         """The group's finding (and, when shrinking lost root causes, its first case's), written.
         `past_end`: the settle's time is spent."""
         run, out_dir = self.run, self.out_dir
+        began = self.clock()
         record = self.records[group]
         first = self.first_cases.pop(group, None)
         if record.finding is None and not record.shrunk and first is not None and first.finding is not None and past_end:
@@ -782,11 +837,14 @@ class _Engine:
         if seen.get("max") is not None and finding.max_levels is not None:
             finding.max_levels_seen = max(float(seen["max"]), float(finding.max_levels))
         if out_dir is not None:
-            write_finding(out_dir, finding)
+            self.publisher.writer.submit(write_finding, out_dir, finding)
         run.findings.append(finding)
-        # The first case of a key was attributed when it was met: root causes that shrinking
-        # lost (a small opaque image cannot show straight alpha) are a finding of their own,
-        # with that unshrunk case as its repro.
+        # The first case of a key was attributed when it was met (fuzz(): now, while the
+        # diagnosis share lasts): root causes that shrinking lost (a small opaque image cannot
+        # show straight alpha) are a finding of their own, with that unshrunk case as its repro.
+        if (first is not None and first is not record and first.finding is None and finding.check == PIXEL_MISMATCH
+                and self.options.shrink and not self.eager_diagnosis and not self.diagnosis_spent()):
+            first.finding = self.finding(first)
         if (first is not None and first is not record and first.finding is not None
                 and finding.check == PIXEL_MISMATCH and self.options.shrink):
             extra_finding = first.finding
@@ -798,8 +856,9 @@ class _Engine:
                 extra_finding.hits = finding.hits
                 extra_finding.max_levels_seen = finding.max_levels_seen
                 if out_dir is not None:
-                    write_finding(out_dir, extra_finding)
+                    self.publisher.writer.submit(write_finding, out_dir, extra_finding)
                 run.findings.append(extra_finding)
+        self.publisher.costs.append(self.clock() - began)
 
     def settle(self, shrink: bool = True, until: float | None = None, keep: Collection[str] = ()) -> None:
         """Shrink (unless off, interrupted or replayed from the database), save and publish every
@@ -822,11 +881,14 @@ class _Engine:
                     # The first case's diagnosis time stands for each group's publishing time.
                     now = self.clock()
                     to_shrink = [g for g in groups[k:] if g not in keep]
-                    reserve = sum(self.first_cases.get(g, self.records[g]).cost for g in to_shrink)
+                    reserve = (sum(self.first_cases.get(g, self.records[g]).cost for g in to_shrink)
+                               if self.eager_diagnosis
+                               else len(to_shrink) * self.publisher.estimate() + self.publisher.backlog())
                     deadline = now + (end - now - reserve) / len(to_shrink)
                 try:
                     if deadline is None or deadline > self.clock():
-                        self.shrink(group, deadline)
+                        with self.publisher.times.shrinking.span():
+                            self.shrink(group, deadline)
                 except _HarnessAbort as exc:
                     abort = exc
                 except KeyboardInterrupt:
@@ -917,6 +979,29 @@ def _fuzz(candidate: Candidate | str, config: PreprocessConfig, options: FuzzOpt
             baseline = load_candidate(baseline)
         partner = engine.partner = _Engine(baseline, config, options, None, None)
         partner.run.seed, partner.start = engine.run.seed, engine.start
+        engine.eager_diagnosis = partner.eager_diagnosis = True
+    else:
+        # fuzz(): finding folders are written by a background thread while the run goes on
+        engine.publisher = Publisher(engine.clock, options.db_dir, options.diagnosis_share, background=True)
+    run, publisher = engine.run, engine.publisher
+    try:
+        with publisher.times.reference_timed(reference):
+            abort = _search_and_settle(engine, partner, options)
+    finally:
+        publisher.writer.close()  # every queued folder is written (or its error raised) before the run ends
+    run.elapsed_s = engine.clock() - engine.start  # (the last writes included)
+    run.time = publisher.times.to_dict(getattr(engine.candidate, "activity", None))
+    if abort is not None:
+        raise abort.error from None
+    if partner is not None:
+        partner.run.search_s, partner.run.elapsed_s, partner.run.stopped = run.search_s, run.elapsed_s, run.stopped
+        return run, partner.run
+    return run
+
+
+def _search_and_settle(engine: _Engine, partner: _Engine | None, options: FuzzOptions) -> _HarnessAbort | None:
+    """The search and settle passes of a run (fuzz, fuzz_pair); a harness error is returned (the
+    caller raises it once the writes have ended)."""
     run = engine.run
     target = options.max_examples()
     abort: _HarnessAbort | None = None
@@ -956,12 +1041,7 @@ def _fuzz(candidate: Candidate | str, config: PreprocessConfig, options: FuzzOpt
         run.stopped = "interrupted"
     run.search_s = search_s
     run.elapsed_s = engine.clock() - engine.start
-    if abort is not None:
-        raise abort.error from None
-    if partner is not None:
-        partner.run.search_s, partner.run.elapsed_s, partner.run.stopped = run.search_s, run.elapsed_s, run.stopped
-        return run, partner.run
-    return run
+    return abort
 
 
 def _settle_pair(engine: _Engine, partner: _Engine, shrink: bool) -> None:

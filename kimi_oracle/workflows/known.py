@@ -24,8 +24,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from kimi_oracle.core.errors import AssumptionError, InputError
 from kimi_oracle.core.files import atomic_write_text
 from kimi_oracle.core.levels import is_sub_level
-from kimi_oracle.oracle.checks import ACCEPTS_INVALID, PIXEL_MISMATCH
 from kimi_oracle.oracle.diagnosis import parse_assumption
+from kimi_oracle.oracle.kinds import ACCEPTS_INVALID, PIXEL_MISMATCH
 from kimi_oracle.results.report import cause_entries, cause_levels
 
 KNOWN_SCHEMA = "kimi-oracle.known"

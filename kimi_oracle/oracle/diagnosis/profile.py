@@ -51,8 +51,9 @@ def _pixel_findings(findings: Iterable[Any]) -> list[tuple[str, Mapping[str, Any
     out = []
     for f in findings:
         get = f.get if isinstance(f, Mapping) else lambda k, f=f: getattr(f, k, None)
-        if get("check") == PIXEL_MISMATCH:
-            out.append((str(get("key") or PIXEL_MISMATCH), get("attribution") or {}))
+        attribution = get("attribution") or {}
+        if get("check") == PIXEL_MISMATCH and "deferred" not in attribution:  # (not diagnosed: not judged)
+            out.append((str(get("key") or PIXEL_MISMATCH), attribution))
     return out
 
 
