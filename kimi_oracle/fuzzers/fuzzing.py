@@ -271,7 +271,8 @@ def finding_from(verdict: Verdict, candidate: str, config: PreprocessConfig, ima
         extra["invariance"] = {"kind": verdict.stats.get("kind"), "indices": verdict.stats.get("indices")}
     if diagnosis is None:
         diagnosis = finding_diagnosis(str(verdict.check), verdict.stats, images, config,
-                                      expected=verdict.expected, actual=verdict.actual, assume=assume)
+                                      expected=verdict.expected, actual=verdict.actual,
+                                      **({"assume": tuple(assume)} if assume else {}))
     return Finding(
         check=str(verdict.check),
         message=verdict.message,
@@ -817,7 +818,8 @@ class _Engine:
         fuzz_pair: always a new one)."""
         budget = None if self.eager_diagnosis else self.budget
         return self.publisher.diagnose(record.verdict, images, record.case.config, (self.db_key, record.choices),
-                                       budget, functools.partial(finding_diagnosis, assume=self.options.assume))
+                                       budget, functools.partial(finding_diagnosis, assume=self.options.assume)
+                                       if self.options.assume else finding_diagnosis)
 
     def publish(self, group: str, past_end: bool = False) -> None:
         """The group's finding (and, when shrinking lost root causes, its first case's), written.
