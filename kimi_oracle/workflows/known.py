@@ -24,7 +24,6 @@ from typing import Any, Iterable, Mapping, Sequence
 from kimi_oracle.core.errors import AssumptionError, InputError
 from kimi_oracle.core.files import atomic_write_text
 from kimi_oracle.core.levels import is_sub_level
-from kimi_oracle.oracle.diagnosis import parse_assumption
 from kimi_oracle.oracle.kinds import ACCEPTS_INVALID, PIXEL_MISMATCH
 from kimi_oracle.results.report import cause_entries, cause_levels
 
@@ -437,6 +436,10 @@ def _check_variant(path: Path, where: str, root_cause: str, variant: Any) -> Non
     """A known entry's `variant`: a string naming a variant of the root cause's step family."""
     if not isinstance(variant, str) or not variant.strip():
         raise _bad(path, f"{where}.variant", f"must be a non-empty string, got {variant!r}")
+    # The catalogue needs torch: imported only when a file names a variant, so that the CLI's
+    # usage errors and refusals start without it (tests/test_cli_startup.py).
+    from kimi_oracle.oracle.diagnosis import parse_assumption
+
     try:
         parse_assumption(f"{root_cause}={variant}")
     except AssumptionError as exc:
