@@ -36,6 +36,10 @@ TOLERANCE_HELP = ("exact (bit for bit) | levels:K (within K uint8 levels) | bf16
 STRICT_HELP = ("Also fail (exit 1) on accepts_invalid findings: a result for an input the checkpoint rejects "
                "(by default reported, exit 0 when it is the only kind found).")
 
+ASSUME_HELP = ("Compare against the reference with this step variant of the diagnosis catalogue applied "
+               "(repeatable; e.g. resample-float=uint8-aa, normalize-float='(x/255-mean)/std'): a known "
+               "difference silenced, to see what is left. Families and variants: docs/diagnosis.md.")
+
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm",
                   ".pnm", ".ico", ".tga", ".jp2", ".avif", ".heic", ".psd", ".im", ".pcx", ".sgi", ".dds"}
 
@@ -51,6 +55,38 @@ def _tolerance(ctx: click.Context, param: click.Parameter, value: str | None) ->
         return str(Tolerance.parse(value))
     except ToleranceError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+def _assumptions(ctx: click.Context, param: click.Parameter, value: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    if not value:  # the catalogue imports torch: not for a run that assumes nothing
+        return ()
+    from kimi_oracle.core.errors import AssumptionError
+    from kimi_oracle.oracle.diagnosis import parse_assumption
+
+    out: list[tuple[str, str]] = []
+    for text in value or ():
+        try:
+            pair = parse_assumption(text)
+        except AssumptionError as exc:
+            raise click.BadParameter(str(exc)) from None
+        if any(family == pair[0] for family, _ in out):
+            raise click.BadParameter(f"{text!r}: family {pair[0]!r} assumed twice")
+        out.append(pair)
+    return tuple(out)
+
+
+def _print_pipeline(summary: dict[str, Any]) -> None:
+    """The candidate's inferred pipeline (the fewest variants explaining the findings) and the
+    pixel findings it does not explain."""
+    if not summary.get("pipeline") and not summary.get("pipeline_apart"):
+        return
+    console = _stdout_console()
+    console.print(rich_text("inferred pipeline: " + (summary.get("pipeline_summary") or "(none)")), style="bold")
+    if summary.get("pipeline_apart"):
+        console.print(rich_text("  not explained by it: " + ", ".join(summary["pipeline_apart"])))
+    if summary.get("assume"):
+        console.print(rich_text("  assumed (compared with the reference with these applied): "
+                                + ", ".join(summary["assume"])))
 
 
 def _stderr_console():
@@ -189,6 +225,8 @@ def register(group: click.Group) -> None:
                                           "(dev 25, ci 100, nightly 2000).")
     @click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed (default: random, printed).")
     @click.option("--tolerance", default="exact", show_default=True, callback=_tolerance, help=TOLERANCE_HELP)
+    @click.option("--assume", "assume", multiple=True, metavar="FAMILY=VARIANT", callback=_assumptions,
+                  help=ASSUME_HELP)
     @click.option("--strict", is_flag=True, help=STRICT_HELP)
     @click.option("--fixed-config", is_flag=True,
                   help="Use the profile/config as is (default: vary budget, side cap, background, fill stage).")
@@ -220,9 +258,9 @@ def register(group: click.Group) -> None:
     @isolation_options
     def fuzz_cmd(candidate_spec: str | None, planner_spec: str | None, planner_sizes: int | None,
                  profile: str | None, config_path: Path | None, examples: int | None,
-                 budget: str | None, hypothesis_profile: str, seed: int | None, tolerance: str, strict: bool,
-                 fixed_config: bool, out_dir: Path, db_dir: Path | None, json_path: Path | None,
-                 junit_path: Path | None, max_images: int, max_side: int, modes: str | None, no_invariance: bool,
+                 budget: str | None, hypothesis_profile: str, seed: int | None, tolerance: str,
+                 assume: tuple[tuple[str, str], ...], strict: bool, fixed_config: bool, out_dir: Path,
+                 db_dir: Path | None, json_path: Path | None, junit_path: Path | None, max_images: int, max_side: int, modes: str | None, no_invariance: bool,
                  no_shrink: bool, group_by: str, stop_early: bool, input_form: str | None, interpret: bool | None,
                  case_timeout: float, memory_limit_mb: int | None, engine_spec: str | None = None,
                  mixed_configs: bool = False, pixels: bool = False, markdown_path: Path | None = None) -> int:
@@ -272,7 +310,7 @@ def register(group: click.Group) -> None:
             max_images=max_images, max_side=max_side, modes=mode_list, invariance=not no_invariance,
             shrink=not no_shrink, hypothesis_profile=hypothesis_profile,
             split_by_mode=group_by == "mode", keep_searching=not stop_early,
-            db_dir=db_dir if db_dir is not None else out_dir / "hypothesis-db",
+            db_dir=db_dir if db_dir is not None else out_dir / "hypothesis-db", assume=assume,
         )
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -311,6 +349,7 @@ def register(group: click.Group) -> None:
         _print_findings_table(f"kimi-oracle fuzz: {candidate.spec} vs reference ({config.describe()}, "
                               f"tolerance {tolerance}, config variation {'off' if fixed_config else 'on'})",
                               run.findings, FINDING_KINDS, run.first_found, footer, strict)
+        _print_pipeline(summary)
         if planner_report is not None:
             _print_planner(planner_report)
         if run.stopped == "interrupted":

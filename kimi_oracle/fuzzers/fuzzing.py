@@ -42,6 +42,7 @@ goes back to the search.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import time
@@ -55,7 +56,7 @@ from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.defaults import fresh_seed
 from kimi_oracle.core.levels import is_sub_level
-from kimi_oracle.core.errors import InputError, KimiOracleError
+from kimi_oracle.core.errors import AssumptionError, InputError, KimiOracleError
 from kimi_oracle.core.files import versions
 from kimi_oracle.core.threads import one_torch_thread
 from kimi_oracle.inputs.draw import (ChoiceSource, DrawOptions, RandomSource,
@@ -68,7 +69,7 @@ from kimi_oracle.oracle.checks import (FINDING_KINDS, INVARIANCE,
                                        PIXEL_MISMATCH, TIMEOUT, Tolerance,
                                        Verdict, update_digest)
 from kimi_oracle.fuzzers.publishing import Publisher
-from kimi_oracle.oracle.diagnosis import finding_diagnosis
+from kimi_oracle.oracle.diagnosis import assumed_steps, finding_diagnosis, full_name, infer_profile, parse_assumption
 from kimi_oracle.oracle.grouping import failure_type, finding_key, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
 from kimi_oracle.pipelines import reference
@@ -152,6 +153,9 @@ class FuzzOptions:
     # their levels only, `attribution: {"deferred": ...}`); None: every reported finding is
     # diagnosed (the gate's absolute verdict reads their root causes).
     diagnosis_share: float | None = DIAGNOSIS_SHARE
+    # (family, variant) pairs of the diagnosis catalogue the reference is taken with (`--assume`):
+    # the candidate is compared with the reference with those variants applied.
+    assume: tuple[tuple[str, str], ...] = ()
 
     def max_examples(self) -> int:
         """The number of examples the run draws (huge under a time budget alone)."""
@@ -208,7 +212,10 @@ class FuzzRun:
         return out
 
     def summary(self) -> dict[str, Any]:
-        """JSON-ready summary (the `--json` document)."""
+        """JSON-ready summary (the `--json` document). `pipeline`: the candidate's inferred
+        pipeline (family -> variant, `oracle.diagnosis.infer_profile`), `pipeline_summary` its
+        line, `pipeline_apart` the pixel findings it does not explain."""
+        profile = infer_profile(self.findings)
         return {
             "schema": "kimi-oracle.fuzz-run",
             "schema_version": 1,
@@ -234,6 +241,9 @@ class FuzzRun:
             "time": dict(self.time),
             "counts": self.counts(),
             "root_causes": root_cause_rows(self.findings),
+            "assume": [full_name(f, v) for f, v in self.options.assume],
+            "pipeline": dict(profile.pipeline),
+            **profile.to_dict(),
             "findings": [finding_summary(f) for f in self.findings],
             "versions": versions(),
         }
@@ -250,14 +260,19 @@ class FuzzRun:
 def finding_from(verdict: Verdict, candidate: str, config: PreprocessConfig, images: Sequence[Image.Image], *,
                  params: Sequence[dict | None] | None = None, tolerance: str = "exact", engine: str = "hypothesis",
                  seed: int | None = None, example: int | None = None, sources: Sequence[str | None] = (),
-                 raw_inputs: Sequence[bytes | None] = (), diagnosis: dict[str, Any] | None = None) -> Finding:
-    """A Finding for a failed verdict (`diagnosis`: its fields when made already)."""
+                 raw_inputs: Sequence[bytes | None] = (), diagnosis: dict[str, Any] | None = None,
+                 assume: Sequence[tuple[str, str]] = ()) -> Finding:
+    """A Finding for a failed verdict (`diagnosis`: its fields when made already; `assume`: the
+    variants the reference was taken with)."""
     extra: dict[str, Any] = {}
+    if assume:  # `repro` compares with the same reference
+        extra["assume"] = [full_name(f, v) for f, v in assume]
     if verdict.check == INVARIANCE:
         extra["invariance"] = {"kind": verdict.stats.get("kind"), "indices": verdict.stats.get("indices")}
     if diagnosis is None:
         diagnosis = finding_diagnosis(str(verdict.check), verdict.stats, images, config,
-                                      expected=verdict.expected, actual=verdict.actual)
+                                      expected=verdict.expected, actual=verdict.actual,
+                                      **({"assume": tuple(assume)} if assume else {}))
     return Finding(
         check=str(verdict.check),
         message=verdict.message,
@@ -293,11 +308,13 @@ def _database(directory: Path) -> Any:
 
 
 def _namespace(candidate: Candidate, config: PreprocessConfig, options: FuzzOptions, tol: Tolerance) -> bytes:
-    """The database key of a run's saved failures: one per candidate, profile, drawing options and
-    tolerance, so that a replay is relevant."""
-    return ("fuzz-cases:" + hashlib.sha256(json.dumps(
-        [candidate.spec, config.to_hf_json(), dataclasses.asdict(options.draw_options()), str(tol)],
-        sort_keys=True).encode()).hexdigest()[:32]).encode()
+    """The database key of a run's saved failures: one per candidate, profile, drawing options,
+    tolerance and assumed variants (`--assume`; none: the key as before), so that a replay is
+    relevant (and a stored diagnosis is the same reference's)."""
+    parts: list[Any] = [candidate.spec, config.to_hf_json(), dataclasses.asdict(options.draw_options()), str(tol)]
+    if options.assume:
+        parts.append([list(pair) for pair in options.assume])
+    return ("fuzz-cases:" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]).encode()
 
 
 def _seed_database(choices: Sequence[int]) -> Any:
@@ -432,7 +449,8 @@ class _Engine:
             run.shrink_calls += 1
         try:
             verdict = evaluate(self.candidate, images, config, self.tol, invariance=invariance, call=call,
-                               expected=expected, same_as=same_as)
+                               expected=expected, same_as=same_as,
+                               steps=assumed_steps(config, self.options.assume) if self.options.assume else None)
         except Rejected:
             if not shrinking:
                 run.rejected += 1
@@ -793,14 +811,15 @@ class _Engine:
         return finding_from(record.verdict, self.candidate.spec, case.config, images,
                             params=[p.to_dict() for p in case.images], tolerance=str(self.tol),
                             seed=self.run.seed, example=record.example,
-                            diagnosis=self.diagnosis(record, images))
+                            diagnosis=self.diagnosis(record, images), assume=self.options.assume)
 
     def diagnosis(self, record: _Record, images: list[Image.Image]) -> dict[str, Any]:
         """The diagnosis fields of a record's finding (`fuzzers.publishing.Publisher.diagnose`;
         fuzz_pair: always a new one)."""
         budget = None if self.eager_diagnosis else self.budget
         return self.publisher.diagnose(record.verdict, images, record.case.config, (self.db_key, record.choices),
-                                       budget, finding_diagnosis)
+                                       budget, functools.partial(finding_diagnosis, assume=self.options.assume)
+                                       if self.options.assume else finding_diagnosis)
 
     def publish(self, group: str, past_end: bool = False) -> None:
         """The group's finding (and, when shrinking lost root causes, its first case's), written.
@@ -1090,6 +1109,17 @@ def _find_harness(exc: BaseException) -> BaseException | None:
 # replay and real files
 
 
+def _case_assumptions(case: dict[str, Any], directory: Path) -> tuple[tuple[str, str], ...]:
+    """The variants a finding's reference was taken with (`fuzz --assume`, case.json's `assume`)."""
+    names = case.get("assume") or []
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise InputError("case.json: assume must be a list of FAMILY/VARIANT strings", source=str(directory))
+    try:
+        return tuple(parse_assumption(n) for n in names)
+    except AssumptionError as exc:
+        raise InputError(f"case.json: {exc}", source=str(directory)) from None
+
+
 def replay_case(case: dict[str, Any], directory: Path, candidate: Candidate, *,
                 tolerance: str | None = None) -> tuple[Verdict, list[Image.Image], PreprocessConfig, list[str]]:
     """Re-run a finding's case.json: (verdict, images, config, notes)."""
@@ -1120,8 +1150,12 @@ def replay_case(case: dict[str, Any], directory: Path, candidate: Candidate, *,
         images.append(stored)
     tol = tolerance or case.get("tolerance") or "exact"
     inv = case.get("check") == INVARIANCE
+    assume = _case_assumptions(case, directory)
+    if assume:
+        notes.append("compared with the reference with " + ", ".join(full_name(f, v) for f, v in assume) + " applied")
     try:
-        verdict = evaluate(candidate, images, config, tol, invariance=True)
+        verdict = evaluate(candidate, images, config, tol, invariance=True,
+                           steps=assumed_steps(config, assume) if assume else None)
     except Rejected as exc:
         raise InputError(f"the reference rejects this case now: {exc}", source=str(directory)) from None
     if inv and verdict.ok:
