@@ -19,7 +19,7 @@ def _noise(mode: str, size: tuple[int, int], seed: int = 0) -> Image.Image:
 
 
 @pytest.mark.parametrize("mode", ["RGB", "RGBA", "L"])
-@pytest.mark.parametrize("size", [(1, 1), (37, 23), (2400, 1800)])  # 2400x1800 RGB: more than one block
+@pytest.mark.parametrize("size", [(1, 1), (37, 23), (2400, 1800)])  # 2400x1800 RGB, RGBA: two Pillow blocks
 def test_rows_are_asarrays_rows(mode, size):
     img = _noise(mode, size)
     want = np.asarray(img).reshape(size[1], size[0], -1)
