@@ -40,8 +40,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from kimi_oracle.core import files as core_files
+from kimi_oracle.core.files import read_text
 from kimi_oracle.core.config import FILL_STAGES, PATTERNS, PROFILES, PreprocessConfig
-from kimi_oracle.core.errors import BackendError, CandidateError, KimiOracleError, PlanError
+from kimi_oracle.core.errors import BackendError, CandidateError, InputError, KimiOracleError, PlanError
 from kimi_oracle.core.geometry import plan
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.oracle import candidates as oracle_candidates
@@ -51,6 +52,7 @@ from kimi_oracle.oracle.checks import shape_dtype_problems
 SCHEMA_VERSION = 1
 KINDS = ("grids", "pixels")
 DEFAULT_MAX_CHANGES = 20
+MAX_GOLDEN_BYTES = 64 << 20  # one golden file read (core.files.read_text): ours are under 1 MB
 OBTAINED_SUFFIX = ".obtained"
 DEFAULT_OUT_DIR = Path("kimi-oracle-out") / "golden"
 REPORT_NAME = "golden-report"
@@ -588,7 +590,7 @@ def parse(text: str, kind: str, profile: str) -> GoldenFile:
 
 def load(path: Path, kind: str, profile: str) -> GoldenFile:
     """Read and parse one golden file."""
-    return parse(Path(path).read_text(encoding="utf-8"), kind, profile)
+    return parse(read_text(path, max_bytes=MAX_GOLDEN_BYTES), kind, profile)  # (core.files: capped, regular)
 
 
 def remove_stale_temporaries(golden_dir: Path) -> list[Path]:
@@ -881,7 +883,7 @@ def _compare(kind: str, profile: str, path: Path, new: GoldenFile,
     except GoldenFormatError as exc:
         report.problems.append(f"unreadable golden file: {exc}")
         return report, None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, InputError) as exc:
         report.problems.append(f"unreadable golden file: {_error_text(exc)}")
         return report, None
     report.recorded_pillow = (old.meta.get("versions") or {}).get("pillow")
@@ -1065,7 +1067,7 @@ def planner_golden_report(planner: str | Any, golden_dir: Path | str | None = No
         path = golden_path(gdir, "grids", name)
         try:
             golden = load(path, "grids", name)
-        except (OSError, UnicodeDecodeError, GoldenFormatError) as exc:
+        except (OSError, UnicodeDecodeError, InputError, GoldenFormatError) as exc:
             report.errors.append(f"{_display(path)}: unreadable grid golden: {_error_text(exc)}")
             continue
 
