@@ -235,7 +235,8 @@ def register(group: click.Group) -> None:
         setup_interpret(interpret)
         config = resolve_config(profile, config_path)
         if candidate_spec is None:
-            return _planner_only(planner_spec, planner_sizes, config, seed, fixed_config, json_path, junit_path)
+            return _planner_only(planner_spec, planner_sizes, config, seed, fixed_config, json_path, junit_path,
+                                 case_timeout, parse_duration(budget) if budget else None)
         budget_s = parse_duration(budget) if budget else None
         mode_list = tuple(MODES)
         if modes:
@@ -278,7 +279,10 @@ def register(group: click.Group) -> None:
         summary = run.summary()
         planner_report = None
         if planner_spec is not None and run.stopped != "interrupted":
-            planner_report = _run_planner(planner_spec, planner_sizes, config, run.seed, fixed_config)
+            # (what the fuzz run left of the budget, a case timeout at least)
+            left = None if budget_s is None else max(budget_s - (time.monotonic() - started), case_timeout)
+            planner_report = _run_planner(planner_spec, planner_sizes, config, run.seed, fixed_config,
+                                          case_timeout, left)
             summary["planner"] = planner_report.to_dict()
         summary["strict"] = strict
         _write_outputs(summary, run.findings, FINDING_KINDS, "kimi-oracle fuzz", json_path, junit_path, run.elapsed_s)
@@ -449,12 +453,15 @@ def register(group: click.Group) -> None:
         return 2 if errors else 0
 
 
-def _run_planner(spec: str, sizes: int | None, config: PreprocessConfig, seed: int | None, fixed_config: bool) -> Any:
-    """The planner fuzzed in its own process (CandidateError, exit 2, when it cannot load)."""
+def _run_planner(spec: str, sizes: int | None, config: PreprocessConfig, seed: int | None, fixed_config: bool,
+                 case_timeout_s: float | None, budget_s: float | None) -> Any:
+    """The planner fuzzed in its own process (CandidateError, exit 2, when it cannot load), each
+    call within `case_timeout_s`, the whole within `budget_s`."""
     from kimi_oracle.fuzzers.planner_fuzz import DEFAULT_SIZES, fuzz_planner, run_isolated
 
     return run_isolated(fuzz_planner, spec, config, planner=spec, sizes=sizes or DEFAULT_SIZES,
-                        seed=int(seed or 0), vary_config=not fixed_config)
+                        seed=int(seed or 0), vary_config=not fixed_config, case_timeout_s=case_timeout_s,
+                        budget_s=budget_s)
 
 
 def _print_planner(report: Any) -> None:
@@ -466,7 +473,8 @@ def _print_planner(report: Any) -> None:
 
 
 def _planner_only(spec: str, sizes: int | None, config: PreprocessConfig, seed: int | None, fixed_config: bool,
-                  json_path: Path | None, junit_path: Path | None) -> int:
+                  json_path: Path | None, junit_path: Path | None, case_timeout_s: float | None,
+                  budget_s: float | None) -> int:
     import random
 
     from kimi_oracle.core.files import utc_now, versions, write_json
@@ -474,7 +482,7 @@ def _planner_only(spec: str, sizes: int | None, config: PreprocessConfig, seed: 
 
     seed = seed if seed is not None else random.SystemRandom().randrange(2**32)
     started = utc_now()
-    report = _run_planner(spec, sizes, config, seed, fixed_config)
+    report = _run_planner(spec, sizes, config, seed, fixed_config, case_timeout_s, budget_s)
     _print_planner(report)
     click.echo(f"seed {seed}")
     if json_path is not None:

@@ -26,6 +26,7 @@ import contextlib
 import faulthandler
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -44,6 +45,7 @@ from kimi_oracle.core import memory
 from kimi_oracle.core.activity import Activity
 from kimi_oracle.core.images import alpha_class, pack_raw, resize_class, unpack_raw
 from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.fuzzers.confine import absolute_spec, confine, output_tail
 from kimi_oracle.oracle.candidates import Candidate, CandidateCrash
 
 # Modules the fork server imports once, so that forked executors start warm.
@@ -149,13 +151,20 @@ def candidate_threads() -> int:
     return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
-def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -> None:
+def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None, workdir: str | None = None) -> None:
     # Ctrl-C in a terminal reaches the whole process group: the executor must not turn it into
     # a "crash"; its parent stops it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The parent of an executor is the fork server, which ends when the process that uses the
     # candidate ends (however it ends): a hanging executor must not outlive it.
     die_with_parent(signal.SIGKILL)
+    if workdir is not None:
+        # Its own working directory and its own capped output log (fuzzers.confine): a relative
+        # spec path is resolved first, against the directory the command was started in.
+        load_spec = absolute_spec(spec)
+        confine(workdir)
+    else:
+        load_spec = spec
     fault_file = open(fault_path, "w")
     faulthandler.enable(file=fault_file, all_threads=True)
     # The parent sends SIGUSR1 before killing a hung executor: dump where it hangs.
@@ -173,7 +182,8 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -
     from kimi_oracle.oracle.candidates import load_candidate
 
     try:
-        candidate = load_candidate(spec)
+        candidate = load_candidate(load_spec)
+        candidate.spec = spec  # (reports name the spec as the user gave it)
     except (CandidateError, BackendError) as exc:
         conn.send(("error", type(exc).__name__, str(exc)))
         return
@@ -311,6 +321,7 @@ class IsolatedCandidate(Candidate):
         self._proc: Any = None
         self._conn: Any = None
         self._fault_path: str | None = None
+        self._workdir: str | None = None  # the executor's working directory (fuzzers.confine)
         self.calls = 0
         self.restarts = 0
         self.crashes = 0
@@ -350,8 +361,9 @@ class IsolatedCandidate(Candidate):
         ctx = _context()
         fd, self._fault_path = tempfile.mkstemp(prefix="kimi-executor-", suffix=".fault")
         os.close(fd)
+        self._workdir = tempfile.mkdtemp(prefix="kimi-candidate-")
         parent, child = ctx.Pipe(duplex=True)
-        proc = ctx.Process(target=_serve, args=(child, self.spec, self._fault_path, self.memory_limit_mb),
+        proc = ctx.Process(target=_serve, args=(child, self.spec, self._fault_path, self.memory_limit_mb, self._workdir),
                            name=f"kimi-executor[{self.spec}]", daemon=True)
         with _hidden_main():
             proc.start()
@@ -414,7 +426,14 @@ class IsolatedCandidate(Candidate):
         self._proc = None
         self._conn = None
 
+    def output(self) -> str:
+        """The end of what the candidate's process printed (its capped log; "" when none)."""
+        return output_tail(self._workdir)
+
     def _cleanup(self) -> None:
+        if self._workdir:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
         if self._fault_path:
             try:
                 os.unlink(self._fault_path)

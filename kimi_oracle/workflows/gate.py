@@ -66,6 +66,8 @@ from kimi_oracle.workflows.known import (DEFAULT_MARGIN_PCT, KnownFile, Margin, 
 
 SCHEMA = "kimi-oracle.gate-report"
 SCHEMA_VERSION = 2  # 2: `rows` (root cause x mode class x {OLD, NEW}, with verdicts), `margin_pct`, `known`
+# The planner stage's share of the budget at most (its check stops there with what it judged).
+PLANNER_SHARE = 0.2
 # Shares of the budget: fuzzing gets what the goldens and invariances leave, minus the timing.
 PERF_SHARE = 0.3
 # Kept for the invariance stage, which runs after fuzzing (a few batches, each run ~10 times).
@@ -950,8 +952,11 @@ class Gate:
         if spec is None:
             stage.summary = "no --planner given"
             return stage
+        # (each call within --case-timeout, the whole check within its share of --budget)
         report = golden.check_planner(spec, golden_dir=self.options.golden_dir,
-                                      fuzz_sizes=self.options.planner_sizes, config=self.config, seed=self.seed)
+                                      fuzz_sizes=self.options.planner_sizes, config=self.config, seed=self.seed,
+                                      case_timeout_s=self.options.case_timeout_s,
+                                      budget_s=PLANNER_SHARE * self.options.budget_s)
         stage.details = report.to_dict()
         lines = report.lines()
         stage.summary = lines[-1] if lines else ""

@@ -1082,18 +1082,28 @@ def planner_golden_report(planner: str | Any, golden_dir: Path | str | None = No
 
 def check_planner(planner: str, *, golden_dir: Path | str | None = None, profiles: Iterable[str] | None = None,
                   fuzz_sizes: int = 0, config: PreprocessConfig | None = None, seed: int = 0,
-                  vary_config: bool = True, timeout_s: float = 3600.0) -> Any:
+                  vary_config: bool = True, case_timeout_s: float | None = DEFAULT_CASE_TIMEOUT_S,
+                  budget_s: float | None = None) -> Any:
     """A planner against the grid goldens (and, with `fuzz_sizes`, on that many fuzzed sizes and
     configs around `config`, default k3), in a separate process: the gate's and `golden check
     --planner`'s entry point. Returns an `oracle.planner.PlannerReport` (`ok`, `lines()`,
-    `to_dict()`); CandidateError (exit 2) when the planner cannot be loaded or returns no plan."""
+    `to_dict()`); CandidateError (exit 2) when the planner cannot be loaded or returns no plan.
+    Each planner call is bounded by `case_timeout_s`, the whole check by `budget_s` (None: none)."""
+    import time
+
     from kimi_oracle.fuzzers.planner_fuzz import fuzz_planner, run_isolated
 
+    deadline = time.monotonic() + budget_s if budget_s is not None else None
+
+    def left() -> float | None:
+        return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
     report = run_isolated(planner_golden_report, planner, golden_dir, tuple(profiles) if profiles else None,
-                          planner=planner, timeout_s=timeout_s)
-    if fuzz_sizes > 0:
+                          planner=planner, case_timeout_s=case_timeout_s, budget_s=left())
+    if fuzz_sizes > 0 and not report.errors and report.stopped != "budget":
         report.merge(run_isolated(fuzz_planner, planner, config or PreprocessConfig.profile("k3"), planner=planner,
-                                  timeout_s=timeout_s, sizes=fuzz_sizes, seed=seed, vary_config=vary_config))
+                                  case_timeout_s=case_timeout_s, budget_s=left(), sizes=fuzz_sizes, seed=seed,
+                                  vary_config=vary_config))
     return report
 
 
