@@ -41,6 +41,7 @@ import numpy as np
 
 from kimi_oracle.core import files as core_files
 from kimi_oracle.core.files import read_text
+from kimi_oracle.workflows import golden_manifest as manifest
 from kimi_oracle.core.config import FILL_STAGES, PATTERNS, PROFILES, PreprocessConfig
 from kimi_oracle.core.errors import BackendError, CandidateError, InputError, KimiOracleError, PlanError
 from kimi_oracle.core.geometry import plan
@@ -872,14 +873,16 @@ def _display(path: Path) -> str:
 
 
 def _compare(kind: str, profile: str, path: Path, new: GoldenFile,
-             partial: bool = False) -> tuple[FileReport, GoldenFile | None]:
+             partial: bool = False, data: bytes | None | str = "read") -> tuple[FileReport, GoldenFile | None]:
+    """`data`: the golden file's bytes as read before the candidate ran (None: missing); by default
+    the file is read now."""
     report = FileReport(kind, profile, path, new_text=new.dumps())
-    if not path.exists():
+    if data is None or (data == "read" and not path.exists()):
         report.problems.append("missing golden file")
         report.changes = diff_entries(kind, None, new)
         return report, None
     try:
-        old = load(path, kind, profile)
+        old = load(path, kind, profile) if data == "read" else parse(bytes(data).decode("utf-8"), kind, profile)
     except GoldenFormatError as exc:
         report.problems.append(f"unreadable golden file: {exc}")
         return report, None
@@ -1009,6 +1012,10 @@ def check(
         raise GoldenError(f"golden directory {gdir} does not exist")
     out = _check_out_dir(out_dir, gdir) if write_obtained and select is None else None
     selection = _selection(kinds, profiles)
+    # Every golden file read and hashed before any candidate runs (golden_manifest): the check
+    # compares with these bytes, checked against the manifest `golden regen --accept` wrote.
+    contents = manifest.read_goldens(gdir, [manifest.relative_name(k, p) for k, p in selection])
+    integrity = manifest.verify(gdir, contents)
     close: Callable[[], None] = lambda: None
     if any(kind == "pixels" for kind, _ in selection):
         label, fn, close = open_candidate(candidate, case_timeout_s=case_timeout_s, memory_limit_mb=memory_limit_mb)
@@ -1020,7 +1027,10 @@ def check(
         for kind, profile in selection:
             partial = select is not None and kind == "pixels"
             new = _compute(kind, profile, fn if kind == "pixels" else None, select, hung)
-            file_report, _ = _compare(kind, profile, golden_path(gdir, kind, profile), new, partial)
+            name = manifest.relative_name(kind, profile)
+            file_report, _ = _compare(kind, profile, golden_path(gdir, kind, profile), new, partial, contents[name])
+            if name in integrity:
+                file_report.problems.append(integrity[name])
             if diagnose and kind == "pixels" and fn is not None and label != "reference":
                 _diagnose_changes(file_report, profile, fn)
             report.files.append(file_report)
@@ -1036,6 +1046,7 @@ def check(
         raise CheckInterrupted(report) from None
     finally:
         close()
+        _rewritten(report, gdir, contents)
     report.timed_out = dict(hung)
     if hung:
         report.messages.append("timed out on " + ", ".join(f"a {cls} image ({case})" for cls, case in hung.items())
@@ -1142,6 +1153,18 @@ def _diagnose_changes(report: "FileReport", profile: str, candidate: Callable) -
         done += 1
 
 
+def _rewritten(report: "GoldenReport", gdir: Path, contents: Mapping[str, bytes | None]) -> None:
+    """A golden file that changed while the candidate ran fails, named (its check used the bytes
+    read before)."""
+    changed = manifest.changed_since(gdir, contents)
+    for f in report.files:
+        problem = changed.get(manifest.relative_name(f.kind, f.profile))
+        if problem is not None:
+            f.problems.append(problem)
+    for name in changed:
+        report.messages.append(f"error: {changed[name]}")
+
+
 def check_pixels(
     candidate: str | Callable | None = None,
     golden_dir: Path | str | None = None,
@@ -1201,8 +1224,23 @@ def regen(
     return report
 
 
+def _manifest_file(gdir: Path, replaced: Sequence[FileReport]) -> dict[Path, str]:
+    """The manifest (golden_manifest) of the golden directory once `replaced` are written."""
+    new = {manifest.relative_name(f.kind, f.profile): f.new_text or "" for f in replaced}
+    return {Path(gdir) / manifest.MANIFEST_NAME: manifest.manifest_text(Path(gdir), new)}
+
+
 def _accept(report: GoldenReport, *, accept: bool, max_changes: int, force: bool) -> None:
     failing = report.failing()
+    if accept and not failing:
+        # Nothing to replace: the manifest is (re)written when it does not match the files.
+        files = _manifest_file(report.golden_dir, [])
+        path, text = next(iter(files.items()))
+        current = path.read_text(encoding="utf-8") if path.is_file() else None
+        if current != text:
+            core_files.atomic_write_many(files)
+            report.messages.append(f"accepted: {_display(path)} written (the golden files' SHA-256)")
+        return
     if not accept or not failing:
         return
     total = report.num_changes
@@ -1222,7 +1260,8 @@ def _accept(report: GoldenReport, *, accept: bool, max_changes: int, force: bool
             f".obtained files, then rerun with a larger --max-changes or with --force"
         )
         return
-    core_files.atomic_write_many({f.path: f.new_text or "" for f in failing})
+    core_files.atomic_write_many({**{f.path: f.new_text or "" for f in failing},
+                                  **_manifest_file(report.golden_dir, failing)})
     for f in failing:
         f.accepted = True
         if f.obtained is not None:
