@@ -31,6 +31,7 @@ def profile_options(func):
 
 
 DEFAULT_CASE_TIMEOUT = "30s"
+START_TIMEOUT_S = 120.0  # the longest a candidate's process may take to load it (IsolatedCandidate's default)
 
 
 def isolation_options(func):
@@ -95,11 +96,13 @@ def setup_interpret(flag: bool | None) -> bool:
     return flag
 
 
-def open_candidate(spec: str, case_timeout: float, memory_limit_mb: int | None):
-    """The candidate `spec`, started in its own process (CandidateError, exit 2, if it cannot load)."""
+def open_candidate(spec: str, case_timeout: float, memory_limit_mb: int | None, budget_s: float | None = None):
+    """The candidate `spec`, started in its own process (CandidateError, exit 2, if it cannot load;
+    also when loading it takes longer than `budget_s`, when given, or 120 s)."""
     from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 
-    candidate = IsolatedCandidate(spec, timeout_s=case_timeout, memory_limit_mb=memory_limit_mb)
+    extra = {} if budget_s is None else {"start_timeout_s": min(START_TIMEOUT_S, budget_s)}
+    candidate = IsolatedCandidate(spec, timeout_s=case_timeout, memory_limit_mb=memory_limit_mb, **extra)
     candidate.start()
     return candidate
 

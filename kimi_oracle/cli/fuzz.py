@@ -148,8 +148,9 @@ _input_form_option = click.option("--input-form", type=click.Choice(["pil", "byt
                                   help=INPUT_FORM_HELP)
 
 
-def _open_with_form(spec: str, case_timeout: float, memory_limit_mb: int | None, form: str | None) -> Any:
-    candidate = open_candidate(spec, case_timeout, memory_limit_mb)
+def _open_with_form(spec: str, case_timeout: float, memory_limit_mb: int | None, form: str | None,
+                    budget_s: float | None = None) -> Any:
+    candidate = open_candidate(spec, case_timeout, memory_limit_mb, budget_s)
     try:
         candidate.use_input_form(form)  # CandidateError (exit 2) when it does not take that form
     except BaseException:
@@ -234,6 +235,7 @@ def register(group: click.Group) -> None:
             raise click.UsageError("give --candidate SPEC, --planner SPEC, or both")
         setup_interpret(interpret)
         config = resolve_config(profile, config_path)
+        _check_outputs(out_dir if candidate_spec is not None else None, json_path, junit_path)
         if candidate_spec is None:
             return _planner_only(planner_spec, planner_sizes, config, seed, fixed_config, json_path, junit_path,
                                  case_timeout, parse_duration(budget) if budget else None)
@@ -258,7 +260,7 @@ def register(group: click.Group) -> None:
         total = float(budget_s) if budget_s is not None and examples is None else float(options.max_examples())
         by_time = budget_s is not None and examples is None
         started = time.monotonic()
-        candidate = _open_with_form(candidate_spec, case_timeout, memory_limit_mb, input_form)
+        candidate = _open_with_form(candidate_spec, case_timeout, memory_limit_mb, input_form, budget_s)
         with candidate, Progress(TextColumn("[bold]fuzz[/bold] {task.description}"), BarColumn(),
                       TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=err,
                       transient=False, disable=not err.is_terminal) as progress:
@@ -451,6 +453,17 @@ def register(group: click.Group) -> None:
         if failing([f.check for f in findings], strict):
             return 1
         return 2 if errors else 0
+
+
+def _check_outputs(out_dir: Path | None, json_path: Path | None, junit_path: Path | None) -> None:
+    """The paths a run writes, checked before it starts (InputError, exit 2, naming the option)."""
+    from kimi_oracle.core.files import check_writable
+
+    if out_dir is not None:
+        check_writable(out_dir, "--out", directory=True)
+    for option, path in (("--json", json_path), ("--junit", junit_path)):
+        if path is not None and str(path) != "-":
+            check_writable(path, option)
 
 
 def _run_planner(spec: str, sizes: int | None, config: PreprocessConfig, seed: int | None, fixed_config: bool,

@@ -346,3 +346,27 @@ def check_numbers(data: Any, label: str, key: str = "") -> None:
     elif isinstance(data, list):
         for i, v in enumerate(data):
             check_numbers(v, label, f"{key}[{i}]")
+
+
+def check_writable(path: str | os.PathLike, what: str, *, directory: bool = False) -> None:
+    """Before a run: `path` (a file, or with `directory` a folder made if missing) can be written,
+    so that a long run does not end in a write error. `InputError` naming the option otherwise."""
+    path = Path(path)
+    if directory:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"{what}: cannot create the directory: {exc.strerror or exc}", source=str(path)) from None
+        folder = path
+    else:
+        if path.is_dir():
+            raise InputError(f"{what}: is a directory, not a file", source=str(path))
+        folder = path.parent
+        if not folder.is_dir():
+            raise InputError(f"{what}: the directory {folder} does not exist", source=str(path))
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".kimi-write-check-", suffix=TMP_SUFFIX)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InputError(f"{what}: cannot write there: {exc.strerror or exc}", source=str(path)) from None

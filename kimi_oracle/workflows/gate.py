@@ -43,7 +43,7 @@ from kimi_oracle.core import interrupts
 from kimi_oracle.core.activity import Activity, union_seconds
 from kimi_oracle.core.config import PROFILES, PreprocessConfig
 from kimi_oracle.core.errors import InputError, KimiOracleError
-from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
+from kimi_oracle.core.files import atomic_write_text, check_writable, utc_now, versions, write_json
 from kimi_oracle.core.threads import one_torch_thread
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.fuzzers.fuzzing import (TILE_SHARE, FuzzOptions, FuzzRun, finding_from, fuzz, fuzz_pair,
@@ -66,6 +66,8 @@ from kimi_oracle.workflows.known import (DEFAULT_MARGIN_PCT, KnownFile, Margin, 
 
 SCHEMA = "kimi-oracle.gate-report"
 SCHEMA_VERSION = 2  # 2: `rows` (root cause x mode class x {OLD, NEW}, with verdicts), `margin_pct`, `known`
+# The longest a candidate's process may take to load it (less when the budget is shorter).
+START_TIMEOUT_S = 120.0
 # The planner stage's share of the budget at most (its check stops there with what it judged).
 PLANNER_SHARE = 0.2
 # Shares of the budget: fuzzing gets what the goldens and invariances leave, minus the timing.
@@ -401,14 +403,21 @@ class Gate:
         self.clock = _Clock()
         # Each candidate in its own executor process, started by run() before anything else: a
         # broken spec is a harness error (CandidateError, exit 2) and no report is written.
-        self.new = IsolatedCandidate(new, timeout_s=options.case_timeout_s, memory_limit_mb=options.memory_limit_mb)
+        # (a candidate whose import hangs is given the budget at most, never more)
+        start = {"start_timeout_s": min(START_TIMEOUT_S, options.budget_s)}
+        self.new = IsolatedCandidate(new, timeout_s=options.case_timeout_s, memory_limit_mb=options.memory_limit_mb,
+                                     **start)
         self.old: IsolatedCandidate | None = None
         if baseline:
             self.old = IsolatedCandidate(baseline, timeout_s=options.case_timeout_s,
-                                         memory_limit_mb=options.memory_limit_mb)
+                                         memory_limit_mb=options.memory_limit_mb, **start)
         self.config = PreprocessConfig.profile(options.profile)
         # Read before anything starts: a bad file is a usage error (exit 2), never a verdict.
         self.known: KnownFile | None = read_known(options.known_path) if options.known_path else None
+        # A path the run could not write is an error now, not after the whole run.
+        if options.write_known_path is not None:
+            check_writable(options.write_known_path, "--write-known")
+        check_writable(self.out_dir, "--out", directory=True)
         self.margin = Margin(options.margin_pct / 100.0)
         # Relative verdict: rows against OLD and/or the known file instead of "any finding fails".
         self.relative = baseline is not None or self.known is not None
