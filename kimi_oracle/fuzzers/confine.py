@@ -12,10 +12,16 @@ JSON) nor floods our stderr. `output_tail(dir)` reads the end of that log for a 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import struct
 import sys
+import termios
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 OUTPUT_NAME = "output.log"
 OUTPUT_CAP = 64 << 10  # bytes of a process's output kept in its log
@@ -42,8 +48,32 @@ def confine(directory: str | os.PathLike) -> None:
     _capture(Path(directory) / OUTPUT_NAME)
 
 
+_PIPE: dict[str, Any] = {}  # this process' captured output: the pipe's read end, the writer's lock
+
+
+def settle_output(patience_s: float = 0.5) -> None:
+    """Flush what this (confined) process printed and wait until its log holds it: called after
+    each call, so that a crash's finding carries the output that came before it."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    if not _PIPE:
+        return
+    deadline = time.monotonic() + patience_s
+    while time.monotonic() < deadline:
+        pending = struct.unpack("i", fcntl.ioctl(_PIPE["fd"], termios.FIONREAD, b"\0\0\0\0"))[0]
+        if not pending:
+            break
+        time.sleep(0.002)
+    time.sleep(0.002)  # (a chunk the writer has read but not yet taken the lock for)
+    with _PIPE["lock"]:  # the chunk being written, written
+        pass
+
+
 def _capture(log_path: Path) -> None:
     read_fd, write_fd = os.pipe()
+    lock = threading.Lock()
+    _PIPE.update(fd=read_fd, lock=lock)
     for fd in (1, 2):
         os.dup2(write_fd, fd)
     os.close(write_fd)
@@ -58,15 +88,22 @@ def _capture(log_path: Path) -> None:
                 return
             if not chunk:
                 return
-            room = OUTPUT_CAP - kept
-            if room > 0:
-                log.write(chunk[:room])
-                kept += min(room, len(chunk))
-            if len(chunk) > room and not noted:
-                noted = True
-                log.write(f"\n[output capped at {OUTPUT_CAP} bytes; the rest is dropped]\n".encode())
+            with lock:
+                kept, noted = _keep(log, chunk, kept, noted)
 
     threading.Thread(target=drain, name="kimi-output", daemon=True).start()
+
+
+def _keep(log: Any, chunk: bytes, kept: int, noted: bool) -> tuple[int, bool]:
+    """Write what of `chunk` fits under OUTPUT_CAP (and once, that the rest is dropped)."""
+    room = OUTPUT_CAP - kept
+    if room > 0:
+        log.write(chunk[:room])
+        kept += min(room, len(chunk))
+    if len(chunk) > room and not noted:
+        noted = True
+        log.write(f"\n[output capped at {OUTPUT_CAP} bytes; the rest is dropped]\n".encode())
+    return kept, noted
 
 
 def output_tail(directory: str | os.PathLike | None, limit: int = 4000) -> str:
@@ -82,4 +119,4 @@ def output_tail(directory: str | os.PathLike | None, limit: int = 4000) -> str:
         return ""
 
 
-__all__ = ["OUTPUT_CAP", "OUTPUT_NAME", "absolute_spec", "confine", "output_tail"]
+__all__ = ["OUTPUT_CAP", "OUTPUT_NAME", "absolute_spec", "confine", "output_tail", "settle_output"]

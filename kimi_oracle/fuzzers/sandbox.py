@@ -45,7 +45,7 @@ from kimi_oracle.core import memory
 from kimi_oracle.core.activity import Activity
 from kimi_oracle.core.images import alpha_class, pack_raw, resize_class, unpack_raw
 from kimi_oracle.core.result import PreprocessResult
-from kimi_oracle.fuzzers.confine import absolute_spec, confine, output_tail
+from kimi_oracle.fuzzers.confine import absolute_spec, confine, output_tail, settle_output
 from kimi_oracle.oracle.candidates import Candidate, CandidateCrash
 
 # Modules the fork server imports once, so that forked executors start warm.
@@ -53,6 +53,10 @@ PRELOAD = ["numpy", "PIL.Image", "torch", "kimi_oracle.pipelines.reference", "ki
 
 _CONTEXT_LOCK = threading.Lock()
 _CONTEXT: Any = None
+
+
+# The end of a candidate's output (fuzzers.confine's log) kept with a crash or a timeout.
+OUTPUT_KEPT = 2000
 
 
 class ProcessDied(Exception):
@@ -206,6 +210,8 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None, w
             return
         began = time.monotonic()
         reply = _answer(candidate, spec, msg, timing)
+        if workdir is not None and reply[0] != "ok":
+            settle_output()  # (what it printed before failing is in its log before the answer goes)
         if msg[0] == "time":
             timing = reply[1]
             reply = reply[0]
@@ -502,7 +508,7 @@ class IsolatedCandidate(Candidate):
 
     def _failed(self, msg: tuple) -> Any:
         if msg[0] == "raised":
-            err = CandidateRaised(self.spec, msg[1], msg[2], msg[3])
+            err = CandidateRaised(self.spec, msg[1], msg[2], msg[3], output=self.output()[-OUTPUT_KEPT:])
             if len(msg) > 5:
                 err.check, err.stats = msg[4], msg[5]
             raise err
@@ -594,12 +600,14 @@ class IsolatedCandidate(Candidate):
         stack = self._fault_text()
         self.crashes += 1
         self._kill()
+        output = self.output()[-OUTPUT_KEPT:]  # (what it printed, before its directory goes)
         self._cleanup()
         hint = " (killed: out of memory?)" if code == -signal.SIGKILL else ""
         # The type names how it died, so that deaths by different signals or exit statuses are
         # different findings (`grouping.finding_key` keys crashes by exception type).
         raise CandidateDied(self.spec, f"ProcessDied[{how}]", f"the candidate's process died: {how}{hint}",
-                            stack or f"(no Python stack was recorded; {how})", signal=how, returncode=code)
+                            stack or f"(no Python stack was recorded; {how})", signal=how, returncode=code,
+                            output=output)
 
     def _timed_out(self, waited: float) -> Any:
         proc = self._proc
@@ -615,10 +623,11 @@ class IsolatedCandidate(Candidate):
         stack = self._fault_text()
         self.timeouts += 1
         self._kill()
+        output = self.output()[-OUTPUT_KEPT:]
         self._cleanup()
         raise CandidateTimeout(self.spec, "CallTimedOut",
                                f"no answer within {self.timeout_s:g} s (waited {waited:.1f} s); the process was killed",
-                               stack or "(no Python stack was recorded)", timeout_s=self.timeout_s)
+                               stack or "(no Python stack was recorded)", timeout_s=self.timeout_s, output=output)
 
 
 class Call:
