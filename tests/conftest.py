@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,9 @@ try:
 except ImportError:  # pragma: no cover - torch is a dependency
     pass
 
+# tests/ itself is on sys.path (pyproject's `pythonpath`): shared helper modules such as
+# checkpoint_model, planner_samples and the mutants package import by their names.
 TESTS = Path(__file__).parent
-sys.path.insert(0, str(TESTS))
 
 CORPUS = TESTS / "data" / "corpus"
 

@@ -1,5 +1,5 @@
 """The architecture holds: layers import only downward, no import cycle anywhere (imports inside
-functions included), every subpackage is in a layer, and the public import paths still work."""
+functions included), every subpackage is in a layer, and `kimi_oracle.api` is the one short import path."""
 
 from __future__ import annotations
 
@@ -57,26 +57,34 @@ def test_an_upward_import_breaks_the_contract(tmp_path):
     assert "kimi_oracle.core.geometry -> kimi_oracle.cli.common" in proc.stdout
 
 
-def test_public_imports_keep_working():
-    from kimi_oracle import config, gpu, reference
-    from kimi_oracle.candidates import load_candidate
-    from kimi_oracle.config import PreprocessConfig
-    from kimi_oracle.core import config as core_config
-    from kimi_oracle.pipelines import reference as pipeline_reference
+def test_the_api_module_is_the_one_short_path():
+    from kimi_oracle import api
+    from kimi_oracle.core.config import PreprocessConfig
+    from kimi_oracle.oracle.candidates import load_candidate
+    from kimi_oracle.pipelines import gpu, reference
 
-    assert config is core_config and reference is pipeline_reference  # one module, not a copy
-    cfg = PreprocessConfig.k3_small()
-    candidate = load_candidate("reference")
+    # The same objects as their homes, not copies.
+    assert api.PreprocessConfig is PreprocessConfig and api.load_candidate is load_candidate
+    assert api.preprocess is reference.preprocess and api.gpu_preprocess is gpu.preprocess
+    assert api.eager_preprocess is gpu.eager_preprocess
+    cfg = api.PreprocessConfig.k3_small()
+    candidate = api.load_candidate("reference")
     from PIL import Image
 
     out = candidate([Image.new("RGB", (30, 20), (10, 20, 30))], cfg)
-    assert out.grid_thws.tolist() == reference.preprocess([Image.new("RGB", (30, 20), (10, 20, 30))],
-                                                          cfg).grid_thws.tolist()
-    assert callable(gpu.preprocess) and callable(gpu.eager_preprocess)
-    # Importing kimi_oracle.gpu itself never imports triton (a call without a backend raises).
-    proc = subprocess.run([sys.executable, "-c", "import sys, kimi_oracle.gpu; print('triton' in sys.modules)"],
+    # 30x20 under k3-small: no resample, padded to 56x28 (multiples of 14 * 2): a 1x2x4 grid.
+    assert out.grid_thws.tolist() == [[1, 2, 4]]
+    assert api.preprocess([Image.new("RGB", (30, 20), (10, 20, 30))], cfg).grid_thws.tolist() == [[1, 2, 4]]
+    # Importing the api never imports triton (a GPU call without a backend raises).
+    proc = subprocess.run([sys.executable, "-c", "import sys, kimi_oracle.api; print('triton' in sys.modules)"],
                           capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "False", proc.stderr
+
+
+def test_the_old_top_level_shims_are_gone():
+    # The package's only top-level modules are __init__, __main__ and api (the file, not an
+    # import: an editable install of another checkout could still resolve the old names).
+    assert sorted(p.name for p in PACKAGE.glob("*.py")) == ["__init__.py", "__main__.py", "api.py"]
 
 
 def test_entry_points_run():

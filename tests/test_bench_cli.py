@@ -18,10 +18,23 @@ def test_compare_medians_by_hand():
 
 
 def test_interleaved_ratio_detects_a_slower_side():
-    import time
+    # Driven by its injectable timer: NEW advances the clock by 4 ms, OLD by 1 ms, so every pair's
+    # ratio is 4 by hand, whatever the machine's speed; the order alternates, NEW first.
+    now = [0.0]
+    calls: list[str] = []
 
-    result = interleaved_ratio(lambda: time.sleep(0.004), lambda: time.sleep(0.001), rounds=5, warmup=0)
-    assert result["ratio"] > 2.0 and len(result["ratios"]) == 5
+    def side(name: str, seconds: float):
+        def run():
+            calls.append(name)
+            now[0] += seconds
+        return run
+
+    result = interleaved_ratio(side("new", 0.004), side("old", 0.001), rounds=5, warmup=1, timer=lambda: now[0])
+    assert len(result["ratios"]) == 5 and all(abs(r - 4.0) < 1e-9 for r in result["ratios"])
+    assert abs(result["ratio"] - 4.0) < 1e-9 and result["noise"] < 1e-9
+    assert abs(result["new_median_s"] - 0.004) < 1e-12 and abs(result["old_median_s"] - 0.001) < 1e-12
+    # warm-up pair, then rounds 0, 2, 4 with NEW first and 1, 3 with OLD first
+    assert calls == ["new", "old"] + ["new", "old", "old", "new"] * 2 + ["new", "old"]
 
 
 @pytest.mark.slow  # two pytest-benchmark subprocess runs (~10 s)

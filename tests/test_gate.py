@@ -55,7 +55,6 @@ def test_wrong_candidate_fails_on_correctness(tmp_path):
 def test_slow_candidate_fails_on_performance():
     import tempfile
 
-    sys.path.insert(0, str(TESTS))
     with tempfile.TemporaryDirectory() as tmp:
         # A small budget: the timing stage always times its first input, and times more only
         # while the budget lasts; the verdict rests on the first.
@@ -106,7 +105,6 @@ def test_bad_options_exit_2(tmp_path, capsys):
 def test_tolerance_applies_to_golden_cases():
     import tempfile
 
-    sys.path.insert(0, str(TESTS))
     with tempfile.TemporaryDirectory() as tmp:
         # exact: a few cases suffice to fail (every differing case is diagnosed, ~0.5 s each)
         exact = Gate("tests/gate_candidates.py:nudged_reference", None,

@@ -10,7 +10,7 @@ import click
 
 from kimi_oracle import __version__
 from kimi_oracle.core import interrupts
-from kimi_oracle.core.errors import KimiOracleError
+from kimi_oracle.core.errors import EXIT_ERROR, KimiOracleError
 
 # Each module defines `register(group)`. Modules are listed here once; a module that is not
 # part of this installation yet is skipped, but one that exists and fails to import is an error.
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - last resort: one line and exit 2, never exit 1
         # Exit 1 means "a check failed"; an unexpected failure of the tool itself must not read so.
         click.echo(f"internal error: {type(exc).__name__}: {exc}", err=True)
-        code = 2
+        code = EXIT_ERROR
     sys.exit(code if isinstance(code, int) else 0)
 
 

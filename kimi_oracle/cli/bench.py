@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from kimi_oracle.core.errors import KimiOracleError
+from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK, KimiOracleError
 from kimi_oracle.oracle.candidates import load_candidate
 from kimi_oracle.workflows.bench import (
     BENCH_INPUTS,
@@ -152,4 +152,4 @@ def register(group: click.Group) -> None:
                 _print_comparison(rows, fail_above)
                 failed |= slower
         _print_roofline(list(inputs) or [b.name for b in select_inputs(quick)])
-        return 1 if failed else 0
+        return EXIT_FINDINGS if failed else EXIT_OK

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from kimi_oracle.core.config import PROFILES, PreprocessConfig
+from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT, START_TIMEOUT_S
 
 
 def profile_options(func):
@@ -30,8 +31,6 @@ def profile_options(func):
     return func
 
 
-DEFAULT_CASE_TIMEOUT = "30s"
-START_TIMEOUT_S = 120.0  # the longest a candidate's process may take to load it (IsolatedCandidate's default)
 
 
 def isolation_options(func):

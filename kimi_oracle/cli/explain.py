@@ -10,7 +10,7 @@ import click
 
 from kimi_oracle.cli.common import profile_options, resolve_config
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.core.errors import InputError
+from kimi_oracle.core.errors import EXIT_ERROR, EXIT_OK, InputError
 from kimi_oracle.core.geometry import plan
 from kimi_oracle.core.images import alpha_class, decode, has_alpha, resample_kind
 from kimi_oracle.core.text import rich_text
@@ -75,7 +75,7 @@ def register(group: click.Group) -> None:
             _print_table(config, rows)
         for line in errors:
             click.echo(f"error: {line}", err=True)
-        return 2 if errors else 0
+        return EXIT_ERROR if errors else EXIT_OK
 
 
 def _print_table(config: PreprocessConfig, rows: list[dict[str, Any]]) -> None:

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import click
 from rich.text import Text
 
+from kimi_oracle.cli.engine_fuzz import ENGINE_HELP, MIXED_HELP, PIXELS_HELP
 from kimi_oracle.cli.common import (
     interpret_option,
     isolation_options,
@@ -22,7 +23,8 @@ from kimi_oracle.cli.common import (
 )
 from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.core.errors import InputError, KimiOracleError
+from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT
+from kimi_oracle.core.errors import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, InputError, KimiOracleError
 from kimi_oracle.core.text import rich_text, safe_text
 from kimi_oracle.inputs.generators import DEFAULT_MAX_SIDE, MODES
 from kimi_oracle.oracle.checks import FINDING_KINDS, REPORTED_ONLY, Tolerance, ToleranceError, failing
@@ -171,6 +173,11 @@ def register(group: click.Group) -> None:
                        "first differing field. Spec forms as for --candidate (a module or entry point with plan()).")
     @click.option("--planner-sizes", type=click.IntRange(min=1), default=None, metavar="N",
                   help="Sizes the planner is judged on (default 200000, a few seconds).")
+    @click.option("--engine", "engine_spec", default=None, metavar="SPEC", help=ENGINE_HELP)
+    @click.option("--mixed-configs", is_flag=True, help=MIXED_HELP)
+    @click.option("--pixels", is_flag=True, help=PIXELS_HELP)
+    @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                  help="With --engine: write a Markdown summary here.")
     @profile_options
     @click.option("--examples", type=click.IntRange(min=1), default=None,
                   help="Number of examples, run exactly (saved failures replayed first count; shrinking does not). "
@@ -217,7 +224,8 @@ def register(group: click.Group) -> None:
                  fixed_config: bool, out_dir: Path, db_dir: Path | None, json_path: Path | None,
                  junit_path: Path | None, max_images: int, max_side: int, modes: str | None, no_invariance: bool,
                  no_shrink: bool, group_by: str, stop_early: bool, input_form: str | None, interpret: bool | None,
-                 case_timeout: float, memory_limit_mb: int | None) -> int:
+                 case_timeout: float, memory_limit_mb: int | None, engine_spec: str | None = None,
+                 mixed_configs: bool = False, pixels: bool = False, markdown_path: Path | None = None) -> int:
         """Differential fuzzing of a candidate against the reference; findings written under --out.
 
         The candidate runs in a separate process: its crash, exit, hang or memory exhaustion is a
@@ -231,8 +239,20 @@ def register(group: click.Group) -> None:
         """
         from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
 
+        if engine_spec is not None:
+            if candidate_spec is not None or planner_spec is not None or budget is not None:
+                raise click.UsageError("--engine fuzzes a request layer for --examples scenarios; give it without "
+                                       "--candidate, --planner or --budget")
+            from kimi_oracle.cli.engine_fuzz import run_fuzz
+
+            return run_fuzz(engine_spec, resolve_config(profile, config_path), examples=examples, seed=seed,
+                            mixed_configs=mixed_configs, pixels=pixels, tolerance=tolerance, shrink=not no_shrink,
+                            out_dir=out_dir, json_path=json_path, junit_path=junit_path,
+                            markdown_path=markdown_path, case_timeout=case_timeout)
+        if mixed_configs or pixels or markdown_path is not None:
+            raise click.UsageError("--mixed-configs, --pixels and --markdown go with --engine")
         if candidate_spec is None and planner_spec is None:
-            raise click.UsageError("give --candidate SPEC, --planner SPEC, or both")
+            raise click.UsageError("give --candidate SPEC, --planner SPEC, --engine SPEC, or a combination")
         setup_interpret(interpret)
         config = resolve_config(profile, config_path)
         _check_outputs(out_dir if candidate_spec is not None else None, json_path, junit_path)
@@ -300,21 +320,25 @@ def register(group: click.Group) -> None:
             click.echo("interrupted: the report covers only the examples that ran", err=True)
             return interrupts.exit_code()
         failed = failing([f.check for f in run.findings], strict)
-        return 1 if failed or (planner_report is not None and not planner_report.ok) else 0
+        return EXIT_FINDINGS if failed or (planner_report is not None and not planner_report.ok) else EXIT_OK
 
     @group.command("repro")
     @click.argument("finding", type=click.Path(exists=True, path_type=Path))
     @click.option("--candidate", "candidate_spec", default=None, metavar="SPEC",
                   help="Candidate to replay against (default: the one recorded in case.json).")
+    @click.option("--engine", "engine_spec", default=None, metavar="SPEC",
+                  help="Engine to replay a scenario finding against (default: the one in scenario.json).")
     @click.option("--tolerance", default=None, callback=_tolerance, help="Override the recorded tolerance.")
     @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="Write the verdict as JSON here.")
-    @click.option("--case-timeout", "case_timeout", default="30s", show_default=True, callback=_positive_duration,
+    @click.option("--case-timeout", "case_timeout", default=DEFAULT_CASE_TIMEOUT, show_default=True,
+                  callback=_positive_duration,
                   help="Per-call limit for the candidate, which runs in a separate process: a hang is a timeout.")
     @_input_form_option
     @interpret_option
     def repro_cmd(finding: Path, candidate_spec: str | None, tolerance: str | None, json_path: Path | None,
-                  case_timeout: float, input_form: str | None, interpret: bool | None) -> int:
+                  case_timeout: float, input_form: str | None, interpret: bool | None,
+                  engine_spec: str | None = None) -> int:
         """Replay one finding (its directory or case.json). Exit 1 while it still fails, 0 once fixed.
 
         The finding folder is untrusted: case.json is validated, files must be plain names inside
@@ -325,7 +349,12 @@ def register(group: click.Group) -> None:
         from kimi_oracle.fuzzers.fuzzing import finding_from, replay_case
         from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
         from kimi_oracle.results.report import finding_lines, read_case
+        from kimi_oracle.results.scenario_report import SCENARIO_FILE
 
+        if (finding / SCENARIO_FILE).is_file() or finding.name == SCENARIO_FILE:
+            from kimi_oracle.cli.engine_fuzz import run_repro
+
+            return run_repro(finding, engine_spec, json_path, case_timeout)
         setup_interpret(interpret)
         case, directory = read_case(finding)
         spec = candidate_spec or case.get("candidate")
@@ -351,7 +380,7 @@ def register(group: click.Group) -> None:
             console.print(Text.assemble(("fixed", "green"), safe_text(
                 f": {directory.name} ({was}) now passes every check with candidate {spec}, tolerance {tol}")),
                 highlight=False)
-            code = 0
+            code = EXIT_OK
         else:
             f = finding_from(verdict, spec, config, images,
                              params=[e.get("params") for e in case["images"]], tolerance=tol,
@@ -363,7 +392,7 @@ def register(group: click.Group) -> None:
                           soft_wrap=True)
             for line in lines[1:]:
                 console.print(rich_text("  " + line), soft_wrap=True)
-            code = 1
+            code = EXIT_FINDINGS
         if json_path is not None:
             write_json(json_path, {"finding": str(directory), "candidate": spec, "was": was,
                                    "verdict": verdict.to_dict(), "notes": notes})
@@ -451,8 +480,8 @@ def register(group: click.Group) -> None:
             click.echo(f"interrupted: {len(rows)} of {len(loaded)} images judged", err=True)
             return interrupts.exit_code()
         if failing([f.check for f in findings], strict):
-            return 1
-        return 2 if errors else 0
+            return EXIT_FINDINGS
+        return EXIT_ERROR if errors else EXIT_OK
 
 
 def _check_outputs(out_dir: Path | None, json_path: Path | None, junit_path: Path | None) -> None:
@@ -488,12 +517,11 @@ def _print_planner(report: Any) -> None:
 def _planner_only(spec: str, sizes: int | None, config: PreprocessConfig, seed: int | None, fixed_config: bool,
                   json_path: Path | None, junit_path: Path | None, case_timeout_s: float | None,
                   budget_s: float | None) -> int:
-    import random
-
+    from kimi_oracle.core.defaults import fresh_seed
     from kimi_oracle.core.files import utc_now, versions, write_json
     from kimi_oracle.results.report import JUnitCase, write_junit
 
-    seed = seed if seed is not None else random.SystemRandom().randrange(2**32)
+    seed = seed if seed is not None else fresh_seed()
     started = utc_now()
     report = _run_planner(spec, sizes, config, seed, fixed_config, case_timeout_s, budget_s)
     _print_planner(report)
@@ -515,7 +543,7 @@ def _planner_only(spec: str, sizes: int | None, config: PreprocessConfig, seed: 
             cases.append(JUnitCase("planner", "kimi-oracle fuzz --planner", error=err))
         write_junit(junit_path, "kimi-oracle fuzz --planner", cases, time=report.elapsed_s,
                     properties={"planner": spec, "profile": config.name, "seed": seed})
-    return 0 if report.ok else 1
+    return EXIT_OK if report.ok else EXIT_FINDINGS
 
 
 def _refuse_candidate_inside(spec: str, directory: Path) -> None:

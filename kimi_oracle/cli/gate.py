@@ -16,7 +16,8 @@ def register(group: click.Group) -> None:
     """Attach `gate` to the CLI group."""
 
     @group.command("gate")
-    @click.option("--candidate", "new", required=True, metavar="NEW", help="The kernel under review (candidate spec).")
+    @click.option("--candidate", "new", default=None, metavar="NEW",
+                  help="The kernel under review (candidate spec); required unless --engine is given.")
     @click.option("--baseline", "old", default=None, metavar="OLD",
                   help="The kernel it replaces: the correctness verdict becomes relative to it, and the "
                        "interleaved A/B timing runs.")
@@ -29,7 +30,8 @@ def register(group: click.Group) -> None:
     @click.option("--tolerance", default="exact", show_default=True, metavar="exact|levels:K|bf16",
                   help="Pixel policy of fuzzing and invariance-free comparisons; a golden case whose digest "
                        "differs is re-compared against the reference under this policy.")
-    @click.option("--seed", type=int, default=None, help="Seed of the fuzzing stage (default: from the clock).")
+    @click.option("--seed", type=int, default=None,
+                  help="Seed of the fuzzing stage (default: random, recorded in the report).")
     @click.option("--fuzz-examples", type=click.IntRange(min=1), default=None, metavar="N",
                   help="Fuzz exactly N examples instead of what fits into the budget, so that the verdict "
                        "does not depend on the machine's speed (the budget still bounds the timing).")
@@ -57,11 +59,18 @@ def register(group: click.Group) -> None:
                        "recorded grid and on --planner-sizes fuzzed sizes and configs; any differing field fails.")
     @click.option("--planner-sizes", type=click.IntRange(min=0), default=200_000, show_default=True,
                   help="Fuzzed sizes the planner is judged on.")
+    @click.option("--engine", "engine_spec", default=None, metavar="SPEC",
+                  help="Also (or only) gate this engine's request layer: a scenario stage (--engine-scenarios "
+                       "scenarios, findings under OUT/engine/); any finding fails.")
+    @click.option("--engine-scenarios", type=click.IntRange(min=1), default=500, show_default=True, metavar="N",
+                  help="Scenarios of the --engine stage.")
+    @click.option("--mixed-configs", is_flag=True, help="With --engine: also vary mean, std and background.")
     @interpret_option
     @isolation_options
     def gate_cmd(new, old, profile, budget, perf_threshold, tolerance, seed, fuzz_examples, golden_dir,
                  out_dir, margin, known_path, write_known_path, strict, corpus_dir, planner, planner_sizes,
-                 interpret, case_timeout, memory_limit_mb) -> int:
+                 interpret, case_timeout, memory_limit_mb, engine_spec=None, engine_scenarios=500,
+                 mixed_configs=False) -> int:
         """Run goldens, differential fuzzing, invariances and (with --baseline) A/B timing.
 
         With --baseline OLD, NEW and OLD are judged on the same inputs and compared root cause by
@@ -78,6 +87,11 @@ def register(group: click.Group) -> None:
         from kimi_oracle.oracle.checks import Tolerance
 
         Tolerance.parse(tolerance)  # a bad policy is a usage error before anything runs
+        if new is None and engine_spec is None:
+            raise click.UsageError("give --candidate NEW, --engine SPEC, or both")
+        if new is None:
+            return _engine_only(engine_spec, profile, engine_scenarios, seed, mixed_configs, tolerance, out_dir,
+                                case_timeout)
         setup_interpret(interpret)  # before NEW and OLD are imported (in their own processes)
         options = GateOptions(profile=profile, budget_s=parse_duration(budget),
                               perf_threshold_pct=parse_percent(perf_threshold), tolerance=tolerance, seed=seed,
@@ -92,4 +106,27 @@ def register(group: click.Group) -> None:
         if report.get("stopped") == "interrupted":
             click.echo("interrupted: the verdict is ERROR", err=True)
             return interrupts.exit_code()
-        return {"pass": 0, "fail": 1}.get(report["verdict"], 2)
+        code = {"pass": 0, "fail": 1}.get(report["verdict"], 2)
+        if engine_spec is not None and code in (0, 1):
+            code = max(code, _engine_only(engine_spec, profile, engine_scenarios, seed, mixed_configs, tolerance,
+                                          out_dir, case_timeout))
+        return code
+
+
+def _engine_only(spec: str, profile: str, scenarios: int, seed, mixed: bool, tolerance: str, out_dir: Path,
+                 case_timeout: float) -> int:
+    """The gate's scenario stage (OUT/engine/): exit 0 pass, 1 fail, 130/143 interrupted."""
+    from kimi_oracle.cli.engine_fuzz import print_stage
+    from kimi_oracle.core import interrupts
+    from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK
+    from kimi_oracle.core.config import PreprocessConfig
+    from kimi_oracle.fuzzers.scenario_fuzz import ScenarioFuzzOptions
+    from kimi_oracle.workflows.engine_stage import engine_stage
+
+    summary = engine_stage(spec, PreprocessConfig.profile(profile), out_dir / "engine",
+                           ScenarioFuzzOptions(examples=scenarios, seed=seed, mixed_configs=mixed, tolerance=tolerance),
+                           case_timeout)
+    print_stage(spec, summary, click.echo)
+    if summary["verdict"] == "interrupted":
+        return interrupts.exit_code()
+    return EXIT_OK if summary["verdict"] == "pass" else EXIT_FINDINGS

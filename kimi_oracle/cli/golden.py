@@ -9,6 +9,7 @@ import click
 
 from kimi_oracle.cli.common import interpret_option, isolation_options, setup_interpret
 from kimi_oracle.core.config import PROFILES
+from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK
 from kimi_oracle.core.text import safe_text
 
 KIND_CHOICES = ("grids", "pixels")
@@ -87,7 +88,7 @@ def register(group: click.Group) -> None:
             else:
                 for line in planner_report.lines():
                     click.echo(safe_text(line))  # messages carry the planner's own exception text
-            return 0 if planner_report.ok else 1
+            return EXIT_OK if planner_report.ok else EXIT_FINDINGS
 
         try:
             report = golden.check(golden_dir, candidate, kinds=kinds or None, profiles=profiles or None,
@@ -97,7 +98,7 @@ def register(group: click.Group) -> None:
             click.echo("interrupted: the report covers only the files compared before it", err=True)
             return interrupts.exit_code()
         _emit(report, as_json, max_lines)
-        return 0 if report.ok else 1
+        return EXIT_OK if report.ok else EXIT_FINDINGS
 
     @golden_group.command("regen")
     @click.option("--accept", is_flag=True, help="Replace the differing golden files (atomically).")
@@ -125,4 +126,4 @@ def register(group: click.Group) -> None:
             out_dir=out_dir,
         )
         _emit(report, as_json, max_lines)
-        return 0 if report.ok or all(f.accepted for f in report.failing()) else 1
+        return EXIT_OK if report.ok or all(f.accepted for f in report.failing()) else EXIT_FINDINGS

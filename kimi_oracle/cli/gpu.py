@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK
+
 
 def register(group: click.Group) -> None:
     """Attach `gpu` (and `gpu build`) to the CLI group."""
@@ -38,4 +40,4 @@ def register(group: click.Group) -> None:
         for line in bad:
             click.echo(f"FAIL {line}", err=True)
         click.echo(f"wrote {out / 'build.json'} and {out / 'build.md'}")
-        return 1 if bad else 0
+        return EXIT_FINDINGS if bad else EXIT_OK

@@ -15,7 +15,7 @@ from kimi_oracle.cli.common import (
     setup_interpret,
 )
 from kimi_oracle.cli.fuzz import TOLERANCE_HELP
-from kimi_oracle.core.errors import KimiOracleError
+from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK, KimiOracleError
 from kimi_oracle.core.text import safe_text
 
 
@@ -71,6 +71,9 @@ def register(group: click.Group) -> None:
 @click.option("--log-limit", "log_limit_mb", type=click.FloatRange(min=0.01), default=8, show_default=True,
               metavar="MB", help="Each worker's log (and libFuzzer's) keeps at most its last MB MiB: a chatty "
                                  "candidate cannot fill the disk.")
+@click.option("--engine", "engine_spec", default=None, metavar="SPEC",
+              help="Also fuzz this engine's request layer after the campaign: a scenario stage of --max-examples "
+                   "(default 2000) scenarios, findings under OUT/engine/.")
 @interpret_option
 @isolation_options
 def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | None, planner_sizes: int,
@@ -78,7 +81,7 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
             corpus_dir: Path | None, db_dir: Path | None, engines: str, shard: str, jobs: int,
             case_timeout: float, tolerance: str, seed: int | None, fixed_config: bool,
             memory_limit_mb: int | None, max_findings: int, max_examples: int | None, no_shrink: bool,
-            log_limit_mb: float) -> int:
+            log_limit_mb: float, engine_spec: str | None = None) -> int:
     """Run a time-boxed fuzzing campaign (hypothesis + atheris) against a candidate.
 
     The candidate runs in worker subprocesses: a segfault, abort, out-of-memory kill or hang
@@ -134,8 +137,26 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
     click.echo(f"{len(s['findings'])} finding(s); stopped: {s['stopped']}; summary: {result.out / 'summary.md'}")
     for line in (s.get("planner") or {}).get("lines") or []:
         click.echo(safe_text(line))  # (the planner's own exception text)
-    # (summary.json and junit.xml carry the planner's results and this same exit code)
-    raise SystemExit(result.exit_code)
+    # (summary.json and junit.xml carry the planner's results and the campaign's exit code)
+    code = result.exit_code
+    if engine_spec is not None and code in (0, 1):
+        code = max(code, _nightly_engine(engine_spec, config, max_examples or NIGHTLY_SCENARIOS, s.get("seed"),
+                                         tolerance, result.out, case_timeout))
+    raise SystemExit(code)
+
+
+NIGHTLY_SCENARIOS = 2000
+
+
+def _nightly_engine(spec: str, config, scenarios: int, seed, tolerance: str, out: Path, case_timeout: float) -> int:
+    from kimi_oracle.cli.engine_fuzz import print_stage
+    from kimi_oracle.fuzzers.scenario_fuzz import ScenarioFuzzOptions
+    from kimi_oracle.workflows.engine_stage import engine_stage
+
+    summary = engine_stage(spec, config, out / "engine",
+                           ScenarioFuzzOptions(examples=scenarios, seed=seed, tolerance=tolerance), case_timeout)
+    print_stage(spec, summary, click.echo)
+    return EXIT_OK if summary["verdict"] == "pass" else EXIT_FINDINGS
 
 
 @click.group()

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT
+
 _RUN_KEY = pytest.StashKey[Any]()
 
 
@@ -32,8 +34,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kimi-max-side", type=int, default=None, metavar="PX",
                     help="longest side drawn (default: the fuzzer's, as in `kimi-oracle fuzz`)")
     group.addoption("--kimi-out", default="kimi-oracle-out", metavar="DIR", help="findings directory")
-    group.addoption("--kimi-case-timeout", default="30s", metavar="DURATION",
-                    help="longest one call of the candidate may take (it runs in its own process; default 30s)")
+    group.addoption("--kimi-case-timeout", default=DEFAULT_CASE_TIMEOUT, metavar="DURATION",
+                    help="longest one call of the candidate may take (it runs in its own process; "
+                         f"default {DEFAULT_CASE_TIMEOUT})")
     group.addoption("--kimi-memory-limit", type=int, default=None, metavar="MB",
                     help="address space the candidate's process may add (default: no limit)")
 

@@ -1,12 +1,21 @@
-"""Typed errors: every failure the tool reports maps to one of these and to an exit code."""
+"""Typed errors and the exit codes: every failure the tool reports maps to one of these and to a code."""
 
 from __future__ import annotations
+
+# The exit codes of every command, defined here once: 0 success or nothing found, 1 a check failed
+# or a finding was made, 2 bad usage, bad input or a harness error, 130 after SIGINT (Ctrl-C) and
+# 143 after SIGTERM (128 + the signal's number; `core.interrupts.exit_code()` picks one).
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 
 
 class KimiOracleError(Exception):
     """Base class of every error kimi-oracle raises on purpose."""
 
-    exit_code = 2
+    exit_code = EXIT_ERROR
 
 
 class ConfigError(KimiOracleError, ValueError):

@@ -29,6 +29,8 @@ PREMULTIPLIED_MODES = {"RGBA": "RGBa", "LA": "La"}
 # Families of Pillow's separate resampling paths, for the pipelines that reimplement them.
 MODES_16BIT = frozenset({"I;16", "I;16L", "I;16B", "I;16N"})
 MODES_32BIT = frozenset({"I", "F"})
+# The EXIF Orientation tag: the requests write it (inputs.requests), the diagnosis reads it.
+ORIENTATION_TAG = 0x0112
 
 ImageSource = Any  # PIL image, path, bytes, data: URL, uint8 array or tensor
 
@@ -56,7 +58,7 @@ def _lab_transform(mode: str) -> Any:
 
 def convert(img: Image.Image, mode: str) -> Image.Image:
     """`img.convert(mode)`, the same bytes, faster for LAB: Pillow's own LAB -> RGB/RGBA conversion
-    builds an ImageCms transform on every call (~5-15 ms an image); one built once is applied
+    builds an ImageCms transform on every call (docs/measurements.md); one built once is applied
     instead. The reference and the engine models convert through this."""
     if img.mode == "LAB" and mode in ("RGB", "RGBA"):
         return _lab_transform(mode).apply(img)

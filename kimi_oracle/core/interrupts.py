@@ -12,8 +12,8 @@ import contextlib
 import signal
 from typing import Callable, Iterator
 
-EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
-EXIT_TERMINATED = 143  # SIGTERM
+from kimi_oracle.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+
 _received: list[int] = []
 
 

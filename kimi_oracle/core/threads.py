@@ -1,9 +1,9 @@
 """The oracle's own torch work runs on one intra-op thread.
 
 Comparisons and the diagnosis' torch resamples work on tensors of a few thousand values per
-example; with torch's default thread pool a single `torch.round` on such a tensor took ~2.8 ms on
-a busy 2-core machine (measured), with one thread microseconds. No result depends on the thread
-count. Candidates' executors have their own setting (`fuzzers.sandbox.candidate_threads`).
+example; with torch's default thread pool a single `torch.round` on such a tensor took
+milliseconds on a busy 2-core machine, with one thread microseconds (docs/measurements.md). No
+result depends on the thread count. Candidates' executors have their own setting (`fuzzers.sandbox.candidate_threads`).
 """
 
 from __future__ import annotations

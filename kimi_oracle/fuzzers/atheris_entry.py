@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from kimi_oracle.core import memory
+from kimi_oracle.core.errors import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from kimi_oracle.core.files import DEFAULT_MAX_BYTES as MAX_INPUT_BYTES
 from kimi_oracle.core.files import read_file
 from kimi_oracle.fuzzers import HARNESSES
@@ -27,7 +28,7 @@ def run(name: str, argv: Sequence[str] | None = None) -> None:
         import atheris
     except ImportError:
         sys.stderr.write("atheris is not installed: pip install 'kimi-oracle[fuzz]'\n")
-        raise SystemExit(2) from None
+        raise SystemExit(EXIT_ERROR) from None
     # Coverage feedback from Pillow's plugins only. With kimi_oracle instrumented too (even only
     # kimi_oracle.core), the decoder harness's RSS grew by ~7 KB an execution (2 GB in 2.5 min)
     # until libFuzzer killed it; with Pillow alone it stays flat (measured, docs/nightly.md).
@@ -47,7 +48,7 @@ def replay(name: str, paths: Sequence[str]) -> int:
 
     settings = HarnessSettings.from_env()
     harness = Harness(name, dataclasses.replace(settings, findings_dir=None))
-    worst = 0
+    worst = EXIT_OK
     for path in paths:
         data = read_file(path, max_bytes=MAX_INPUT_BYTES)  # a regular file, capped (core.files)
         outcome = harness.evaluate(data, PyFuzzedDataProvider(data) if name == "structured" else None)
@@ -56,7 +57,7 @@ def replay(name: str, paths: Sequence[str]) -> int:
         label = f"{outcome.check}: " if outcome.status == "finding" else ""
         print(f"{path}: {outcome.status} {label}{detail}"[:2000])
         if outcome.status == "finding":
-            worst = 1
+            worst = EXIT_FINDINGS
     return worst
 
 
@@ -67,12 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] not in HARNESSES:
         print(f"usage: python -m kimi_oracle.fuzzers.atheris_entry {{{','.join(HARNESSES)}}} [--replay FILE...] "
               "[libFuzzer args]", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     name = args[0]
     if len(args) > 1 and args[1] == "--replay":
         return replay(name, args[2:])
     run(name, [sys.argv[0]] + args[1:])
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -37,7 +37,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +46,8 @@ from PIL import Image
 
 from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.defaults import fresh_seed
+from kimi_oracle.core.levels import is_sub_level
 from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.core.files import versions
 from kimi_oracle.core.threads import one_torch_thread
@@ -66,10 +67,6 @@ from kimi_oracle.results.report import (Finding, finding_summary,
                                         root_cause_rows, summary_markdown,
                                         write_finding)
 
-# A budget covers shrinking and publishing: fuzz() ends within it (up to one example or one
-# shrink step over). Kept for callers that converted a deadline into a search budget.
-SHRINK_GRACE = 1.0
-
 # Share of a budget the search gets once a failure waits to be shrunk (the rest shrinks).
 SEARCH_SHARE = 0.8
 # How often (seconds of the clock) the search measures its overhead under FuzzOptions.overhead_s,
@@ -83,8 +80,7 @@ INVARIANCE_EVERY = 4
 
 # The tile-crossing share the long runs (gate, nightly) give `FuzzOptions.tile_share`: one
 # generated example in 200 is one image with both sides around 256, 512, 1024 or 2048 (±1). Such
-# an example costs about 50-300 small ones (up to ~2 s on eager at the base's full budget): this
-# share spent 22 % of eager's and 34 % of the reference's search time (docs/measurements.md).
+# an example costs as much as many small ones; what this share costs: docs/measurements.md.
 TILE_SHARE = 0.005
 
 # Failures whose every reproduction costs a killed or restarted candidate process (the sandbox's
@@ -97,11 +93,6 @@ MAX_COSTLY_SHRINK_STEPS = 4
 # improvements); a budget's deadline usually ends a shrink first.
 SHRINK_MAX_EXAMPLES = 1000
 
-
-def search_budget(seconds_left: float) -> float:
-    """The `FuzzOptions.budget_s` that, shrinking included, ends within `seconds_left` (the budget
-    now includes shrinking: the identity)."""
-    return seconds_left / SHRINK_GRACE
 
 # Example counts per `--hypothesis-profile` when neither --examples nor --budget is given.
 HYPOTHESIS_PROFILES = {
@@ -354,7 +345,7 @@ class _Engine:
         self.candidate, self.config, self.options = candidate, config, options
         self.out_dir, self.on_example = out_dir, on_example
         self.tol = Tolerance.parse(options.tolerance)
-        seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
+        seed = options.seed if options.seed is not None else fresh_seed()
         self.run = FuzzRun(candidate.spec, config, options, seed)
         self.run.started = utc_now()
         self.draw_options = options.draw_options()
@@ -998,7 +989,7 @@ def _lost_causes(shrunk: Finding, first: Finding) -> list[str]:
     known = set(shrunk.root_causes) | ties(shrunk) | ties(first)
     levels = cause_levels(first)
     return [c for c in first.root_causes
-            if c not in known and c != "unexplained" and levels.get(c, (0.0, 0.0))[0] >= 1.0]
+            if c not in known and c != "unexplained" and not is_sub_level(levels.get(c, (0.0, 0.0))[0])]
 
 
 def _only_our_failures(exc: BaseException) -> bool:
@@ -1150,7 +1141,6 @@ __all__ = [
     "FuzzOptions",
     "FuzzRun",
     "HYPOTHESIS_PROFILES",
-    "SHRINK_GRACE",
     "TILE_SHARE",
     "Rejected",
     "fuzz_pair",
@@ -1159,5 +1149,4 @@ __all__ = [
     "finding_from",
     "fuzz",
     "replay_case",
-    "search_budget",
 ]

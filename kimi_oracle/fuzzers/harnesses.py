@@ -2,9 +2,9 @@
 
 Two harnesses turn fuzzer bytes into a differential case and judge it with the oracle:
 
-- `structured`: a FuzzedDataProvider draws the configuration (around a profile), then 1–3
-  images as `generators.CaseParams` (size class, mode, alpha pattern, content, seed); the
-  shared generators build the images.
+- `structured`: a FuzzedDataProvider is the source of `inputs.draw.draw_fuzz_case` (the fuzz
+  engine's draw): a configuration around a profile, then 1–3 images as `generators.CaseParams`
+  (size class, mode, alpha pattern, content, seed); the shared generators build the images.
 - `decoder`: the bytes are an image file; `images.decode` (pixel cap on) decodes it. Decode
   errors, over-cap images and inputs the reference refuses are *rejected*, not findings. The
   configuration is chosen from the profile's variants by a checksum of the bytes.
@@ -25,6 +25,7 @@ directory: keep going after a finding and write it there, instead of raising), K
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -38,25 +39,12 @@ from typing import Any, Callable, Sequence
 from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT_S
 from kimi_oracle.core.errors import InputError
 from kimi_oracle.fuzzers import HARNESSES
-from kimi_oracle.inputs.generators import (
-    CHECKER_SQUARES,
-    CONTENTS,
-    DEFAULT_MAX_SIDE,
-    MODES,
-    CaseParams,
-    FuzzCase,
-    alpha_patterns_for,
-    config_choices,
-    config_variants,
-    ratio_long_side,
-    special_sides,
-    threshold_sizes,
-    tiny_sizes,
-    vary_config,
-)
-from kimi_oracle.inputs.requests import draw_request
+from kimi_oracle.inputs.draw import DrawOptions, ProviderSource, draw_fuzz_case
+from kimi_oracle.inputs.generators import DEFAULT_MAX_SIDE, CaseParams, FuzzCase, config_variants
+from kimi_oracle.oracle.checks import CRASH
 from kimi_oracle.oracle.grouping import finding_key
 
 # Decoder harness pixel cap: far below Pillow's bomb limit, so one input stays fast.
@@ -154,83 +142,24 @@ def parse_shard(text: str | None) -> tuple[int, int]:
     return index, count
 
 
-def _pick(fdp: Any, values: Sequence[Any]) -> Any:
-    # atheris' PickValueInList takes a list only.
-    return fdp.PickValueInList(list(values))
-
-
-def draw_config(fdp: Any, base: PreprocessConfig) -> PreprocessConfig:
-    """A configuration around `base` from `generators.config_choices` (the strategies' too)."""
-    choices = config_choices(base)
-    changes: dict[str, Any] = {
-        "in_patch_limit": _pick(fdp, choices.limits),
-        "patch_limit_on_one_side": _pick(fdp, choices.caps),
-    }
-    if base.transparent_bg_config is not None:
-        pattern = _pick(fdp, choices.patterns)
-        background: dict[str, Any] = {"pattern": pattern}
-        if pattern == "chessboard":
-            background["chessboard_square_size"] = _pick(fdp, choices.squares)
-            background["chessboard_square_on_top_left"] = _pick(fdp, choices.top_left)
-            white, gray = _pick(fdp, choices.chess_values)
-            background["chessboard_white_value"] = white
-            background["chessboard_gray_value"] = gray
-        changes["background"] = background
-        changes["transparent_bg_fill_stage"] = _pick(fdp, choices.stages)
-    if fdp.ConsumeIntInRange(0, 3) == 3:  # one case in four: what a kernel could hard-code
-        changes["patch_size"] = _pick(fdp, choices.patch_sizes)
-        changes["merge_kernel_size"] = _pick(fdp, choices.merge_sizes)
-        changes["fixed_output_tokens"] = _pick(fdp, choices.fixed_tokens)
-        changes["image_mean"], changes["image_std"] = _pick(fdp, choices.norms)
-    return vary_config(base, **changes)
-
-
-def draw_size(fdp: Any, config: PreprocessConfig, max_side: int) -> tuple[int, int]:
-    """(width, height) from one of the size classes, small enough for a fast case."""
-    kind = fdp.ConsumeIntInRange(0, 5)
-    if kind == 0:
-        return fdp.ConsumeIntInRange(1, max_side), fdp.ConsumeIntInRange(1, max_side)
-    if kind == 1:
-        return _pick(fdp, tiny_sizes())
-    if kind == 2:
-        sides = special_sides(max_side)
-        return _pick(fdp, sides), _pick(fdp, sides)
-    if kind == 3:
-        sides = special_sides(max_side)
-        return _pick(fdp, sides), fdp.ConsumeIntInRange(1, max_side)
-    if kind == 4:  # beyond 100:1
-        short = fdp.ConsumeIntInRange(1, 2)
-        long = fdp.ConsumeIntInRange(100 * short, max(100 * short, ratio_long_side(max_side)))
-        return (long, short) if fdp.ConsumeBool() else (short, long)
-    # Threshold sizes (pass order, budget, side cap): the same list the strategies draw from.
-    return _pick(fdp, threshold_sizes(config, max_side))
-
-
-def draw_params(fdp: Any, config: PreprocessConfig, *, max_side: int = DEFAULT_MAX_SIDE,
-                shard: tuple[int, int] = (1, 1)) -> CaseParams:
-    """One image's generator parameters; the seed lands in this shard's residue class."""
-    w, h = draw_size(fdp, config, max_side)
-    mode = _pick(fdp, MODES)
-    alpha = _pick(fdp, alpha_patterns_for(mode))
-    content = _pick(fdp, CONTENTS)
+def _shard_seed(params: CaseParams, shard: tuple[int, int]) -> CaseParams:
     index, count = shard
-    seed = fdp.ConsumeIntInRange(0, 2**32 - 1) * count + (index - 1)
-    square = _pick(fdp, CHECKER_SQUARES) if alpha.startswith("checker") else 8
-    # What the request carries (a file, EXIF orientation, an animation...): inputs.requests.
-    request = draw_request(lambda options: _pick(fdp, options), mode, alpha)
-    return CaseParams(w, h, mode, alpha, content, seed, square, **request)
+    return dataclasses.replace(params, seed=params.seed * count + (index - 1))
 
 
 def structured_case(data: bytes, base: PreprocessConfig, *, vary: bool = True, max_images: int = 3,
                     max_side: int = DEFAULT_MAX_SIDE, shard: tuple[int, int] = (1, 1),
                     fdp: Any = None) -> tuple[FuzzCase, bool]:
-    """(case, check_invariance) drawn from `data`."""
+    """(case, check_invariance) drawn from `data`: the invariance flag is the provider's first
+    boolean, the case is `inputs.draw.draw_fuzz_case` over the provider's integers
+    (`draw.ProviderSource`), and each image's seed then lands in this shard's residue class."""
     fdp = fdp if fdp is not None else PyFuzzedDataProvider(data)
     invariance = fdp.ConsumeBool()
-    config = draw_config(fdp, base) if vary else base
-    count = fdp.ConsumeIntInRange(1, max(1, max_images))
-    images = tuple(draw_params(fdp, config, max_side=max_side, shard=shard) for _ in range(count))
-    return FuzzCase(config, images), invariance
+    options = DrawOptions(vary_config=vary, max_images=max_images, max_side=max_side)
+    case = draw_fuzz_case(ProviderSource(fdp), base, options)
+    if shard != (1, 1):
+        case = FuzzCase(case.config, tuple(_shard_seed(p, shard) for p in case.images))
+    return case, invariance
 
 
 @functools.lru_cache(maxsize=16)
@@ -330,7 +259,7 @@ class HarnessSettings:
     config_path: str | None = None
     tolerance: str = "exact"
     isolate: bool = False
-    case_timeout_s: float = 30.0
+    case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S
     max_pixels: int = DEFAULT_FUZZ_MAX_PIXELS
     shard: tuple[int, int] = (1, 1)
     findings_dir: str | None = None
@@ -490,7 +419,7 @@ class Harness:
         if sig in self.signatures or len(self.signatures) >= self.settings.max_findings:
             self.counters["duplicates"] += 1
             return None
-        if outcome.check == "crash" and self.settings.minimize_s > 0:
+        if outcome.check == CRASH and self.settings.minimize_s > 0:
             data, outcome = self._minimize(data, outcome, sig)
         path = write_fuzz_finding(self.settings.findings_dir, outcome, data, harness=self.name,
                                   candidate=self.candidate.spec, tolerance=self.settings.tolerance,

@@ -1,14 +1,12 @@
 """Fuzzing a planner: sizes and configurations drawn in bulk, judged by pure arithmetic.
 
-`fuzz_planner(planner, base, sizes=N, seed=S)` draws N sizes over configurations varied around
-`base` (patch budget, side cap, including caps that are not a multiple of the merge size so that
-the checkpoint's side assert fails for some sizes, patch size, merge size, fixed token count: the
-choices of `inputs.generators.config_choices`, the pixel fuzzers' too) and judges each against
-`core.geometry.plan` (`oracle.planner.judge_size`), `BLOCK` sizes per configuration (so that the
-first 300 sizes already span about ten configurations). Sizes come from the
-input space of `inputs.generators` (its threshold sizes: the patch budget and the side cap of
-each drawn config, special sides, >100:1 ratios) and from log-uniform draws, with multiples of
-the patch and merge sizes ±1 mixed in. About 50,000 sizes a second per core (3 million a minute).
+`fuzz_planner(planner, base, sizes=N, seed=S)` judges N sizes over configurations varied around
+`base` against `core.geometry.plan` (`oracle.planner.judge_size`), `BLOCK` sizes per
+configuration (so that the first 300 sizes already span about ten configurations). The sizes and
+configurations are drawn by `inputs.plan_draw` (over `inputs.draw.GeneratorSource`): the choices
+of `inputs.generators.config_choices`, the pixel fuzzers' too, with side caps that are not a
+multiple of the merge size, and the threshold sizes, special sides, ratios and log-uniform sizes
+of the generators' input space. Throughput: docs/measurements.md.
 
 `run_isolated(function, *args)` runs such a job (or the golden grid check of
 `workflows.golden.check_planner`) in a forked process, so that a planner that crashes the
@@ -17,9 +15,7 @@ interpreter, exhausts memory or hangs ends as an error line of the report, not t
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import os
 import shutil
 import signal
@@ -32,86 +28,33 @@ import numpy as np
 
 from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.core.errors import BackendError, CandidateError, ConfigError
+from kimi_oracle.core.errors import BackendError, CandidateError
 from kimi_oracle.core.files import to_json
 from kimi_oracle.fuzzers.confine import absolute_spec, confine
-from kimi_oracle.inputs.generators import (
-    budget_sizes,
-    config_choices,
-    ratio_sizes,
-    side_cap_sizes,
-    special_sides,
-)
+from kimi_oracle.inputs.draw import GeneratorSource, Source
+from kimi_oracle.inputs.plan_draw import PLAN_MAX_SIDE, draw_plan_config, draw_plan_sizes
 from kimi_oracle.oracle.planner import CallWatch, Planner, PlannerReport, check_sizes, load_planner
 
 DEFAULT_SIZES = 200_000
 # Sizes judged per drawn configuration: small, so that a planner that ignores a rarely varied key
-# (a fixed token count) is caught within 300 sizes; drawing a configuration and its threshold
-# sizes costs about as much as judging 14 sizes (100k sizes of k3: 1.8 s with 32, 1.3 s with 512).
+# (a fixed token count) is caught within 300 sizes (docs/measurements.md: the cost of a block).
 BLOCK = 32
-DEFAULT_MAX_SIDE = 20_000
-# The share of configurations that keep the base's fixed token count (the rest draw another).
-KEEP_FIXED_TOKENS = 0.5
-
-
-def draw_config(base: PreprocessConfig, rng: np.random.Generator) -> PreprocessConfig:
-    """One configuration around `base` (the base itself a quarter of the time): budget, side cap
-    (also one past a multiple of the merge size), patch size, merge size and, in half of them, the
-    fixed token count, from `generators.config_choices(base)`."""
-    if rng.random() < 0.25:
-        return base
-    choices = config_choices(base)
-    caps = choices.caps + tuple(c + 1 for c in choices.caps)  # +1: not a multiple of the merge size
-    patch = int(rng.choice(choices.patch_sizes))
-    merge = int(rng.choice(choices.merge_sizes))
-    fixed = base.fixed_output_tokens
-    if rng.random() >= KEEP_FIXED_TOKENS:
-        fixed = choices.fixed_tokens[1 + int(rng.integers(len(choices.fixed_tokens) - 1))]
-    try:
-        return dataclasses.replace(
-            base, name=f"{base.name}~planner", patch_size=patch, merge_kernel_size=merge,
-            in_patch_limit=int(rng.choice(choices.limits)), patch_limit_on_one_side=int(rng.choice(caps)),
-            fixed_output_tokens=fixed)
-    except ConfigError:  # pragma: no cover - every value above is valid
-        return base
-
-
-def draw_sizes(config: PreprocessConfig, rng: np.random.Generator, count: int,
-               max_side: int = DEFAULT_MAX_SIDE) -> list[tuple[int, int]]:
-    """`count` sizes for `config`: its thresholds, then special sides, boundary multiples and
-    log-uniform sizes (drawn as arrays)."""
-    p, f = config.patch_size, config.patch_size * config.merge_kernel_size
-    fixed = budget_sizes(config) + side_cap_sizes(config)
-    out = [s for s in fixed if max(s) <= 8 * max_side][: count // 4]
-    n = count - len(out)
-    third = n // 3
-    # log-uniform
-    logs = rng.uniform(0.0, math.log(max_side), (n - 2 * third, 2))
-    wh = np.maximum(1, np.exp(logs).astype(np.int64))
-    # multiples of p and f, ±1
-    unit = rng.choice(np.array([p, f], dtype=np.int64), size=(third, 2))
-    k = np.exp(rng.uniform(0.0, math.log(max(2, max_side // max(p, 1))), (third, 2))).astype(np.int64)
-    near = np.maximum(1, unit * k + rng.integers(-1, 2, size=(third, 2)))
-    # special sides (primes, powers of two ±1, multiples of 14/28 ±1) and >100:1 ratios
-    sides = np.array(special_sides(max_side), dtype=np.int64)
-    special = sides[rng.integers(0, len(sides), size=(third, 2))]
-    ratios = ratio_sizes()
-    swap = rng.integers(0, len(ratios), size=max(1, third // 16))
-    special[: len(swap)] = np.array([ratios[i] for i in swap], dtype=np.int64)[: len(special)]
-    arr = np.concatenate([wh, near, special])
-    out += [(int(w), int(h)) for w, h in arr.tolist()]
-    return out
+DEFAULT_MAX_SIDE = PLAN_MAX_SIDE
 
 
 def cases(base: PreprocessConfig, count: int, seed: int, *, vary_config: bool = True,
-          max_side: int = DEFAULT_MAX_SIDE) -> Iterator[tuple[int, int, PreprocessConfig, None]]:
-    """`count` (width, height, config, None) cases, deterministic from `seed`."""
-    rng = np.random.default_rng([int(seed), 0x91A7])
+          max_side: int = DEFAULT_MAX_SIDE, source: Source | None = None
+          ) -> Iterator[tuple[int, int, PreprocessConfig, None]]:
+    """`count` (width, height, config, None) cases, deterministic from `seed`: blocks of `BLOCK`
+    sizes drawn by `inputs.plan_draw` from a NumPy generator seeded (seed, 0x91A7), or from
+    `source` when given (a recorded choice list replays to the same cases)."""
+    if source is None:
+        source = GeneratorSource(np.random.default_rng([int(seed), 0x91A7]))
     left = int(count)
     while left > 0:
-        config = draw_config(base, rng) if vary_config else base
+        config = draw_plan_config(source, base) if vary_config else base
         n = min(BLOCK, left)
-        for w, h in draw_sizes(config, rng, n, max_side):
+        for w, h in draw_plan_sizes(source, config, n, max_side):
             yield w, h, config, None
         left -= n
 
@@ -265,8 +208,6 @@ __all__ = [
     "BLOCK",
     "DEFAULT_SIZES",
     "cases",
-    "draw_config",
-    "draw_sizes",
     "fuzz_planner",
     "run_isolated",
 ]

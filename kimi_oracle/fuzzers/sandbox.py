@@ -40,6 +40,7 @@ import torch
 from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT_S, START_TIMEOUT_S
 from kimi_oracle.core.errors import BackendError, CandidateError
 from kimi_oracle.core import memory
 from kimi_oracle.core.activity import Activity
@@ -47,6 +48,7 @@ from kimi_oracle.core.images import alpha_class, pack_raw, resize_class, unpack_
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.fuzzers.confine import absolute_spec, confine, output_tail, settle_output
 from kimi_oracle.oracle.candidates import Candidate, CandidateCrash
+from kimi_oracle.oracle.checks import CRASH, TIMEOUT
 
 # Modules the fork server imports once, so that forked executors start warm.
 PRELOAD = ["numpy", "PIL.Image", "torch", "kimi_oracle.pipelines.reference", "kimi_oracle.oracle.candidates", "kimi_oracle.fuzzers.sandbox"]
@@ -70,7 +72,7 @@ class CallTimedOut(Exception):
 class _RemoteCrash(CandidateCrash):
     """A CandidateCrash rebuilt from fields sent by the executor (or made up by the parent)."""
 
-    check = "crash"
+    check = CRASH
 
     def __init__(self, spec: str, exc_type: str, message: str, tb: str, **details: Any):
         Exception.__init__(self, f"candidate {spec!r} raised {exc_type}: {message}")
@@ -92,7 +94,7 @@ class CandidateDied(_RemoteCrash):
 class CandidateTimeout(_RemoteCrash):
     """The executor did not answer within the per-call timeout and was killed."""
 
-    check = "timeout"
+    check = TIMEOUT
 
 
 def signal_name(returncode: int | None) -> str:
@@ -177,8 +179,8 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None, w
     if memory_limit_mb:
         _limit_memory(memory_limit_mb)
     # One intra-op torch thread for the oracle's calls unless KIMI_ORACLE_CANDIDATE_THREADS says
-    # otherwise: on 2 cores (or a busy CI runner) torch's thread pool made one small eager call 40x
-    # dearer (7.2 ms against 0.18 ms, measured), and a verdict does not depend on it. The gate's
+    # otherwise: on 2 cores (or a busy CI runner) torch's thread pool made one small eager call
+    # many times dearer (docs/measurements.md), and a verdict does not depend on it. The gate's
     # timed calls (`_timed`) run with torch's own default, as the candidate runs in production.
     global _DEFAULT_THREADS
     _DEFAULT_THREADS = torch.get_num_threads()
@@ -238,7 +240,7 @@ def _answer(candidate: Candidate, spec: str, msg: tuple, timing: Any) -> tuple:
     except CandidateCrash as exc:
         # A failed self-check names its own check (grid_mismatch, feature_length) and stats.
         return ("raised", exc.exc_type, exc.exc_message, exc.traceback,
-                getattr(exc, "check", "crash"), getattr(exc, "stats", None))
+                getattr(exc, "check", CRASH), getattr(exc, "stats", None))
     except (CandidateError, BackendError) as exc:
         return ("error", type(exc).__name__, str(exc))
     except BaseException as exc:  # noqa: BLE001 - SystemExit or a custom BaseException: told apart by type
@@ -318,8 +320,8 @@ def _context() -> Any:
 class IsolatedCandidate(Candidate):
     """A candidate whose every call runs in an executor subprocess (restarted after a crash)."""
 
-    def __init__(self, spec: str, *, timeout_s: float = 30.0, memory_limit_mb: int | None = None,
-                 start_timeout_s: float = 120.0):
+    def __init__(self, spec: str, *, timeout_s: float = DEFAULT_CASE_TIMEOUT_S, memory_limit_mb: int | None = None,
+                 start_timeout_s: float = START_TIMEOUT_S):
         super().__init__(spec, self._unused, "")
         self.timeout_s = float(timeout_s)
         self.memory_limit_mb = memory_limit_mb
@@ -650,7 +652,7 @@ class Call:
         if not self.done:
             self.owner._receive(self)
         if self._error is not None:
-            return str(getattr(self._error, "check", "crash"))
+            return str(getattr(self._error, "check", CRASH))
         return None
 
     def answer(self) -> tuple:

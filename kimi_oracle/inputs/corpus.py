@@ -3,7 +3,8 @@
 `seed_files()` builds small image files in the formats and modes that reach the checkpoint's
 odd paths (PNG with tRNS and palettes, LA, 16-bit grey, CMYK JPEG and TIFF, GIF, WebP, odd
 sizes); `kimi-oracle corpus seed DIR` writes them. `structured_seeds()` are byte strings for
-the structured harness, chosen so that each mode and size class appears at least once.
+the structured harness: the empty input (the simplest case) and a few patterned ones; the
+committed corpus (`fuzz/corpus/structured`) carries the variety of modes and sizes.
 A corpus directory holds one file per input, named by the SHA-1 of its content (libFuzzer's
 convention), written atomically, so concurrent shards and interrupted runs never leave a
 half-written entry.

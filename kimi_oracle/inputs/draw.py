@@ -33,6 +33,7 @@ from kimi_oracle.inputs.generators import (
     MODES,
     MORE_KEY_MODES,
     CaseParams,
+    ConfigChoices,
     FuzzCase,
     alpha_patterns_for,
     config_choices,
@@ -141,6 +142,48 @@ class ChoiceSource(_Plain):
 
 class ReplayError(ValueError):
     """A recorded choice list does not describe a case of these drawing options."""
+
+
+class ProviderSource(_Plain):
+    """A fuzzed data provider (`atheris.FuzzedDataProvider` or `fuzzers.harnesses`' pure-Python
+    twin) as a source: each integer is one `ConsumeIntInRange(lo, hi)`, so the atheris harness
+    draws the case that `ChoiceSource` draws from the same integers."""
+
+    __slots__ = ("_fdp",)
+
+    def __init__(self, fdp: Any):
+        self._fdp = fdp
+
+    def integer(self, lo: int, hi: int) -> int:
+        if lo == hi:
+            return lo  # ConsumeIntInRange(lo, lo) reads no byte either
+        return int(self._fdp.ConsumeIntInRange(lo, hi))
+
+
+# Integers a GeneratorSource takes from its generator at a time, and their range (2**62: the
+# modulo bias for any range a draw uses, at most 2**32 values, is below 2**-30).
+_BLOCK = 4096
+_RAW = 1 << 62
+
+
+class GeneratorSource(_Plain):
+    """A NumPy `Generator` as a source (the planner fuzz's): integers are taken from it in
+    blocks, and each `integer(lo, hi)` is lo + the next one modulo the range's size."""
+
+    __slots__ = ("_rng", "_buffer")
+
+    def __init__(self, rng: Any):
+        self._rng = rng
+        self._buffer: list[int] = []
+
+    def integer(self, lo: int, hi: int) -> int:
+        if lo == hi:
+            return lo
+        if hi - lo >= _RAW:
+            raise ValueError(f"range {lo}..{hi} is too wide for a GeneratorSource")
+        if not self._buffer:
+            self._buffer = self._rng.integers(0, _RAW, size=_BLOCK).tolist()
+        return lo + self._buffer.pop() % (hi - lo + 1)
 
 
 def derive(seed: int, index: int) -> int:
@@ -368,6 +411,11 @@ def _limit(source: Source, lists: tuple[tuple[int, ...], ...]) -> int:
     return source.sub(choice, lists[source.integer(0, len(lists) - 1)])
 
 
+def draw_limit(source: Source, c: ConfigChoices) -> int:
+    """A patch budget from `c`, two thirds of them at most 16 patches (the small-budget weighting)."""
+    return source.sub(_limit, (c.tiny_limits, c.tiny_limits[1:], c.other_limits))
+
+
 def _config(source: Source, base: PreprocessConfig) -> PreprocessConfig:
     """A variation around `base`: budget, side cap (multiples of every drawn merge size) and, when
     `base` has a background, pattern, chessboard square, phase, colours and fill stage; one case in
@@ -377,7 +425,7 @@ def _config(source: Source, base: PreprocessConfig) -> PreprocessConfig:
     few dozen pixels resample; the base's fill stage gets half of the stage draws."""
     c = config_choices(base)
     changes: dict = {
-        "in_patch_limit": source.sub(_limit, (c.tiny_limits, c.tiny_limits[1:], c.other_limits)),
+        "in_patch_limit": draw_limit(source, c),
         "patch_limit_on_one_side": source.sub(choice, c.caps),
     }
     if base.transparent_bg_config is not None:
@@ -443,9 +491,8 @@ def draw_fuzz_case(source: Source, base: PreprocessConfig, options: DrawOptions 
                                          patch_limit_on_one_side=base.patch_limit_on_one_side)
         choices = image_choices(options.modes, options.alpha_patterns, options.contents, _base_square(config))
         # Built in memory: what it crosses is the kernel's tiles. Encoding a 4-Mpx noise frame
-        # as a request's file costs 0.3-1.1 s (PNG 0.6 s, WebP 1.1 s, measured; an animated PNG
-        # of 3 such frames 2.2 s), hundreds of ordinary examples' worth; the request containers
-        # are drawn at the ordinary sizes.
+        # as a request's file costs hundreds of ordinary examples' worth (docs/measurements.md);
+        # the request containers are drawn at the ordinary sizes.
         return FuzzCase(config, (draw_image(source, draw_tile_size(source), choices, request=False),))
     count = source.integer(1, max(1, options.max_images))
     thresholds = LazyThresholds(config, options.max_side)
@@ -474,8 +521,10 @@ def is_tile_example(index: int, share: float) -> bool:
 __all__ = [
     "ChoiceSource",
     "DrawOptions",
+    "GeneratorSource",
     "ImageChoices",
     "MODE_WEIGHTS",
+    "ProviderSource",
     "RandomSource",
     "ReplayError",
     "SIZE_CLASS_ORDER",
@@ -488,6 +537,7 @@ __all__ = [
     "draw_config",
     "draw_fuzz_case",
     "draw_image",
+    "draw_limit",
     "draw_size",
     "draw_tile_size",
     "config_thresholds",

@@ -27,10 +27,10 @@ from typing import Any, Callable, Sequence
 
 from PIL import Image, ImageFile
 
-from kimi_oracle.core.images import PNG_MODES
+from kimi_oracle.core.images import ORIENTATION_TAG, PNG_MODES
 
-# The EXIF Orientation tag (0x0112) and its values: 1 is "as stored", 2-8 mirror and/or rotate.
-ORIENTATION_TAG = 0x0112
+# The EXIF Orientation values (of core.images.ORIENTATION_TAG): 1 is "as stored", 2-8 mirror
+# and/or rotate.
 ORIENTATIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 # Orientations whose transpose swaps width and height.
 SWAPPING_ORIENTATIONS = frozenset({5, 6, 7, 8})

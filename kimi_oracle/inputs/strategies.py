@@ -23,6 +23,7 @@ from kimi_oracle.inputs.draw import (MODE_WEIGHTS, DrawOptions,
                                      image_choices)
 from kimi_oracle.inputs.generators import (CONTENTS, DEFAULT_MAX_SIDE, MODES,
                                            CaseParams, FuzzCase)
+from kimi_oracle.inputs.scenarios import Scenario, ScenarioOptions, draw_scenario
 
 
 @functools.lru_cache(maxsize=4096)
@@ -145,5 +146,12 @@ def recorded_fuzz_cases(base: PreprocessConfig, options: DrawOptions, *, record:
     return _run_draw(draw_fuzz_case, (base, options), record)
 
 
+@functools.lru_cache(maxsize=64)
+def scenarios(base: PreprocessConfig, options: ScenarioOptions = ScenarioOptions(), framing: str = "k3"
+              ) -> st.SearchStrategy[Scenario]:
+    """`scenarios.draw_scenario` as a strategy: request scenarios hypothesis can shrink."""
+    return _run_draw(draw_scenario, (base, options, framing), False)
+
+
 __all__ = ["DEFAULT_MAX_SIDE", "MODE_WEIGHTS", "HypothesisSource", "case_params", "configs", "fuzz_cases",
-           "recorded_fuzz_cases", "sizes"]
+           "recorded_fuzz_cases", "scenarios", "sizes"]

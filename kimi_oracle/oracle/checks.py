@@ -24,6 +24,7 @@ from PIL import Image
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError, KimiOracleError
 from kimi_oracle.core.geometry import ResizePlan, plan
+from kimi_oracle.core.levels import is_sub_level
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.pipelines.reference import normalization_lut
 
@@ -617,7 +618,7 @@ def _describe_location(loc: dict[str, Any]) -> str:
         text += f" from original x={xs}, y={ys}"
     if "expected_level" in loc:
         diff = loc.get("level_diff")
-        if isinstance(diff, (int, float)) and diff < 1.0 and "expected_value" in loc:
+        if isinstance(diff, (int, float)) and is_sub_level(diff) and "expected_value" in loc:
             # Under one level both round to the same level: show the floats and their distance.
             ulp = loc.get("ulp_diff")
             text += (f": expected {loc['expected_value']:.9g}, got {loc['actual_value']:.9g} (level "

@@ -31,10 +31,12 @@ from PIL import Image, ImageOps
 from kimi_oracle.core.config import FILL_STAGES, PreprocessConfig, TransparentBgConfig
 from kimi_oracle.core.errors import CandidateError, KimiOracleError
 from kimi_oracle.core.geometry import ResizePlan, plan
-from kimi_oracle.core.images import ImageSource, call_copy, convert, encoded_bytes, has_alpha, load_images
+from kimi_oracle.core.levels import is_sub_level
+from kimi_oracle.core.images import (ORIENTATION_TAG, ImageSource, call_copy, convert, encoded_bytes, has_alpha,
+                                     load_images)
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.oracle.candidates import as_result
-from kimi_oracle.oracle.checks import levels_at, levels_of, update_digest
+from kimi_oracle.oracle.checks import PIXEL_MISMATCH, levels_at, levels_of, update_digest
 from kimi_oracle.pipelines.reference import (
     CHECKPOINT,
     PATTERN_VALUES,
@@ -309,8 +311,6 @@ def patches_bgr(values: np.ndarray, patch: int) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------
 # the request: what an engine does to the decoded file before the checkpoint's steps
 # (`Steps.prepare`); each function leaves an image it does not apply to unchanged
-
-ORIENTATION_TAG = 0x0112  # EXIF Orientation (inputs.requests.ORIENTATION_TAG; oracle cannot import inputs)
 
 
 def exif_orientation(img: Image.Image) -> int:
@@ -699,7 +699,7 @@ class Attribution:
     @property
     def sub_level(self) -> bool:
         """True when the candidate is everywhere less than one level from the reference."""
-        return self.max_levels < 1.0
+        return is_sub_level(self.max_levels)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (lists, plain numbers; an infinite level is written as None)."""
@@ -1119,7 +1119,7 @@ def finding_diagnosis(check: str, stats: Mapping[str, Any] | None, images: Seque
         "residual_mean_levels": _finite_or_none(stats.get("mean_level_diff", 0.0)),
         "attribution": None,
     }
-    if check != "pixel_mismatch" or actual is None or not images:
+    if check != PIXEL_MISMATCH or actual is None or not images:
         return fields
     from kimi_oracle.oracle.grouping import image_at_fault
 

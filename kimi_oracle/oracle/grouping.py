@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 from PIL import Image
 
 from kimi_oracle.core.images import has_alpha
+from kimi_oracle.core.levels import is_sub_level
 from kimi_oracle.oracle.checks import CRASH, INVARIANCE, PIXEL_MISMATCH, TIMEOUT
 
 # Checks whose findings are split by the mode class of the image at fault.
@@ -51,7 +52,7 @@ LEVELS = "levels"
 
 def magnitude_band(stats: Mapping[str, Any] | None) -> str:
     """`sub-level` when the largest difference is under one level (float rounding), else `levels`."""
-    return SUB_LEVEL if float((stats or {}).get("max_level_diff", 0.0)) < 1.0 else LEVELS
+    return SUB_LEVEL if is_sub_level((stats or {}).get("max_level_diff", 0.0)) else LEVELS
 
 
 def finding_key(check: str, stats: Mapping[str, Any] | None, images: Sequence[Image.Image]) -> str:

@@ -30,6 +30,8 @@ from kimi_oracle.core.files import atomic_write_text, fsync_dir, to_json, utc_no
 from kimi_oracle.core.images import RAW_MAGIC, decode, default_max_pixels, encoded_bytes, pack_raw, read_file, unpack_raw
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.core.text import xml_text
+from kimi_oracle.core.levels import is_sub_level
+from kimi_oracle.oracle.checks import ACCEPTS_INVALID, FEATURE_LENGTH, GRID_MISMATCH, INVARIANCE, PIXEL_MISMATCH
 
 FINDING_SCHEMA = "kimi-oracle.finding"
 FINDING_SCHEMA_VERSION = 1
@@ -556,7 +558,7 @@ def finding_lines(finding: Finding | Mapping[str, Any]) -> list[str]:
                 lines.append(f"  image {m['image']}{size}: grid {tuple(m['actual'])}, expected {tuple(m['expected'])}")
         if "exception" in stats:
             lines.append(f"exception: {stats['exception']}")
-        if "kind" in stats and case["check"] == "invariance":
+        if "kind" in stats and case["check"] == INVARIANCE:
             lines.append(f"invariance: {stats['kind']} on images {stats.get('indices')} of a batch of {stats.get('batch_size')}")
     return lines
 
@@ -642,17 +644,12 @@ def root_cause_rows(findings: Iterable[Finding | Mapping[str, Any]]) -> list[dic
     """One row per (root cause, mode class) over pixel findings, worst first: the largest and mean
     levels, how many examples hit it, whether it is float rounding only (under one level), and
     one repro folder with its picture. Other findings (grids, crashes, ...) get one row per key."""
-    from kimi_oracle.oracle.grouping import key_mode_class
-
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for f in findings:
         e = finding_summary(f)
-        causes = e.get("root_causes") or [e.get("key") or e["check"]]
-        mode = key_mode_class(e.get("key") or "")
         whole = e.get("max_levels_seen") if e.get("max_levels_seen") is not None else e.get("max_levels")
-        shares = cause_levels(f)
-        for cause in causes:
-            top, mean = shares.get(cause, (whole, e.get("mean_levels")))
+        for cause, mode, top, mean in cause_entries(e["check"], e.get("key"), e.get("root_causes"), cause_levels(f),
+                                                    (whole, e.get("mean_levels"))):
             row = rows.setdefault((cause, mode), {
                 "root_cause": cause, "mode_class": mode, "check": e["check"], "message": e.get("message", ""),
                 "max_levels": None,
@@ -662,13 +659,13 @@ def root_cause_rows(findings: Iterable[Finding | Mapping[str, Any]]) -> list[dic
             row["findings"] += 1
             if isinstance(top, (int, float)):
                 row["max_levels"] = max(row["max_levels"] or 0.0, float(top))
-                if top >= 1.0:
+                if not is_sub_level(top):
                     row["float_rounding_only"] = False
             else:
-                row["float_rounding_only"] = e["check"] == "pixel_mismatch" and row["float_rounding_only"]
+                row["float_rounding_only"] = e["check"] == PIXEL_MISMATCH and row["float_rounding_only"]
             if isinstance(mean, (int, float)):
                 row["_means"].append(float(mean))
-            if e["check"] != "pixel_mismatch":
+            if e["check"] != PIXEL_MISMATCH:
                 row["float_rounding_only"] = False
             score = float(top) if isinstance(top, (int, float)) else 0.0
             if e.get("path") and score > row["_best"]:
@@ -682,9 +679,25 @@ def root_cause_rows(findings: Iterable[Finding | Mapping[str, Any]]) -> list[dic
         row.pop("_best")
         row["mean_levels"] = sum(means) / len(means) if means else None
         out.append(row)
-    out.sort(key=lambda r: (r["float_rounding_only"], r["check"] != "pixel_mismatch", -(r["max_levels"] or 0.0),
+    out.sort(key=lambda r: (r["float_rounding_only"], r["check"] != PIXEL_MISMATCH, -(r["max_levels"] or 0.0),
                             r["root_cause"], r["mode_class"]))
     return out
+
+
+def cause_entries(check: str, key: str | None, root_causes: Sequence[str] | None,
+                  levels: Mapping[str, tuple[Any, Any]], whole: tuple[Any, Any]) -> list[tuple[str, str, Any, Any]]:
+    """The rows a failure counts under, the one rule of both tables (this module's
+    `root_cause_rows` and the gate's `workflows.known.aggregate`): (root cause, mode class,
+    max levels, mean levels). A pixel difference counts under each of its root causes with the
+    levels that cause accounts for (`levels`, from `cause_levels`; `whole` for a cause without
+    its own); any other failure, or a pixel difference without a cause, under its key (or its
+    check when it has none). The mode class is the key's (`grouping.key_mode_class`)."""
+    from kimi_oracle.oracle.grouping import key_mode_class
+
+    key = key or check
+    causes = list(root_causes or []) if check == PIXEL_MISMATCH else []
+    mode = key_mode_class(key)
+    return [(cause, mode, *levels.get(cause, whole)) for cause in causes or [key]]
 
 
 def cause_levels(f: Finding | Mapping[str, Any]) -> dict[str, tuple[float, float]]:
@@ -720,7 +733,7 @@ def cause_levels(f: Finding | Mapping[str, Any]) -> dict[str, tuple[float, float
             scale = float(seen) / float(attribution.get("max_levels") or seen or 1.0)
             if scale > 1.0:  # the run saw a larger difference for this key than the shrunk case
                 for d in drops:
-                    if d[0] >= 1.0:
+                    if not is_sub_level(d[0]):
                         d[0] *= scale
         for entry, (top, mean) in zip(entries, drops):
             old = out.get(entry["root_cause"], (0.0, 0.0))
@@ -742,10 +755,10 @@ def cause_meaning(root_cause: str) -> str:
 
 # What a finding of a check other than pixel_mismatch means (pixel findings name root causes).
 CHECK_MEANINGS = {
-    "accepts_invalid": "the candidate returned a result for an input the checkpoint rejects (a failure only "
+    ACCEPTS_INVALID: "the candidate returned a result for an input the checkpoint rejects (a failure only "
                        "under --strict)",
-    "grid_mismatch": "the grids differ from the checkpoint's (\"deferred GPU preprocessing produced wrong grids\")",
-    "feature_length": "the rows produced differ from the grids' patch count (\"deferred feature length does not "
+    GRID_MISMATCH: "the grids differ from the checkpoint's (\"deferred GPU preprocessing produced wrong grids\")",
+    FEATURE_LENGTH: "the rows produced differ from the grids' patch count (\"deferred feature length does not "
                       "match image grids\")",
 }
 
@@ -783,7 +796,7 @@ def root_cause_junit(rows: Sequence[Mapping[str, Any]], classname: str) -> list[
     cases = []
     for r in rows:
         label = f"{r['root_cause']}[{r['mode_class']}]" if r["mode_class"] else r["root_cause"]
-        if r["check"] == "pixel_mismatch":
+        if r["check"] == PIXEL_MISMATCH:
             band = "float rounding only" if r["float_rounding_only"] else f"max {_levels(r['max_levels'])} levels"
             failure = f"{band}, mean {_levels(r['mean_levels'])}; {r['hits']} example(s)"
         else:

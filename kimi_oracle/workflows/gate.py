@@ -1,8 +1,11 @@
 """The upgrade gate: one pass/fail verdict on a new preprocessing kernel.
 
-Stages, in order: the pixel goldens of every profile run with NEW; differential fuzzing of NEW
-against the reference (with the same configuration variation as `fuzz`); invariance checks on
-generated batches; and, with a baseline, an interleaved A/B timing of NEW against OLD.
+Stages, in order (`STAGES`): `goldens`, the pixel goldens of every profile run with NEW;
+`planner`, with `--planner SPEC`, the planner's plans against every recorded grid and on fuzzed
+sizes; `fuzz`, differential fuzzing of NEW against the reference (with the same configuration
+variation as `fuzz`); `corpus`, with `--corpus DIR`, real image files; `invariance`, checks on
+generated batches; and `performance`, with a baseline, an interleaved A/B timing of NEW against
+OLD.
 
 NEW and OLD never run in the gate's process: each runs in its own executor process
 (`fuzzers.sandbox.IsolatedCandidate`), reused between calls, every call bounded by the case
@@ -42,17 +45,19 @@ from typing import Any, Callable, Iterator, Sequence
 from kimi_oracle.core import interrupts
 from kimi_oracle.core.activity import Activity, union_seconds
 from kimi_oracle.core.config import PROFILES, PreprocessConfig
+from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT_S, START_TIMEOUT_S, fresh_seed
 from kimi_oracle.core.errors import InputError, KimiOracleError
 from kimi_oracle.core.files import atomic_write_text, check_writable, utc_now, versions, write_json
+from kimi_oracle.core.levels import is_sub_level
 from kimi_oracle.core.threads import one_torch_thread
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.fuzzers.fuzzing import (TILE_SHARE, FuzzOptions, FuzzRun, finding_from, fuzz, fuzz_pair,
-                                         generated_case, search_budget)
+                                         generated_case)
 from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.oracle.candidates import CandidateCrash
-from kimi_oracle.oracle.checks import (ACCEPTS_INVALID, INVARIANCE, PIXEL_MISMATCH, TIMEOUT, Verdict, check_invariance,
-                                       compare, same_output)
+from kimi_oracle.oracle.checks import (ACCEPTS_INVALID, CRASH, INVARIANCE, PIXEL_MISMATCH, SHAPE_DTYPE, TIMEOUT,
+                                       Verdict, check_invariance, compare, same_output)
 from kimi_oracle.oracle.diagnosis import finding_diagnosis
 from kimi_oracle.oracle.grouping import finding_key, image_at_fault, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
@@ -66,8 +71,6 @@ from kimi_oracle.workflows.known import (DEFAULT_MARGIN_PCT, KnownFile, Margin, 
 
 SCHEMA = "kimi-oracle.gate-report"
 SCHEMA_VERSION = 2  # 2: `rows` (root cause x mode class x {OLD, NEW}, with verdicts), `margin_pct`, `known`
-# The longest a candidate's process may take to load it (less when the budget is shorter).
-START_TIMEOUT_S = 120.0
 # The planner stage's share of the budget at most (its check stops there with what it judged).
 PLANNER_SHARE = 0.2
 # Shares of the budget: fuzzing gets what the goldens and invariances leave, minus the timing.
@@ -100,11 +103,13 @@ FUZZ_PAIR_SHARE = 0.35
 OVERHEAD_AIM = 0.185
 LATER_OVERHEAD_SHARE = 0.02
 FUZZ_OVERHEAD_PAIR = 0.7
-# The lockstep search runs at least this many examples whatever the allowance (about 3-5 s on
-# 2 cores): goldens that used the whole allowance never leave the fuzz stage without examples.
+# The lockstep search runs at least this many examples whatever the allowance (a few seconds;
+# docs/measurements.md): goldens that used the whole allowance never leave the fuzz stage
+# without examples.
 OVERHEAD_MIN_EXAMPLES = 500
-# What writing one side's finding takes (diff image, PNG inputs, JSON, fsync: 11-14 ms measured),
-# kept back from the fuzz stage's allowance for each input judged on both sides.
+# What writing one side's finding takes (diff image, PNG inputs, JSON, fsync; the figure it rests
+# on: docs/measurements.md), kept back from the fuzz stage's allowance for each input judged on
+# both sides.
 WRITE_ESTIMATE_S = 0.015
 
 
@@ -127,7 +132,7 @@ class GateOptions:
     fuzz_examples: int | None = None
     # Longest one call of NEW or OLD may take (its process is then killed: a timeout finding),
     # and the address space their processes may add (MiB; None: no limit).
-    case_timeout_s: float = 30.0
+    case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S
     memory_limit_mb: int | None = None
     # How far a shared root cause's max/mean levels or share may grow before it is `worse`
     # (percent, plus workflows.known.SLACK), against OLD or against the known limits.
@@ -219,7 +224,7 @@ def _invariance_batches(seed: int) -> list[list[CaseParams]]:
 
 
 def _max_level(verdict: Verdict | None) -> float:
-    if verdict is None or verdict.check != "pixel_mismatch":
+    if verdict is None or verdict.check != PIXEL_MISMATCH:
         return float("inf")  # grids, lengths, dtypes, crashes: worse than any pixel difference
     return float(verdict.stats.get("max_level_diff", float("inf")))
 
@@ -233,7 +238,7 @@ def _describe_golden(change: Any, verdict: Verdict | None) -> str:
         pass
     if verdict is None:
         return change.describe()
-    if verdict.check == "pixel_mismatch":
+    if verdict.check == PIXEL_MISMATCH:
         st = verdict.stats
         return (f"{label}: max {st.get('max_level_diff', 0):.3g} levels, mean {st.get('mean_level_diff', 0):.3g}, "
                 f"{100 * st.get('share_differing', 0):.1f}% of values differ")
@@ -267,17 +272,17 @@ class _VirtualClock:
 
 
 def _crash_check(exc: CandidateCrash) -> str:
-    return getattr(exc, "check", "crash")
+    return getattr(exc, "check", CRASH)
 
 
 def _error_check(error: str) -> str:
     """The check a golden entry's recorded error stands for (`golden.pixel_entry`'s `error`)."""
     name = error.split(":", 1)[0]
     if name in ("CallTimedOut", "NotRunAfterTimeout"):
-        return "timeout"
+        return TIMEOUT
     if name == "ShapeDtypeError":
-        return "shape_dtype"
-    return "crash"
+        return SHAPE_DTYPE
+    return CRASH
 
 
 def _entry_verdict(entry: dict[str, Any] | None, golden_entry: dict[str, Any] | None) -> Verdict | None:
@@ -426,7 +431,7 @@ class Gate:
         self.stages: list[Stage] = []
         self.findings: list[dict[str, Any]] = []
         self.baseline_findings: list[dict[str, Any]] = []  # OLD's, with a baseline
-        self.seed = options.seed if options.seed is not None else int(time.time()) % (2**31)
+        self.seed = options.seed if options.seed is not None else fresh_seed()
         self.interrupted = False  # Ctrl-C or SIGTERM arrived: the running stage is an error
         self.hung: dict[str, str] = {}  # mode class -> golden case NEW timed out on
 
@@ -483,7 +488,7 @@ class Gate:
         stage.details = {**stage.details, "files": files, "warnings": report.warnings,
                          "tolerance": self.options.tolerance,
                          "differing_within_tolerance": tolerated, "failing_cases": len(judged),
-                         "failing_below_one_level": sum(1 for x in levels if x < 1.0),
+                         "failing_below_one_level": sum(1 for x in levels if is_sub_level(x)),
                          "max_level_diff": max(levels, default=0.0)}
         if judged:
             below = stage.details["failing_below_one_level"]
@@ -503,11 +508,11 @@ class Gate:
         cases = []
         for file_report, change, verdict, config in judged:
             input_id = f"golden:{file_report.profile}/{change.key}"
-            if verdict is not None and verdict.check in ("crash", "timeout"):
+            if verdict is not None and verdict.check in (CRASH, TIMEOUT):
                 self.findings.append({"stage": "goldens", "check": verdict.check, "profile": file_report.profile,
                                       "case": change.key, "message": verdict.message})
                 self.observations["new"].append(self._golden_observation(file_report.profile, change, verdict))
-            elif verdict is not None and verdict.check == "pixel_mismatch" and config is not None:
+            elif verdict is not None and verdict.check == PIXEL_MISMATCH and config is not None:
                 # Every differing golden case is diagnosed too: the root-cause table covers all of
                 # them, however many the reasons list names.
                 entry = self._golden_diagnosis(file_report.profile, change, verdict, config)
@@ -698,7 +703,7 @@ class Gate:
             expected = reference.preprocess([img], config)
             actual = self.new([img], config)
         except CandidateCrash as exc:
-            return Verdict("crash", str(exc)), None
+            return Verdict(CRASH, str(exc)), None
         except (KimiOracleError, ValueError, KeyError, TypeError):
             return None, None
         return compare(expected, actual, config, self.options.tolerance, sizes=[img.size]), config
@@ -724,7 +729,7 @@ class Gate:
             made += 1
 
     def _fuzz_options(self, examples: int | None, budget_s: float | None) -> FuzzOptions:
-        return FuzzOptions(examples=examples, budget_s=None if budget_s is None else search_budget(budget_s),
+        return FuzzOptions(examples=examples, budget_s=budget_s,
                            seed=self.seed, tolerance=self.options.tolerance, vary_config=True,
                            # With a baseline no example database: NEW and OLD draw the same cases.
                            db_dir=None if self.old is not None else self.out_dir / "hypothesis-db",
@@ -1066,7 +1071,7 @@ class Gate:
                         self.observations["old"].append(_observation(input_id, "invariance", old_verdict, images))
                 verdict = self._invariance_verdict(self.new, config, images)
                 if verdict.check not in (None, INVARIANCE):
-                    how = "timed out" if verdict.check == "timeout" else "crashed"
+                    how = "timed out" if verdict.check == TIMEOUT else "crashed"
                     if not self.relative:
                         stage.reasons.append(f"invariance ({profile}): the candidate {how}: {verdict.message}")
                     self.findings.append({"stage": "invariance", "check": verdict.check, "profile": profile,
@@ -1077,7 +1082,7 @@ class Gate:
                 if not verdict.ok:
                     if not self.relative:
                         stage.reasons.append(f"invariance ({profile}, {len(images)} images): {verdict.message}")
-                    self.findings.append({"stage": "invariance", "check": "invariance", "profile": profile,
+                    self.findings.append({"stage": "invariance", "check": INVARIANCE, "profile": profile,
                                           "message": verdict.message,
                                           "images": [p.to_dict() for p in batch]})
                     self.observations["new"].append(_observation(input_id, "invariance", verdict, images))
@@ -1173,7 +1178,7 @@ class Gate:
             stage = Stage(name, "error", summary=f"the baseline failed: {exc.crash}", reasons=[str(exc)])
         except CandidateCrash as exc:
             check = _crash_check(exc)
-            how = "timed out" if check == "timeout" else "crashed"
+            how = "timed out" if check == TIMEOUT else "crashed"
             stage = Stage(name, "fail", summary=f"the candidate {how}: {exc}", reasons=[str(exc)])
             self.findings.append({"stage": name, "check": check, "message": str(exc)})
         except KimiOracleError as exc:

@@ -43,12 +43,13 @@ from kimi_oracle.core import files as core_files
 from kimi_oracle.core.files import read_text
 from kimi_oracle.workflows import golden_manifest as manifest
 from kimi_oracle.core.config import FILL_STAGES, PATTERNS, PROFILES, PreprocessConfig
+from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT_S
 from kimi_oracle.core.errors import BackendError, CandidateError, InputError, KimiOracleError, PlanError
 from kimi_oracle.core.geometry import plan
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.oracle import candidates as oracle_candidates
 from kimi_oracle.oracle.candidates import Candidate
-from kimi_oracle.oracle.checks import shape_dtype_problems
+from kimi_oracle.oracle.checks import PIXEL_MISMATCH, TIMEOUT, shape_dtype_problems
 
 SCHEMA_VERSION = 1
 KINDS = ("grids", "pixels")
@@ -59,8 +60,6 @@ DEFAULT_OUT_DIR = Path("kimi-oracle-out") / "golden"
 REPORT_NAME = "golden-report"
 # Pixel cases are grouped into one candidate call per config, at most this many images a call.
 _BATCH_IMAGES = 48
-# Longest one call of an isolated candidate may take (a batch of up to _BATCH_IMAGES images).
-DEFAULT_CASE_TIMEOUT_S = 30.0
 
 # Sizes (W, H) of the small-limit matrix: all resample under k3-small (16 patches); tall ones
 # make Pillow 13 run its vertical pass first, wide and square ones the horizontal pass.
@@ -452,7 +451,7 @@ def _run_one(case: PixelCase, candidate: Candidate, config: PreprocessConfig, im
         # A broken candidate (bad return type, no backend) is a harness error, not a finding.
         raise
     except Exception as exc:  # its crash, death or timeout on this case: the case's error entry
-        if hung is not None and getattr(exc, "check", None) == "timeout":
+        if hung is not None and getattr(exc, "check", None) == TIMEOUT:
             hung.setdefault(cls, case.id)
         return exc
 
@@ -1144,7 +1143,7 @@ def _diagnose_changes(report: "FileReport", profile: str, candidate: Callable) -
             verdict = compare(expected, candidate([img], config), config, "exact", sizes=[img.size])
         except Exception:  # noqa: BLE001 - a case that no longer runs (or crashes now) keeps its digest line
             continue
-        if verdict.check != "pixel_mismatch":
+        if verdict.check != PIXEL_MISMATCH:
             continue
         fields = finding_diagnosis(str(verdict.check), verdict.stats, [img], config,
                                    expected=verdict.expected, actual=verdict.actual)

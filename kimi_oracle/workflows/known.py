@@ -22,9 +22,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from kimi_oracle.core.errors import InputError
 from kimi_oracle.core.files import atomic_write_text, load_toml
+from kimi_oracle.core.levels import is_sub_level
 from kimi_oracle.oracle.checks import ACCEPTS_INVALID, FINDING_KINDS, PIXEL_MISMATCH
-from kimi_oracle.oracle.grouping import key_mode_class
-from kimi_oracle.results.report import cause_levels
+from kimi_oracle.results.report import cause_entries, cause_levels
 
 KNOWN_SCHEMA = "kimi-oracle.known"
 KNOWN_SCHEMA_VERSION = 1
@@ -127,20 +127,15 @@ def aggregate(observations: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str]
     rows: dict[tuple[str, str], Side] = {}
     for o in observations:
         check = str(o.get("check"))
-        key = str(o.get("key") or check)
-        causes = list(o.get("root_causes") or []) if check == PIXEL_MISMATCH else []
-        if not causes:
-            causes = [key]
-        mode = key_mode_class(key)
         levels = cause_levels(o) if check == PIXEL_MISMATCH else {}
         whole = (_number(o.get("max_levels")), _number(o.get("mean_levels")))
+        entries = cause_entries(check, str(o.get("key") or check), o.get("root_causes"), levels, whole)
         # The share of values that differ is measured for the whole image: it is a cause's only
         # when no other cause accounts for a level or more on that input (float-rounding causes
         # riding along do not count); with two real causes neither gets it.
-        real = [c for c in causes if (levels.get(c, whole)[0] or 0.0) >= 1.0]
-        dominant = real[0] if len(real) == 1 else (causes[0] if len(causes) == 1 else None)
-        for cause in causes:
-            top, mean = levels.get(cause, whole)
+        real = [cause for cause, _, top, _ in entries if not is_sub_level(top or 0.0)]
+        dominant = real[0] if len(real) == 1 else (entries[0][0] if len(entries) == 1 else None)
+        for cause, mode, top, mean in entries:
             side = rows.setdefault((cause, mode), Side(check=check, message=str(o.get("message", ""))))
             side.inputs.add(str(o.get("input")))
             side.stages.add(str(o.get("stage", "")))
@@ -168,7 +163,7 @@ def _confounded(new: Mapping[tuple[str, str], Side], new_causes: set[str]) -> di
         if cause not in new_causes:
             continue
         for i, (top, _mean, _share) in side.per_input.items():
-            if (top or 0.0) >= 1.0:
+            if not is_sub_level(top or 0.0):
                 out.setdefault(i, set()).add(cause)
     return out
 
@@ -206,7 +201,7 @@ def compare_rows(new: Mapping[tuple[str, str], Side], old: Mapping[tuple[str, st
         # with it by the attribution and cannot be compared with OLD's (docs/gate.md).
         classes: dict[str, int] = {}
         for (c, m), side in new.items():
-            if side.check == PIXEL_MISMATCH and (side.max_levels or 0.0) >= 1.0 and (c, m) not in old:
+            if side.check == PIXEL_MISMATCH and not is_sub_level(side.max_levels or 0.0) and (c, m) not in old:
                 classes[c] = classes.get(c, 0) + 1
         # (Not with a known file: it may accept the systematic cause itself, and nothing would
         # then fail for the causes it excused.)
@@ -249,7 +244,7 @@ def compare_rows(new: Mapping[tuple[str, str], Side], old: Mapping[tuple[str, st
             verdict, why = KNOWN, f"{why}; accepted by the known file"
         fails = verdict in (NEW, WORSE) and (check != ACCEPTS_INVALID or strict)
         if (fails and not strict and verdict == NEW and (old is not None or known is not None)
-                and check == PIXEL_MISMATCH and n is not None and n.max_levels is not None and n.max_levels < 1.0):
+                and check == PIXEL_MISMATCH and n is not None and n.max_levels is not None and is_sub_level(n.max_levels)):
             fails = False  # float rounding only (under one level): reported, fails under --strict
             why += "; float rounding only (under one level): fails only with --strict"
         stages = sorted((n.stages if n is not None else set()) | (o.stages if o is not None else set()))

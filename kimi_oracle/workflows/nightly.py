@@ -43,10 +43,12 @@ from typing import Any, Callable, Sequence
 
 from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.core.errors import KimiOracleError
+from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT_S, fresh_seed
+from kimi_oracle.core.errors import (EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED,
+                                     KimiOracleError)
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
 from kimi_oracle.core.text import safe_text
-from kimi_oracle.oracle.checks import FINDING_KINDS
+from kimi_oracle.oracle.checks import CRASH, FINDING_KINDS, INVARIANCE, TIMEOUT
 from kimi_oracle.workflows import nightly_planner
 from kimi_oracle.results.report import (
     JUnitCase,
@@ -60,7 +62,6 @@ from kimi_oracle.results.report import (
 SUMMARY_SCHEMA = "kimi-oracle.nightly-summary"
 SUMMARY_SCHEMA_VERSION = 1
 ENGINES = ("hypothesis", "atheris")
-EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 LOCK_NAME = ".nightly.lock"
 DEFAULT_LOG_LIMIT_MB = 8
 
@@ -103,7 +104,7 @@ class CampaignOptions:
     engines_explicit: bool = False
     shard: tuple[int, int] = (1, 1)
     jobs: int = 1
-    case_timeout_s: float = 30.0
+    case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S
     tolerance: str = "exact"
     seed: int | None = None
     vary_config: bool = True
@@ -434,7 +435,7 @@ def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[s
     errors: list[str] = []
     engine_info: dict[str, dict[str, Any]] = {}
     stopped = "budget"
-    seed = opts.seed if opts.seed is not None else int.from_bytes(os.urandom(4), "big")
+    seed = opts.seed if opts.seed is not None else fresh_seed()
     engines = list(opts.engines)
     findings_root = out / "findings"
     existing: set[str] = set()
@@ -520,9 +521,6 @@ def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[s
         except OSError as exc:
             raise DiskFullError(_not_written(out, exc, summary)) from None
     return CampaignResult(summary, code, out)
-
-
-EXIT_TERMINATED = interrupts.EXIT_TERMINATED
 
 
 def _terminated() -> bool:
@@ -687,7 +685,7 @@ def finding_entry(path: Path, engine: str | None = None) -> dict[str, Any] | Non
         raise UnknownCheckError(f"finding {path} names check {check!r}, which the oracle does not define "
                                 f"(known: {', '.join(FINDING_KINDS)})")
     detail = check
-    if check == "invariance":
+    if check == INVARIANCE:
         inv = case.get("invariance") or {}
         detail = f"invariance:{inv.get('kind')}" if inv.get("kind") else check
     return {
@@ -1055,7 +1053,7 @@ def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
     after each failure (new seeds, the groups found so far masked), replays the persistent
     database first and keys its findings with `grouping.finding_key`: its findings are reported
     as it wrote them."""
-    from kimi_oracle.fuzzers.fuzzing import TILE_SHARE, FuzzOptions, fuzz, search_budget
+    from kimi_oracle.fuzzers.fuzzing import TILE_SHARE, FuzzOptions, fuzz
     from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 
     config = _base_config(spec)
@@ -1089,9 +1087,8 @@ def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
         status.write()
 
     try:
-        # fuzz() may run over its budget by its shrink grace: search_budget keeps it inside ours.
-        options = FuzzOptions(examples=max_examples,
-                              budget_s=search_budget(max(deadline - time.monotonic(), 0.0)),
+        # A fuzz budget covers shrinking and publishing: fuzz() ends within what is left of ours.
+        options = FuzzOptions(examples=max_examples, budget_s=max(deadline - time.monotonic(), 0.0),
                               seed=derive_seed(spec["seed"], tuple(spec["shard"]), spec["worker"]),
                               tolerance=spec["tolerance"], vary_config=bool(spec["vary_config"]),
                               shrink=bool(spec.get("shrink", True)), db_dir=Path(spec["db"]), tile_share=TILE_SHARE)
@@ -1327,8 +1324,8 @@ def _harness_artifact_finding(spec: dict[str, Any], name: str, art: Path, settin
     except subprocess.TimeoutExpired as exc:
         how = f"replay hung for {limit:.0f} s"
         tail = ((exc.stdout or b"") + (exc.stderr or b"")).decode(errors="replace")[-4000:]
-    kind = "timeout" if prefix == "timeout" else "crash"
-    message = f"the {name} harness process itself {'hung' if kind == 'timeout' else 'died'} on this input " \
+    kind = TIMEOUT if prefix == "timeout" else CRASH  # libFuzzer's artifact prefix -> our check
+    message = f"the {name} harness process itself {'hung' if kind == TIMEOUT else 'died'} on this input " \
               f"(libFuzzer {prefix}; {how})"
     path = write_harness_finding(Path(spec["out"]), name, raw, kind, message, tail, spec, settings)
     data["harness_crashes"] = data.get("harness_crashes", 0) + 1
@@ -1371,7 +1368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return worker_main(args[1])
     print("usage: python -m kimi_oracle.workflows.nightly --worker SPEC.json (internal); use `kimi-oracle nightly`",
           file=sys.stderr)
-    return 2
+    return EXIT_ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover

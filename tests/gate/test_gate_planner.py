@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracle"))
+from planner_samples import ROUNDING_PLANNER  # round() instead of int(): spec §2 with one bug
 
-from test_planner import ROUNDING_PLANNER  # noqa: E402  (round() instead of int(): spec §2 with one bug)
-
-from kimi_oracle.workflows.gate import Gate, GateOptions  # noqa: E402
+from kimi_oracle.workflows.gate import Gate, GateOptions
 
 
 def _stage(tmp_path: Path, spec: str | None):

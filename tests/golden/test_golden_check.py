@@ -219,7 +219,7 @@ def test_candidate_with_swapped_grids_and_crashes(golden_copy):
 def test_candidate_returning_garbage_is_a_harness_error(golden_copy, capsys, tmp_path):
     cand = tmp_path / "cand.py"
     cand.write_text(textwrap.dedent("""
-        from kimi_oracle import reference
+        from kimi_oracle.pipelines import reference
         def good(images, config):
             return reference.preprocess(images, config)
         def garbage(images, config):
@@ -299,10 +299,6 @@ def test_int32_grids_fail_like_the_oracles_shape_dtype_check(golden_copy):
 
 def test_differing_pixel_cases_name_their_root_causes(golden_copy):
     # A planted straight-alpha resize: every RGBA case it changes says why (oracle.diagnosis).
-    import sys
-    from pathlib import Path as _P
-
-    sys.path.insert(0, str(_P(__file__).resolve().parents[1]))
     from mutants.planted import BY_NAME
 
     report = golden.check_pixels(BY_NAME["straight_alpha"], golden_copy, profiles=["k3-small"],

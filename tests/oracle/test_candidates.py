@@ -44,7 +44,7 @@ def test_file_spec_with_sibling_import(tmp_path):
     _write(tmp_path, "FACTOR = 1\n", name="helper_mod_for_kimi.py")
     path = _write(tmp_path, """
         from helper_mod_for_kimi import FACTOR
-        from kimi_oracle import reference
+        from kimi_oracle.pipelines import reference
         def run(images, config):
             r = reference.preprocess(images, config)
             return r.pixel_values.numpy() * FACTOR, r.grid_thws.numpy()

@@ -34,6 +34,8 @@ CLIP = dataclasses.replace(K3, image_mean=(0.48145466, 0.4578275, 0.40821073),
 
 # The ids of issue 16 (the request: before every step) and of issue 10, in their order; issue 16's
 # flatten-white sits after fill-stage and before transparency-key (exact ties go by this order).
+# The catalogue must hold them in this order; tests over every root cause iterate over the
+# catalogue's own ids (`diagnosis.ROOT_CAUSE_IDS`), so a new root cause needs no edit here.
 ISSUE_IDS = ["exif-orientation", "animation-frame", "decoder", "normalize-float", "resample-float", "alpha-straight",
              "palette-bicubic", "convert-before-resize", "fill-stage", "flatten-white", "transparency-key",
              "composite-rounding", "background", "pad", "patch-order", "unexplained"]
@@ -96,11 +98,12 @@ def test_steps_taken_apart_without_background():
 
 
 def test_catalogue_ids_are_the_issues():
-    assert [c.id for c in CATALOGUE] + [diagnosis.UNEXPLAINED] == ISSUE_IDS
-    assert list(diagnosis.ROOT_CAUSE_IDS) == ISSUE_IDS
+    assert list(diagnosis.ROOT_CAUSE_IDS) == [c.id for c in CATALOGUE] + [diagnosis.UNEXPLAINED]
+    assert [i for i in diagnosis.ROOT_CAUSE_IDS if i in ISSUE_IDS] == ISSUE_IDS  # all of them, in order
+    assert len(set(diagnosis.ROOT_CAUSE_IDS)) == len(diagnosis.ROOT_CAUSE_IDS)
 
 
-@pytest.mark.parametrize("root_cause", ISSUE_IDS)
+@pytest.mark.parametrize("root_cause", diagnosis.ROOT_CAUSE_IDS)
 def test_every_id_has_a_one_sentence_meaning(root_cause):
     text = diagnosis.meaning(root_cause)
     assert text and "\n" not in text and not text.endswith(".")
@@ -245,7 +248,7 @@ PLANTED_CASES = {
 
 def test_every_planted_pixel_deviation_has_a_case():
     assert {m.name for m in MUTANTS if m.root_causes} == set(PLANTED_CASES)
-    assert all(set(m.root_causes) <= set(ISSUE_IDS) for m in MUTANTS)
+    assert all(set(m.root_causes) <= set(diagnosis.ROOT_CAUSE_IDS) for m in MUTANTS)
     assert any(len(m.root_causes) >= 2 for m in MUTANTS)
 
 

@@ -300,10 +300,6 @@ def test_fuzz_pair_shrinks_only_the_baselines_groups_new_has_not():
     assert not run_new.findings and run_old.findings and run_old.shrink_calls > 0
 
 
-def test_search_budget_is_the_identity_now():
-    assert fuzzing.search_budget(90.0) == 90.0
-
-
 def test_stop_early_ends_like_one_hypothesis_round():
     # keep_searching=False: after the first failure the search runs until twice the example
     # number of the latest new group (at least 10 examples), then shrinks.

@@ -21,28 +21,10 @@ from kimi_oracle.core.geometry import ResizePlan
 from kimi_oracle.oracle.candidates import as_plan, load_candidate
 from kimi_oracle.oracle.judge import evaluate
 from kimi_oracle.oracle.planner import Planner, PlannerReport, check_sizes, judge_size, load_planner
+from planner_samples import ROUNDING_PLANNER
 
 K3 = PreprocessConfig.profile("k3")
 K25 = PreprocessConfig.profile("k25")
-
-# The same arithmetic as spec §2, written here with one planted bug: round() instead of int().
-ROUNDING_PLANNER = '''
-import math
-def plan(width, height, config):
-    p, m = config.patch_size, config.merge_kernel_size
-    L, S = config.in_patch_limit, config.patch_limit_on_one_side
-    s1 = math.sqrt(L / (max(1.0, width // p) * max(1.0, height // p)))
-    scale = min(1.0, s1, S * p / width, S * p / height)
-    new_w = min(max(1, round(width * scale)), S * p)
-    new_h = min(max(1, round(height * scale)), S * p)
-    f = m * p
-    pad_w, pad_h = (f - new_w % f) % f, (f - new_h % f) % f
-    tokens = ((new_h + pad_h) // f) * ((new_w + pad_w) // f)
-    if config.fixed_output_tokens is not None:
-        tokens = config.fixed_output_tokens
-    return {"num_tokens": tokens, "new_width": new_w, "new_height": new_h, "pad_width": pad_w, "pad_height": pad_h}
-'''
-
 
 def _spec_plan(width, height, config):
     """Spec §2 without the side assert (an engine's planner): a second, independent writing."""

@@ -71,18 +71,17 @@ def test_drawn_cases_keep_their_weights():
     assert resampled >= 0.25 * len(cases)
 
 
-class _PickEverything:
-    """A stand-in FuzzedDataProvider that takes the last size class and records every list offered."""
+class _Scripted:
+    """A stand-in FuzzedDataProvider: its integers are `values` (then each range's minimum)."""
 
-    def __init__(self):
-        self.offered: list[list] = []
+    def __init__(self, values):
+        self.values = list(values)
 
-    def ConsumeIntInRange(self, lo, hi):  # noqa: N802 - atheris' name
-        return hi
+    def ConsumeBool(self):  # noqa: N802 - atheris' name
+        return False
 
-    def PickValueInList(self, values):  # noqa: N802
-        self.offered.append(list(values))
-        return values[0]
+    def ConsumeIntInRange(self, lo, hi):  # noqa: N802
+        return self.values.pop(0) if self.values else lo
 
 
 def test_both_engines_reach_the_pass_order_sizes():
@@ -90,7 +89,8 @@ def test_both_engines_reach_the_pass_order_sizes():
     # threshold sizes from one list, and that list holds the sizes where Pillow's pass order flips.
     from hypothesis import find
 
-    from kimi_oracle.fuzzers.harnesses import draw_size
+    from kimi_oracle.fuzzers.harnesses import structured_case
+    from kimi_oracle.inputs.draw import SIZE_CLASS_ORDER, config_thresholds
     from kimi_oracle.inputs.generators import pass_order_sizes, vary_config
     from kimi_oracle.inputs.strategies import sizes
 
@@ -98,9 +98,12 @@ def test_both_engines_reach_the_pass_order_sizes():
     cfg = vary_config(PreprocessConfig.k3_small(), in_patch_limit=4)
     wanted = set(pass_order_sizes(cfg, count=9, max_side=64))
     assert wanted
-    fdp = _PickEverything()
-    draw_size(fdp, cfg, 64)
-    assert wanted <= set(fdp.offered[-1])
+    thresholds = config_thresholds(cfg, 64)
+    for size in sorted(wanted):
+        # one image, the last size class (the threshold sizes), the size's index
+        fdp = _Scripted([1, len(SIZE_CLASS_ORDER) - 1, thresholds.index(size)])
+        case, _ = structured_case(b"", cfg, vary=False, fdp=fdp)
+        assert (case.images[0].width, case.images[0].height) == size
     for size in sorted(wanted)[:3]:
         assert find(sizes(cfg, max_side=64), lambda s, size=size: s == size,
                     settings=settings(max_examples=5000, database=None, phases=[Phase.generate])) == size

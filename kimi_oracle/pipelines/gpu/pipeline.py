@@ -79,8 +79,8 @@ class Tiles:
 # pixels per thread in every kernel (8 warps x 32 threads for 512 pixels).
 CUDA_TILES = Tiles()
 # The interpreter's cost is per program instance and per element of a block: tiles that hold
-# a test image (measured on the k3-small goldens: tail blocks of 2^13 to 2^14 elements beat
-# 2^15 by about a third, which computes mostly masked lanes).
+# a test image (on the k3-small goldens tail blocks of 2^13 to 2^14 elements beat 2^15, which
+# computes mostly masked lanes: docs/measurements.md).
 INTERPRETER_TILES = Tiles(pass_rows=64, pass_cols=128, tail=1 << 13, convert=1 << 14, num_warps=4)
 
 

@@ -1,0 +1,286 @@
+"""Engines (request layers) under test: specs, loading, and running a program of requests on one.
+
+An engine spec is a built-in (`ENGINE_BUILTINS`), an entry point of the `kimi_oracle.engines`
+group, `package.module:attr`, `path/to/file.py:attr`, or a module (or file) with an `engine`
+attribute. It resolves to a factory `engine(config, tokenizer) -> Engine` (docs/adapters.md,
+"Request-layer engines"): `paths`, `prepare(prompt_ids, images, paths) -> (input_ids, items)`,
+`encode(items, dp_size) -> Tensor`, optionally `configure(config)`. Items are any objects with
+attributes or dict keys `grid_thw` and `offsets`.
+
+`run_program` plays a program (configure / prepare / encode steps, built by
+`inputs.scenarios`) on a fresh engine and records what it returned (`Trace`), and each image's
+rows prepared and encoded alone in a fresh engine of the config in force: what the request
+checks (`oracle.request_checks`) judge. It runs in the engine's executor process
+(`fuzzers.engine_sandbox`) or, for library callers, in this one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import inspect
+import numbers
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+from PIL import Image
+
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import CandidateError
+from kimi_oracle.core.tokenizer import Tokenizer
+from kimi_oracle.oracle.candidates import first_doc_line, resolve
+from kimi_oracle.pipelines.request_contract import Step
+
+ENGINE_ENTRY_POINT_GROUP = "kimi_oracle.engines"
+ENGINE_BUILTINS = {
+    "sglang-0.5.23": ("kimi_oracle.pipelines.engines.sglang_0_5_23_requests", "engine",
+                      "model of SGLang 0.5.23's kimi_k3 request layer (spans, cache, deferred/eager items, dp ranks)"),
+}
+DEFAULT_PATHS = ("default",)
+_SPEC_FORMS = (f"a built-in ({', '.join(ENGINE_BUILTINS)}), an entry point of {ENGINE_ENTRY_POINT_GROUP}, "
+               "package.module:attr, path/to/file.py:attr, or a module with an `engine` factory")
+
+
+@dataclass(frozen=True)
+class EngineFactory:
+    """A loaded engine spec: `factory(config, tokenizer)` makes a fresh engine."""
+
+    spec: str
+    factory: Callable[[PreprocessConfig, Any], Any]
+    description: str = ""
+
+    def __call__(self, config: PreprocessConfig, tokenizer: Any) -> Any:
+        return self.factory(config, tokenizer)
+
+
+def _resolve(spec: str) -> Any:
+    # The engines' own entry points first; the other forms resolve as candidate specs do.
+    try:
+        found = {ep.name: ep for ep in importlib.metadata.entry_points(group=ENGINE_ENTRY_POINT_GROUP)}
+    except Exception:  # noqa: BLE001 - broken metadata of some installed package: no plug-ins
+        found = {}
+    if spec in found:
+        try:
+            return found[spec].load()
+        except Exception as exc:  # noqa: BLE001 - whatever the plug-in's import raises
+            raise CandidateError(f"engine {spec!r}: entry point {found[spec].value!r} cannot be loaded: "
+                                 f"{type(exc).__name__}: {exc}") from None
+    try:
+        obj = resolve(spec, "engine")
+    except CandidateError as exc:
+        if str(exc).startswith("bad engine spec"):
+            raise CandidateError(f"bad engine spec {spec!r}: expected {_SPEC_FORMS}") from None
+        raise
+    if inspect.ismodule(obj):
+        if not callable(getattr(obj, "engine", None)):
+            raise CandidateError(f"engine {spec!r}: module {obj.__name__} has no engine factory; name it (module:attr)")
+        return obj.engine
+    return obj
+
+
+def load_engine(spec: str) -> EngineFactory:
+    """Resolve an engine spec to its factory, or raise CandidateError (exit 2)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise CandidateError(f"empty engine spec; give {_SPEC_FORMS}")
+    spec = spec.strip()
+    if spec in ENGINE_BUILTINS:
+        module_name, attr, description = ENGINE_BUILTINS[spec]
+        return EngineFactory(spec, getattr(importlib.import_module(module_name), attr), description)
+    obj = _resolve(spec)
+    if inspect.ismodule(obj) or not callable(obj):
+        raise CandidateError(f"engine {spec!r}: {obj!r} is not a factory engine(config, tokenizer)")
+    return EngineFactory(spec, obj, first_doc_line(obj))
+
+
+# ---------------------------------------------------------------------------------------------
+# items
+
+
+def item_field(item: Any, name: str) -> Any:
+    """`item[name]` for a mapping, else `item.name`."""
+    if isinstance(item, dict):
+        if name not in item:
+            raise CandidateError(f"engine item has no key {name!r} (keys: {sorted(map(str, item))[:8]})")
+        return item[name]
+    try:
+        return getattr(item, name)
+    except AttributeError:
+        raise CandidateError(f"engine item {type(item).__name__} has no attribute {name!r}") from None
+
+
+def _ints(value: Any, n: int, what: str) -> tuple[int, ...]:
+    if isinstance(value, torch.Tensor):
+        value = value.reshape(-1).tolist()
+    if not isinstance(value, (list, tuple)) or len(value) != n or not all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value):
+        raise CandidateError(f"engine item's {what} is {value!r}; expected {n} integers")
+    return tuple(int(v) for v in value)
+
+
+def item_grid(item: Any) -> tuple[int, int, int]:
+    """The item's grid_thw as three ints."""
+    return _ints(item_field(item, "grid_thw"), 3, "grid_thw")  # type: ignore[return-value]
+
+
+def item_offsets(item: Any) -> tuple[int, int]:
+    """The item's inclusive (start, end) pad run."""
+    return _ints(item_field(item, "offsets"), 2, "offsets")  # type: ignore[return-value]
+
+
+def engine_paths(engine: Any) -> tuple[str, ...]:
+    """The engine's routes for one image (`("default",)` when it names none)."""
+    paths = getattr(engine, "paths", None)
+    if paths is None:
+        return DEFAULT_PATHS
+    if isinstance(paths, str) or not all(isinstance(p, str) for p in paths) or not paths:
+        raise CandidateError(f"engine paths must be a non-empty tuple of strings, got {paths!r}")
+    return tuple(paths)
+
+
+# ---------------------------------------------------------------------------------------------
+# programs and traces
+
+
+@dataclass
+class Raised:
+    """An exception the engine raised: type, message, traceback."""
+
+    exc_type: str
+    message: str
+    traceback: str = ""
+
+    @classmethod
+    def of(cls, exc: BaseException) -> "Raised":
+        return cls(type(exc).__name__, str(exc), "".join(traceback.format_exception(type(exc), exc,
+                                                                                    exc.__traceback__))[-4000:])
+
+
+@dataclass
+class Prepared:
+    """What `prepare` returned for one request (or what it raised)."""
+
+    input_ids: list[int] = field(default_factory=list)
+    grids: list[tuple[int, int, int]] = field(default_factory=list)
+    offsets: list[tuple[int, int]] = field(default_factory=list)
+    raised: Raised | None = None
+
+
+@dataclass
+class Encoded:
+    """What one `encode` call returned: rows per member (None when unsplittable) or a raise."""
+
+    members: list[tuple[int, int]]
+    dp_size: int
+    total_rows: int = 0
+    rows: list[torch.Tensor] | None = None
+    shape: tuple[int, ...] = ()
+    raised: Raised | None = None
+
+
+@dataclass
+class Trace:
+    """A program's run: per request, per encode call, and each image's rows alone."""
+
+    paths: tuple[str, ...]
+    prepared: dict[int, Prepared] = field(default_factory=dict)
+    encoded: list[Encoded] = field(default_factory=list)
+    alone: dict[tuple[int, int], torch.Tensor | Raised] = field(default_factory=dict)
+
+
+def _encode(engine: Any, items: dict[int, list[Any]], step: Step) -> Encoded:
+    # Members of a request whose prepare raised are left out (that raise is its own finding).
+    members = [(r, i) for r, i in step.members if i < len(items.get(r, ()))]
+    out = Encoded(members, step.dp_size)
+    if not members:
+        return out
+    try:
+        batch = [items[r][i] for r, i in members]
+        rows = engine.encode(batch, step.dp_size)
+    except CandidateError:
+        raise
+    except Exception as exc:  # the engine's own error on this batch: judged by the checks
+        out.raised = Raised.of(exc)
+        return out
+    if not isinstance(rows, torch.Tensor):
+        raise CandidateError(f"engine encode returned {type(rows).__name__}; expected a torch.Tensor")
+    out.shape = tuple(rows.shape)
+    out.total_rows = int(rows.shape[0]) if rows.dim() else 0
+    sizes = [item_grid(it) for it in batch]
+    counts = [g[0] * g[1] * g[2] for g in sizes]
+    if rows.dim() == 4 and sum(counts) == out.total_rows:
+        rows = rows.detach().cpu()
+        out.rows, at = [], 0
+        for n in counts:
+            out.rows.append(rows[at:at + n].clone())
+            at += n
+    return out
+
+
+def _prepare(engine: Any, step: Step, table: Sequence[Image.Image]) -> tuple[Prepared, list[Any]]:
+    out = Prepared()
+    try:
+        ids, items = engine.prepare(list(step.prompt_ids), [table[k].copy() for k in step.images], list(step.paths))
+    except CandidateError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a raise on a valid request: a finding
+        out.raised = Raised.of(exc)
+        return out, []
+    items = list(items)
+    out.input_ids = [int(t) for t in ids]
+    out.grids = [item_grid(it) for it in items]
+    out.offsets = [item_offsets(it) for it in items]
+    return out, items
+
+
+def alone_rows(factory: EngineFactory, tokenizer: Any, config: PreprocessConfig, img: Image.Image, path: str
+               ) -> torch.Tensor | Raised:
+    """An image prepared (prompt: one placeholder) and encoded alone (dp_size 1) in a fresh engine
+    of `config`: its rows, or what the engine raised."""
+    try:
+        engine = factory(config, tokenizer)
+        _, items = engine.prepare([tokenizer.media_pad_id], [img.copy()], [path])
+        return engine.encode(list(items), 1).detach().cpu().clone()
+    except CandidateError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - reported with the image
+        return Raised.of(exc)
+
+
+def run_program(factory: EngineFactory, base: PreprocessConfig, steps: Sequence[Step], table: Sequence[Image.Image],
+                tokenizer: Any | None = None, *, alone: bool = True) -> Trace:
+    """Play `steps` on a fresh engine of `base`; with `alone`, also each prepared image alone in a
+    fresh engine of the config in force when its request was prepared (one run per distinct
+    image, path and config)."""
+    tokenizer = tokenizer or Tokenizer()
+    engine = factory(base, tokenizer)
+    trace = Trace(engine_paths(engine))
+    if any(s.kind == "configure" for s in steps) and not callable(getattr(engine, "configure", None)):
+        raise CandidateError(f"engine {factory.spec!r} has no configure(config); the scenario reconfigures it")
+    items: dict[int, list[Any]] = {}
+    in_force = base
+    solo: dict[tuple[int, str, PreprocessConfig], torch.Tensor | Raised] = {}
+    for step in steps:
+        if step.kind == "configure":
+            assert step.config is not None
+            engine.configure(step.config)
+            in_force = step.config
+        elif step.kind == "prepare":
+            trace.prepared[step.request], items[step.request] = _prepare(engine, step, table)
+            for i, (k, path) in enumerate(zip(step.images, step.paths)):
+                if alone:
+                    key = (k, path, in_force)  # configs compare by every field but the name
+                    if key not in solo:
+                        solo[key] = alone_rows(factory, tokenizer, in_force, table[k], path)
+                    trace.alone[(step.request, i)] = solo[key]
+        elif step.kind == "encode":
+            trace.encoded.append(_encode(engine, items, step))
+        else:
+            raise ValueError(f"unknown program step {step.kind!r}")
+    return trace
+
+
+__all__ = ["DEFAULT_PATHS", "ENGINE_BUILTINS", "ENGINE_ENTRY_POINT_GROUP", "Encoded", "EngineFactory", "Prepared",
+           "Raised", "Step", "Trace", "alone_rows", "engine_paths", "item_field", "item_grid", "item_offsets", "load_engine",
+           "run_program"]

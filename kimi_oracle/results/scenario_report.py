@@ -1,0 +1,182 @@
+"""Scenario findings on disk and in reports: folders with lossless images and `scenario.json`.
+
+A folder `OUT/findings/<check>-<digest>/` holds `scenario.json` (the engine, the seed and example,
+the scenario: configs, image parameters, requests with their prompts, paths and configs, dp_size
+and encode calls, and every failed check with its request, image and rank), one lossless image
+per table entry (`image-<k>.png`, or `.tiff` for modes PNG cannot store) and `report.md`. It is
+written to a temporary name and renamed; `read_scenario` validates an untrusted one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from PIL import Image
+
+from kimi_oracle.core.errors import InputError
+from kimi_oracle.core.files import fsync_dir, to_json, versions
+from kimi_oracle.core.images import lossless_bytes, open_encoded
+from kimi_oracle.core.text import safe_text
+from kimi_oracle.inputs.scenarios import Scenario
+from kimi_oracle.results.report import JUnitCase
+
+SCENARIO_FILE = "scenario.json"
+_MAX_JSON_BYTES = 16 * 1024 * 1024
+_PNG = b"\x89PNG"
+
+
+@dataclass
+class ScenarioFinding:
+    """A shrunk failing scenario: its first check, and every failed check on it."""
+
+    check: str
+    message: str
+    scenario: Scenario
+    findings: list[dict[str, Any]]
+    engine: str
+    seed: int | None = None
+    example: int | None = None
+    original_requests: int | None = None
+    path: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        """`<check>-<10 hex digits of the scenario>`."""
+        digest = hashlib.sha1(json.dumps(self.scenario.to_dict(), sort_keys=True).encode()).hexdigest()[:10]
+        return f"{self.check}-{digest}"
+
+    def to_dict(self, files: Sequence[Mapping[str, str]] = ()) -> dict[str, Any]:
+        """The `scenario.json` document."""
+        return {"kind": "scenario", "check": self.check, "message": self.message, "engine": self.engine,
+                "seed": self.seed, "example": self.example, "original_requests": self.original_requests,
+                "scenario": self.scenario.to_dict(), "findings": self.findings, "image_files": list(files),
+                "versions": versions(), **self.extra}
+
+    def lines(self) -> list[str]:
+        """The finding for a terminal: the check, each failed check's place, the scenario."""
+        out = [f"{self.check}: {self.message}"]
+        for f in self.findings[1:6]:
+            where = " ".join(f"{k} {f[k]}" for k in ("request", "image", "rank") if f.get(k) is not None)
+            out.append(f"also {f['check']}{' at ' + where if where else ''}: {f['message']}")
+        out += self.scenario.describe()
+        if self.path is not None:
+            out.append(f"reproduce: kimi-oracle repro {self.path}")
+        return [safe_text(line) for line in out]
+
+
+def write_scenario_finding(out_dir: str | os.PathLike, finding: ScenarioFinding, images: Sequence[Image.Image]) -> Path:
+    """Write `out_dir/findings/<id>/` atomically (an existing one is kept)."""
+    root = Path(out_dir) / "findings"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / finding.id
+    if final.exists():
+        finding.path = final
+        return final
+    tmp = Path(tempfile.mkdtemp(prefix=f".{finding.id}.", dir=root))
+    try:
+        files = []
+        for k, img in enumerate(images):
+            data = lossless_bytes(img)
+            name = f"image-{k}." + ("png" if data.startswith(_PNG) else "tiff")
+            (tmp / name).write_bytes(data)
+            files.append({"file": name, "sha256": hashlib.sha256(data).hexdigest()})
+        finding.path = final
+        (tmp / SCENARIO_FILE).write_text(to_json(finding.to_dict(files)), encoding="utf-8")
+        (tmp / "report.md").write_text(scenario_markdown(finding), encoding="utf-8", errors="backslashreplace")
+        for child in tmp.iterdir():
+            with open(child, "rb") as fh:
+                os.fsync(fh.fileno())
+        try:
+            os.rename(tmp, final)
+            fsync_dir(root)
+        except OSError:
+            if not final.exists():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def read_scenario(path: str | os.PathLike) -> tuple[dict[str, Any], Scenario, list[Image.Image], Path]:
+    """An untrusted finding folder (or its scenario.json): the document, the scenario and its
+    images (plain names inside the folder, their recorded SHA-256); InputError otherwise."""
+    p = Path(path)
+    directory = p if p.is_dir() else p.parent
+    doc_path = directory / SCENARIO_FILE
+    try:
+        raw = doc_path.read_bytes()[:_MAX_JSON_BYTES + 1]
+        if len(raw) > _MAX_JSON_BYTES:
+            raise InputError("scenario.json is too large", source=str(doc_path))
+        doc = json.loads(raw.decode("utf-8"))
+        scenario = Scenario.from_dict(doc["scenario"])
+        entries = doc["image_files"]
+    except InputError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"not a scenario finding: {type(exc).__name__}: {exc}", source=str(doc_path)) from None
+    if not isinstance(entries, list) or len(entries) != len(scenario.images):
+        raise InputError("scenario.json: image_files do not match the scenario's images", source=str(doc_path))
+    images = []
+    for entry in entries:
+        name = str(entry.get("file", "")) if isinstance(entry, dict) else ""
+        if not name or Path(name).name != name or name.startswith("."):
+            raise InputError(f"scenario.json: bad image file name {name!r}", source=str(doc_path))
+        try:
+            data = (directory / name).read_bytes()
+        except OSError as exc:
+            raise InputError(f"{name}: cannot be read: {exc.strerror or exc}", source=str(doc_path)) from None
+        if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+            raise InputError(f"{name}: its SHA-256 is not the recorded one", source=str(doc_path))
+        images.append(open_encoded(data, name=name))
+    return doc, scenario, images, directory
+
+
+def scenario_markdown(finding: ScenarioFinding) -> str:
+    """`report.md` of a scenario finding."""
+    lines = [f"# {finding.check}: engine `{finding.engine}`", "", finding.message, "",
+             f"Seed {finding.seed}, example {finding.example}; shrunk from {finding.original_requests} request(s).", "",
+             "## Failed checks", "", "| check | request | image | rank | message |", "|---|---|---|---|---|"]
+    for f in finding.findings:
+        cells = [f["check"], *(str(f.get(k)) if f.get(k) is not None else "" for k in ("request", "image", "rank")),
+                 f["message"].replace("|", "\\|")]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "## Scenario", "", "```", *finding.scenario.describe(), "```", ""]
+    if finding.path is not None:
+        lines += [f"Reproduce: `kimi-oracle repro {finding.path}`", ""]
+    return safe_text("\n".join(lines))
+
+
+def scenario_summary_markdown(spec: str, summary: Mapping[str, Any], findings: Sequence[ScenarioFinding]) -> str:
+    """A run's Markdown summary."""
+    lines = [f"# kimi-oracle fuzz --engine {spec}", "",
+             f"{summary.get('examples')} scenarios, seed {summary.get('seed')}: {len(findings)} finding(s).", ""]
+    for f in findings:
+        lines += [f"## {f.check}", "", *[f"    {line}" for line in f.lines()], ""]
+    return safe_text("\n".join(lines))
+
+
+def scenario_junit_cases(findings: Sequence[ScenarioFinding], checks: Sequence[str]) -> list[JUnitCase]:
+    """One test case per request check: failed when a finding's first check is it."""
+    cases = []
+    for check in checks:
+        mine = [f for f in findings if f.check == check]
+        if not mine:
+            cases.append(JUnitCase(check, "kimi-oracle.engine"))
+            continue
+        cases.append(JUnitCase(check, "kimi-oracle.engine", failure=f"{len(mine)} finding(s): {mine[0].message}",
+                               details="\n\n".join("\n".join(f.lines()) for f in mine)))
+    return cases
+
+
+__all__ = ["SCENARIO_FILE", "ScenarioFinding", "read_scenario", "scenario_junit_cases", "scenario_markdown",
+           "scenario_summary_markdown", "write_scenario_finding"]
