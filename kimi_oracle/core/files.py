@@ -14,7 +14,6 @@ import json
 import math
 import os
 import platform
-import re
 import stat
 import tempfile
 import tomllib
@@ -195,7 +194,9 @@ def write_json(path: str | os.PathLike, obj: Any) -> Path:
 # (read in chunks: a file that grows while read is still capped). `load_json` and `load_toml` parse
 # it with a bound on nesting and check every number: an `InputError` names the key at fault.
 
-DEFAULT_MAX_BYTES = 512 << 20  # image files (core.images)
+# The largest file read as an image (core.images): an uncompressed image at Pillow's default
+# bomb threshold (2 × 89,478,485 pixels) of 3 bytes a pixel, rounded up.
+DEFAULT_MAX_BYTES = 512 << 20
 MAX_DOCUMENT_BYTES = 16 << 20  # a JSON or TOML document we read from a user
 MAX_NESTING = 64  # arrays and tables/objects inside each other
 MAX_INTEGER = 2**63  # integers beyond +-this are refused (a 400-digit number names its key)

@@ -17,7 +17,7 @@ from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError
-from kimi_oracle.core.files import read_file  # noqa: F401 - the one reader of user files (core.files)
+from kimi_oracle.core.files import DEFAULT_MAX_BYTES, read_file  # noqa: F401 - the one reader of user files
 from kimi_oracle.core.geometry import plan
 
 ResampleKind = Literal["none", "nearest", "premultiplied", "bicubic"]
@@ -34,9 +34,7 @@ ORIENTATION_TAG = 0x0112
 
 ImageSource = Any  # PIL image, path, bytes, data: URL, uint8 array or tensor
 
-# The largest file read as an image: an uncompressed image at Pillow's default bomb threshold
-# (2 × 89,478,485 pixels) of 3 bytes a pixel, rounded up.
-DEFAULT_MAX_BYTES = 512 << 20
+# (DEFAULT_MAX_BYTES, the largest file read as an image, is core.files': the one reader.)
 
 _PIL_LIMIT_LOCK = threading.Lock()
 

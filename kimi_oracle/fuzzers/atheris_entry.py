@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from pathlib import Path
 from typing import Sequence
 
 from kimi_oracle.core import memory

@@ -9,24 +9,16 @@ from __future__ import annotations
 import json
 import math
 import tomllib
-from pathlib import Path
 
 import pytest
 
 from hostile.breaking_candidates import __file__ as BREAKING
-from kimi_oracle.cli import main
+from hostile.cli_run import run_cli
 from kimi_oracle.core.errors import InputError
 from kimi_oracle.workflows.known import (KnownEntry, KnownFile, KnownFileError, Margin, aggregate, compare_rows,
                                          known_toml, read_known)
 
 RAISES = f"{BREAKING}:raises"
-
-
-def run_cli(capsys, *args) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-    out = capsys.readouterr()
-    return int(exc.value.code), out.out, out.err
 
 
 def _crash_row() -> dict:

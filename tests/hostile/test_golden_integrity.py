@@ -12,18 +12,11 @@ from pathlib import Path
 import pytest
 
 from hostile.breaking_candidates import REWRITER
-from kimi_oracle.cli import main
+from hostile.cli_run import run_cli
 from kimi_oracle.workflows import golden, golden_manifest
 
 HERE = Path(__file__).resolve().parent
 BREAKING = HERE / "breaking_candidates.py"
-
-
-def run_cli(capsys, *args) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-    out = capsys.readouterr()
-    return int(exc.value.code), out.out, out.err
 
 
 @pytest.fixture

@@ -9,21 +9,13 @@ import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pytest
 
-from kimi_oracle.cli import main
+from hostile.cli_run import run_cli
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.fuzzers.planner_fuzz import fuzz_planner, run_isolated
 
 HERE = Path(__file__).resolve().parent
 BREAKING = HERE / "breaking_candidates.py"
-
-
-def run_cli(capsys, *args) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-    out = capsys.readouterr()
-    return int(exc.value.code), out.out, out.err
 
 
 def _planner_file(tmp_path: Path, name: str) -> str:
