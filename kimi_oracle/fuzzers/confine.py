@@ -43,6 +43,7 @@ def confine(directory: str | os.PathLike) -> None:
     """Enter `directory` (the current directory's place on sys.path kept as an absolute path)
     and send fd 1 and 2 to its capped `output.log`."""
     here = os.getcwd()
+    directory = os.path.abspath(directory)
     sys.path[:] = [here if p in ("", ".") else p for p in sys.path]
     os.chdir(directory)
     _capture(Path(directory) / OUTPUT_NAME)

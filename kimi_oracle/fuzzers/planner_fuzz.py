@@ -135,7 +135,7 @@ def run_isolated(function: Callable[..., PlannerReport], *args: Any, planner: st
     shared = ctx.Array("q", 4, lock=False)  # calls begun, width, height, calls ended
     started = time.monotonic()
     deadline = started + budget_s if budget_s is not None else None
-    workdir = tempfile.mkdtemp(prefix="kimi-planner-")
+    workdir = os.path.abspath(tempfile.mkdtemp(prefix="kimi-planner-"))
     proc = ctx.Process(target=_child, args=(child, function, args, kwargs, shared, deadline, workdir),
                        name=f"kimi-planner[{planner}]", daemon=True)
     try:

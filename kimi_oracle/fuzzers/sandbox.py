@@ -164,6 +164,7 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None, w
     # The parent of an executor is the fork server, which ends when the process that uses the
     # candidate ends (however it ends): a hanging executor must not outlive it.
     die_with_parent(signal.SIGKILL)
+    fault_file = open(fault_path, "w")
     if workdir is not None:
         # Its own working directory and its own capped output log (fuzzers.confine): a relative
         # spec path is resolved first, against the directory the command was started in.
@@ -171,7 +172,6 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None, w
         confine(workdir)
     else:
         load_spec = spec
-    fault_file = open(fault_path, "w")
     faulthandler.enable(file=fault_file, all_threads=True)
     # The parent sends SIGUSR1 before killing a hung executor: dump where it hangs.
     faulthandler.register(signal.SIGUSR1, file=fault_file, all_threads=True, chain=False)
@@ -367,9 +367,12 @@ class IsolatedCandidate(Candidate):
             self.restarts += 1
         self._started = True
         ctx = _context()
-        fd, self._fault_path = tempfile.mkstemp(prefix="kimi-executor-", suffix=".fault")
+        fd, fault_path = tempfile.mkstemp(prefix="kimi-executor-", suffix=".fault")
         os.close(fd)
-        self._workdir = tempfile.mkdtemp(prefix="kimi-candidate-")
+        # (absolute: the executor changes its working directory, and the temporary directory may
+        # be given relative, as nightly's workers give it)
+        self._fault_path = os.path.abspath(fault_path)
+        self._workdir = os.path.abspath(tempfile.mkdtemp(prefix="kimi-candidate-"))
         parent, child = ctx.Pipe(duplex=True)
         proc = ctx.Process(target=_serve, args=(child, self.spec, self._fault_path, self.memory_limit_mb, self._workdir),
                            name=f"kimi-executor[{self.spec}]", daemon=True)
@@ -467,7 +470,8 @@ class IsolatedCandidate(Candidate):
 
     def _fault_excerpt(self) -> str:
         text = self._fault_text()
-        return f"\n{text[-3000:]}" if text else ""
+        output = self.output()[-OUTPUT_KEPT:].strip()  # (what it printed: an import error's traceback)
+        return (f"\n{text[-3000:]}" if text else "") + (f"\n{output}" if output else "")
 
     # -- calls
 

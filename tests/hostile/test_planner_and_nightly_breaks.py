@@ -9,6 +9,8 @@ import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 
 from hostile.cli_run import run_cli
 from kimi_oracle.core.config import PreprocessConfig
@@ -93,3 +95,26 @@ def test_a_write_known_path_that_cannot_be_written_fails_before_the_run(tmp_path
                              "--write-known", tmp_path / "missing" / "k.toml", "--out", tmp_path / "g")
     assert code == 2 and "--write-known" in err
     assert not (tmp_path / "g" / "gate-report.json").exists()
+
+
+def test_a_candidate_restarts_after_a_hang_under_a_relative_temporary_directory(tmp_path, monkeypatch):
+    # (nightly's workers set tempfile.tempdir to a path relative to their --out: the executor,
+    # which works in a directory of its own, must still find its files after a restart)
+    import tempfile
+
+    from PIL import Image
+
+    from kimi_oracle.fuzzers.sandbox import CandidateTimeout, IsolatedCandidate
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tmp").mkdir()
+    candidate = IsolatedCandidate(f"{HERE / 'hostile_candidates.py'}:hang", timeout_s=1.0)
+    candidate.start()  # (its fork server's socket in the default temporary directory)
+    monkeypatch.setattr(tempfile, "tempdir", "tmp")
+    config = PreprocessConfig.profile("k3-small")
+    try:
+        with pytest.raises(CandidateTimeout):
+            candidate([Image.new("P", (20, 20))], config)
+        assert candidate([Image.new("RGB", (20, 20))], config).grid_thws.tolist() == [[1, 2, 2]]
+    finally:
+        candidate.close()
