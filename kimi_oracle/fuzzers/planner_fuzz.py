@@ -28,6 +28,7 @@ import numpy as np
 
 from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.defaults import START_TIMEOUT_S
 from kimi_oracle.core.errors import BackendError, CandidateError
 from kimi_oracle.core.files import to_json
 from kimi_oracle.fuzzers.confine import absolute_spec, confine
@@ -172,8 +173,10 @@ def _answer(msg: Any, why: str | None, proc: Any, planner: str, started: float, 
 def _watch(conn: Any, proc: Any, shared: Any, case_timeout_s: float | None, deadline: float | None
            ) -> tuple[Any, str | None]:
     """The process's message, or (None, why it was given up on: a size past the case timeout,
-    the budget's end past its grace; None when it died)."""
-    seen, since = -1, time.monotonic()
+    the budget's end past its grace, no call begun within START_TIMEOUT_S: a planner whose import
+    hangs; None when it died)."""
+    seen = -1
+    since = began = time.monotonic()
     while True:
         if conn.poll(WATCH_EVERY_S):
             try:
@@ -189,6 +192,8 @@ def _watch(conn: Any, proc: Any, shared: Any, case_timeout_s: float | None, dead
                           f"(after {ended} sizes): it was killed")
         if deadline is not None and now > deadline + BUDGET_GRACE_S:
             return None, f"did not finish within the budget (after {ended} sizes): it was killed"
+        if begun == 0 and now - began > START_TIMEOUT_S:
+            return None, f"did not load the planner within {START_TIMEOUT_S:g} s: it was killed"
         if not proc.is_alive() and not conn.poll(0):
             return None, None
 

@@ -461,7 +461,7 @@ def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[s
             errors.append(f"configuration: {exc}")
         if opts.planner is not None and not errors:
             try:  # before the campaign: a misspelt --planner is an error now, not after it
-                nightly_planner.validate(opts.planner, opts.case_timeout_s)
+                nightly_planner.validate(opts.planner, opts.budget_s)
             except KimiOracleError as exc:
                 errors.append(f"planner: {exc}")
         if "atheris" in engines:

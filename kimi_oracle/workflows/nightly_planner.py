@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.defaults import START_TIMEOUT_S
 from kimi_oracle.core.files import utc_now, versions, write_json
 from kimi_oracle.fuzzers.planner_fuzz import fuzz_planner, run_isolated
 from kimi_oracle.oracle.planner import PLANNER_KINDS, PlannerReport, load_planner
@@ -27,12 +28,13 @@ def _loaded(spec: str) -> PlannerReport:
     return PlannerReport(spec)
 
 
-def validate(spec: str, case_timeout_s: float) -> None:
+def validate(spec: str, budget_s: float) -> None:
     """Load the planner in its own process; CandidateError (exit 2) when it cannot be loaded,
-    also when loading it hangs past `case_timeout_s`."""
+    also when loading it hangs past START_TIMEOUT_S (or the campaign's budget, when shorter)."""
     from kimi_oracle.core.errors import CandidateError
 
-    report = run_isolated(_loaded, spec, planner=spec, case_timeout_s=case_timeout_s, budget_s=case_timeout_s)
+    limit = min(START_TIMEOUT_S, budget_s)
+    report = run_isolated(_loaded, spec, planner=spec, budget_s=limit)
     if report.errors:
         raise CandidateError(f"planner {spec!r} cannot be loaded: {report.errors[0]}")
 
