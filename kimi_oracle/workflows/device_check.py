@@ -13,10 +13,14 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kimi_oracle.core.files import atomic_write_many, to_json
 from kimi_oracle.core.files import versions as core_versions
 from kimi_oracle.workflows.bench import ROOFLINE_DEVICES, peak_bandwidth, roofline
+
+if TYPE_CHECKING:
+    from kimi_oracle.core.config import PreprocessConfig
 
 
 def versions() -> dict:
@@ -152,62 +156,75 @@ def benchmarks(results: dict) -> None:
     import torch
 
     from kimi_oracle.core.config import PreprocessConfig
-    from kimi_oracle.inputs.generators import CaseParams, make_image
-    from kimi_oracle.pipelines import eager
-    from kimi_oracle.pipelines.gpu.pipeline import prepare_launches
 
     k3 = PreprocessConfig.k3()
     name = torch.cuda.get_device_name(0)
     peak = peak_bandwidth(name)
-    inputs = {
+    rows = []
+    for label, imgs in _benchmark_inputs().items():
+        cfg = dataclasses.replace(k3, in_patch_limit=16384) if "16384" in label else k3
+        rows.append(_benchmark_row(label, imgs, cfg, peak))
+    results["benchmarks"] = {"device": name, "hbm_peak_Bps": peak, "rows": rows}
+
+
+def _benchmark_inputs() -> dict[str, list]:
+    """The benchmarked batches, by label (a label naming 16384 runs with that patch budget)."""
+    from kimi_oracle.inputs.generators import CaseParams, make_image
+
+    return {
         "16 x 1920x1080 RGB (K3, no resampling)": [make_image(CaseParams(1920, 1080, "RGB", seed=i)) for i in range(16)],
         "1 x 7680x4320 RGB (K3, resampled)": [make_image(CaseParams(7680, 4320, "RGB", seed=1))],
         "1 x 7680x4320 RGBA (K3, resampled, premultiplied)": [make_image(CaseParams(7680, 4320, "RGBA", "random", seed=2))],
         "1 x 4032x3024 RGB (K3, no resampling)": [make_image(CaseParams(4032, 3024, "RGB", seed=3))],
         "4 x 4032x3024 RGB (K3 with in_patch_limit 16384, resampled)": [make_image(CaseParams(4032, 3024, "RGB", seed=4 + i)) for i in range(4)],
     }
-    rows = []
-    for label, imgs in inputs.items():
-        cfg = dataclasses.replace(k3, in_patch_limit=16384) if "16384" in label else k3
-        t = time.perf_counter()
-        launches, stats, _finish = prepare_launches(imgs, cfg, device="cuda")
-        torch.cuda.synchronize()
-        host_and_h2d = time.perf_counter() - t
 
-        def run():
-            for fn in launches:
-                fn()
 
-        dev_s = _time_cuda(run)
-        roof = roofline(imgs, cfg)
-        per_launch = []
-        for launch, planned in zip(launches, roof["launches"]):
-            launch_s = _time_cuda(launch)
-            per_launch.append({**planned, "device_s": launch_s,
-                               "share_of_floor": (planned["bytes"] / peak / launch_s) if peak else None,
-                               "on_device": _launch_registers(launch)})
-        useful = stats["source_bytes"] + stats["output_bytes"]
-        tens, plans, alphas = eager.host_tensors(imgs, cfg)
-        tens = [x.cuda() for x in tens]
-        eager_s = _time_cuda(lambda: eager.from_tensors(tens, plans, alphas, cfg), iters=10)
-        rows.append({
-            "input": label,
-            "launches": stats["launches"],
-            "host_prep_and_upload_s": round(host_and_h2d, 4),
-            "device_s": dev_s,
-            "source_bytes": stats["source_bytes"],
-            "output_bytes": stats["output_bytes"],
-            "roofline_bytes": roof["bytes"],
-            "floor_s": roof["floor_s"],
-            "floor_on_device_s": (roof["bytes"] / peak) if peak else None,
-            "share_of_floor": (roof["bytes"] / peak / dev_s) if peak else None,
-            "effective_GBps": useful / dev_s / 1e9,
-            "pct_of_hbm_peak": (100.0 * roof["bytes"] / dev_s / peak) if peak else None,
-            "per_launch": per_launch,
-            "eager_device_s": eager_s,
-            "speedup_vs_eager": eager_s / dev_s,
-        })
-    results["benchmarks"] = {"device": name, "hbm_peak_Bps": peak, "rows": rows}
+def _benchmark_row(label: str, imgs: list, cfg: PreprocessConfig, peak: float | None) -> dict:
+    """One input's figures: host work, device time of all launches and of each, vs the eager path."""
+    import torch
+
+    from kimi_oracle.pipelines import eager
+    from kimi_oracle.pipelines.gpu.pipeline import prepare_launches
+
+    t = time.perf_counter()
+    launches, stats, _finish = prepare_launches(imgs, cfg, device="cuda")
+    torch.cuda.synchronize()
+    host_and_h2d = time.perf_counter() - t
+
+    def run():
+        for fn in launches:
+            fn()
+
+    dev_s = _time_cuda(run)
+    roof = roofline(imgs, cfg)
+    per_launch = []
+    for launch, planned in zip(launches, roof["launches"]):
+        launch_s = _time_cuda(launch)
+        per_launch.append({**planned, "device_s": launch_s,
+                           "share_of_floor": (planned["bytes"] / peak / launch_s) if peak else None,
+                           "on_device": _launch_registers(launch)})
+    useful = stats["source_bytes"] + stats["output_bytes"]
+    tens, plans, alphas = eager.host_tensors(imgs, cfg)
+    tens = [x.cuda() for x in tens]
+    eager_s = _time_cuda(lambda: eager.from_tensors(tens, plans, alphas, cfg), iters=10)
+    return {
+        "input": label,
+        "launches": stats["launches"],
+        "host_prep_and_upload_s": round(host_and_h2d, 4),
+        "device_s": dev_s,
+        "source_bytes": stats["source_bytes"],
+        "output_bytes": stats["output_bytes"],
+        "roofline_bytes": roof["bytes"],
+        "floor_s": roof["floor_s"],
+        "floor_on_device_s": (roof["bytes"] / peak) if peak else None,
+        "share_of_floor": (roof["bytes"] / peak / dev_s) if peak else None,
+        "effective_GBps": useful / dev_s / 1e9,
+        "pct_of_hbm_peak": (100.0 * roof["bytes"] / dev_s / peak) if peak else None,
+        "per_launch": per_launch,
+        "eager_device_s": eager_s,
+        "speedup_vs_eager": eager_s / dev_s,
+    }
 
 
 def aot_build(results: dict, outdir: Path) -> None:

@@ -281,7 +281,9 @@ def test_differing_examples_skip_those_a_side_did_not_judge_or_timed_out_on(tmp_
         tmp_path, {0: "not-judged", 1: "timeout:CallTimedOut", 2: "aaa", 3: "same"},
         {0: "bbb", 1: "ccc", 2: "ddd", 3: "same"})
     inputs: dict = {}
-    assert gate._differing_examples(run_new, run_old, inputs) == 3  # all three counted
+    from kimi_oracle.workflows.gate.fuzz import _differing_examples
+
+    assert _differing_examples(gate.ctx, run_new, run_old, inputs) == 3  # all three counted
     assert len(calls) == 2  # only example 2 re-run, once per side
 
 
@@ -292,7 +294,9 @@ def test_differing_examples_stop_once_the_fuzz_stages_allowance_is_spent(tmp_pat
                                                      {0: "b0", 1: "b1", 2: "b2"})
     asked = []
     spent = lambda: asked.append(1) or len(asked) > 1  # noqa: E731
-    assert gate._differing_examples(run_new, run_old, {}, spent) == 3  # all counted as differing
+    from kimi_oracle.workflows.gate.fuzz import _differing_examples
+
+    assert _differing_examples(gate.ctx, run_new, run_old, {}, spent) == 3  # all counted as differing
     assert len(calls) == 2 and len(asked) == 2  # one example re-run (once per side), then it stopped
 
 

@@ -1,0 +1,54 @@
+"""The GPU backend: importing the Triton kernels once, and the device a call runs on."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from typing import Any
+
+import torch
+
+from kimi_oracle.core.errors import BackendError
+from kimi_oracle.pipelines.gpu import resample as rs
+
+_KERNELS: Any = None
+_KERNELS_INTERPRETED: bool | None = None
+_LOCK = threading.Lock()
+
+
+def _kernels() -> Any:
+    global _KERNELS, _KERNELS_INTERPRETED
+    with _LOCK:
+        if _KERNELS is None:
+            try:
+                _KERNELS = importlib.import_module("kimi_oracle.pipelines.gpu.kernels")
+            except ImportError as exc:
+                raise BackendError(f"the GPU pipeline needs triton, which cannot be imported: {exc}") from None
+            _KERNELS_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+    return _KERNELS
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """CUDA when available (or asked for), else CPU tensors under the Triton interpreter."""
+    rs.check_pillow()
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise BackendError("device 'cuda' requested but torch sees no CUDA device")
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            raise BackendError("TRITON_INTERPRET=1 is set: kernels would run on the host, not CUDA")
+    elif dev.type == "cpu":
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            raise BackendError(
+                "no CUDA device: the GPU pipeline can run on CPU tensors only under the Triton "
+                "interpreter; set TRITON_INTERPRET=1 before anything imports triton"
+            )
+    else:
+        raise BackendError(f"unsupported device type {dev.type!r} (use cuda or cpu)")
+    _kernels()
+    if dev.type == "cpu" and not _KERNELS_INTERPRETED:
+        raise BackendError("triton kernels were compiled before TRITON_INTERPRET=1 was set; set it first")
+    return dev

@@ -1,0 +1,80 @@
+"""How the gate shares its budget among the stages, and its overhead allowance (`Budget`)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+# The planner stage's share of the budget at most (its check stops there with what it judged).
+PLANNER_SHARE = 0.2
+# Shares of the budget: fuzzing gets what the goldens and invariances leave, minus the timing.
+PERF_SHARE = 0.3
+# Kept for the invariance stage, which runs after fuzzing (a few batches, each run ~10 times).
+INVARIANCE_SHARE = 0.05
+# With a baseline, the fuzz stage's budget: NEW and OLD fuzzed in lockstep (one draw, one image
+# and one reference run per example, both candidates at work on it at once) get this share; the
+# rest goes to judging every failing input on the other side (an attribution per differing output).
+FUZZ_PAIR_SHARE = 0.35
+# The harness's own time (the wall-clock time in which no candidate's process works and the
+# reference does not run: generating inputs, comparing, diagnosing, shrinking, writing) that the
+# gate aims at, as a share of its budget (the target is at most 20 %). With a baseline the fuzz
+# stage is held to what is left of it after the goldens, minus LATER_OVERHEAD_SHARE kept for the
+# stages after it; of that, FUZZ_OVERHEAD_PAIR goes to the lockstep run (its search ends when
+# spent: `FuzzOptions.overhead_s`), the rest to the differing examples and writing the findings.
+OVERHEAD_AIM = 0.185
+LATER_OVERHEAD_SHARE = 0.02
+FUZZ_OVERHEAD_PAIR = 0.7
+# The lockstep search runs at least this many examples whatever the allowance (a few seconds;
+# docs/measurements.md): goldens that used the whole allowance never leave the fuzz stage
+# without examples.
+OVERHEAD_MIN_EXAMPLES = 500
+# What writing one side's finding takes (diff image, PNG inputs, JSON, fsync; the figure it rests
+# on: docs/measurements.md), kept back from the fuzz stage's allowance for each input judged on
+# both sides.
+WRITE_ESTIMATE_S = 0.015
+
+
+@dataclass
+class Budget:
+    """The gate's budget of `total_s` seconds from `t0` (time.monotonic()), and its shares: the
+    timing's (with a baseline), the invariances', the fuzz stage's and its overhead allowance."""
+
+    total_s: float
+    t0: float
+    with_baseline: bool = False
+
+    def elapsed_s(self) -> float:
+        """Seconds since the gate started."""
+        return time.monotonic() - self.t0
+
+    def left_s(self) -> float:
+        """What is left of the whole budget (the timing stage, last, gets it)."""
+        return max(self.total_s - self.elapsed_s(), 0.0)
+
+    def perf_s(self) -> float:
+        """The timing stage's share (none without a baseline)."""
+        return PERF_SHARE * self.total_s if self.with_baseline else 0.0
+
+    def fuzz_s(self) -> float:
+        """The fuzz stage's budget: what is left less the timing's and the invariances' shares."""
+        return self.total_s - self.elapsed_s() - self.perf_s() - INVARIANCE_SHARE * self.total_s
+
+    def fuzz_overhead_s(self, overhead_so_far_s: float) -> float:
+        """The harness time left for fuzzing, given the harness time spent so far (OVERHEAD_AIM
+        less LATER_OVERHEAD_SHARE of the budget, less what was spent)."""
+        return max((OVERHEAD_AIM - LATER_OVERHEAD_SHARE) * self.total_s - overhead_so_far_s, 0.0)
+
+    @staticmethod
+    def pair_s(fuzz_budget_s: float) -> float:
+        """The lockstep run's part of the fuzz stage's budget."""
+        return fuzz_budget_s * FUZZ_PAIR_SHARE
+
+    @staticmethod
+    def pair_overhead_s(allowance_s: float) -> float:
+        """The lockstep search's part of the fuzz stage's overhead allowance."""
+        return FUZZ_OVERHEAD_PAIR * allowance_s
+
+    @staticmethod
+    def writes_s(inputs: int) -> float:
+        """What writing both sides' findings of `inputs` inputs is expected to take."""
+        return WRITE_ESTIMATE_S * 2 * inputs

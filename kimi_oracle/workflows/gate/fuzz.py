@@ -1,0 +1,282 @@
+"""The gate's fuzz stage: NEW fuzzed against the reference, or NEW and OLD in lockstep, judged on both."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import sys
+import time
+from typing import Any, Callable
+
+from kimi_oracle.core import interrupts
+from kimi_oracle.core.errors import InputError
+from kimi_oracle.fuzzers.fuzzing import FuzzOptions, FuzzRun, finding_from, fuzz, fuzz_pair, generated_case
+from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
+from kimi_oracle.oracle.checks import ACCEPTS_INVALID, INVARIANCE, TIMEOUT, Verdict, same_output
+from kimi_oracle.oracle.grouping import finding_key, image_at_fault
+from kimi_oracle.oracle.judge import Rejected, evaluate
+from kimi_oracle.pipelines import reference
+from kimi_oracle.results.report import Finding, finding_summary, write_finding
+from kimi_oracle.workflows.gate.budget import OVERHEAD_MIN_EXAMPLES, Budget
+from kimi_oracle.workflows.gate.context import GateContext
+from kimi_oracle.workflows.gate.observations import finding_observation, make_input_id, outputs_npz
+from kimi_oracle.workflows.gate.options import Stage
+
+# Generated examples where NEW's and OLD's outputs differ, judged on both sides beyond the
+# findings' own inputs: per group (NEW's failure key, OLD's), and in all.
+DIFFERING_PER_GROUP = 2
+MAX_DIFFERING = 30
+
+
+def _fuzz_options(ctx: GateContext, examples: int | None, budget_s: float | None) -> FuzzOptions:
+    """The fuzzing options of the stage (and of re-drawing its examples)."""
+    return FuzzOptions(examples=examples, budget_s=budget_s,
+                       seed=ctx.seed, tolerance=ctx.options.tolerance, vary_config=True,
+                       # With a baseline no example database: NEW and OLD draw the same cases.
+                       db_dir=None if ctx.old is not None else ctx.out_dir / "hypothesis-db",
+                       max_side=ctx.options.fuzz_max_side, shrink=ctx.options.fuzz_shrink,
+                       tile_share=ctx.options.tile_share, record_outcomes=ctx.old is not None)
+
+
+def run(ctx: GateContext) -> Stage:
+    """The fuzz stage within its share of the budget and, with a baseline, the harness time left
+    of the gate's overhead allowance."""
+    budget_s = ctx.budget.fuzz_s()
+    allowance = ctx.budget.fuzz_overhead_s(ctx.overhead(ctx.budget.t0, time.monotonic()))
+    return fuzzed(ctx, budget_s, allowance)
+
+
+def fuzzed(ctx: GateContext, budget_s: float, overhead_s: float | None = None) -> Stage:
+    """NEW fuzzed against the reference for `budget_s` (or --fuzz-examples); with a baseline NEW
+    and OLD in lockstep, held to `overhead_s` of harness time."""
+    stage = Stage("fuzz")
+    examples = ctx.options.fuzz_examples
+    if examples is None and budget_s < 1.0:
+        stage.summary = "no budget left for fuzzing"
+        stage.status = "skipped"
+        stage.reasons.append("fuzzing skipped: the goldens used the whole budget")
+        return stage
+    if ctx.old is not None:
+        return _vs_baseline(ctx, stage, examples, budget_s, overhead_s)
+    run = fuzz(ctx.new, ctx.config, _fuzz_options(ctx, examples, None if examples is not None else budget_s),
+               out_dir=ctx.out_dir)
+    summary = run.summary()
+    stage.details = {k: summary[k] for k in ("examples", "calls", "rejected", "seed", "stopped", "counts")}
+    stage.details["skipped_hanging"] = summary.get("skipped_hanging", 0)
+    stage.summary = f"{run.examples} examples in {run.elapsed_s:.1f}s, {len(run.findings)} findings"
+    for f, entry in zip(run.findings, summary["findings"]):
+        ctx.findings.append({"stage": "fuzz", **entry})
+        obs = finding_observation(make_input_id("fuzz", f.config, f.params, f.images), "fuzz", f)
+        if obs is not None:
+            ctx.observations["new"].append(obs)
+        if not ctx.relative and (f.check != ACCEPTS_INVALID or ctx.options.strict):
+            stage.reasons.append(f"fuzz finding {entry['id']} ({entry['check']}): {entry['message']}")
+    stage.status = "fail" if stage.reasons else "pass"
+    _fuzz_interrupted(ctx, stage, run)
+    return stage
+
+
+def _fuzz_interrupted(ctx: GateContext, stage: Stage, run: FuzzRun) -> None:
+    """An interrupted run makes the stage an error (and the gate interrupted)."""
+    if run.stopped == "interrupted":
+        # fuzz() ends early on an interrupt and returns what it found: never a pass.
+        ctx.interrupted = True
+        stage.status = "error"
+        stage.summary = f"interrupted after {run.examples} examples; " + stage.summary
+        stage.reasons.insert(0, f"fuzz: interrupted after {run.examples} examples")
+
+
+def _vs_baseline(ctx: GateContext, stage: Stage, examples: int | None, budget_s: float,
+                 overhead_s: float | None = None) -> Stage:
+    """NEW and OLD fuzzed in lockstep (`fuzz_pair`: FUZZ_PAIR_SHARE of the budget, or
+    --fuzz-examples): the same cases, each made once; both sides' findings shrunk. Every
+    input either side failed on is judged on the other too, so each finding compares NEW and
+    OLD on the same input. `overhead_s`: the harness time the stage may take (under a
+    budget): FUZZ_OVERHEAD_PAIR of it ends the lockstep run's search, the whole of it ends
+    the differing examples."""
+    t0 = time.monotonic()
+    options = _fuzz_options(ctx, examples, None if examples is not None else Budget.pair_s(budget_s))
+    if examples is None and overhead_s is not None:
+        options = dataclasses.replace(options, overhead_s=Budget.pair_overhead_s(overhead_s),
+                                      at_work=lambda a, b: ctx.at_work(window=(a, b)),
+                                      overhead_min_examples=OVERHEAD_MIN_EXAMPLES)
+    run_new, run_old = fuzz_pair(ctx.new, ctx.old, ctx.config, options, out_dir=None)
+    inputs: dict[str, dict[str, Finding]] = {}
+    for side, run in (("new", run_new), ("old", run_old)):
+        for f in run.findings:
+            inputs.setdefault(make_input_id("fuzz", f.config, f.params, f.images), {}).setdefault(side, f)
+    t_differing = time.monotonic()
+
+    def allowance_spent() -> bool:  # what judging and writing `inputs` will take kept back
+        if examples is not None or overhead_s is None:
+            return False
+        return ctx.overhead(t0, time.monotonic()) + Budget.writes_s(len(inputs)) >= overhead_s
+
+    differing = _differing_examples(ctx, run_new, run_old, inputs, allowance_spent)
+    t_both = time.monotonic()
+    disagree = _judge_and_write(ctx, inputs)
+    stage.details = {"examples": run_new.examples, "calls": run_new.calls, "rejected": run_new.rejected,
+                     "seed": ctx.seed, "stopped": run_new.stopped, "counts": run_new.counts(),
+                     "skipped_hanging": run_new.skipped_hanging,
+                     "baseline": {"examples": run_old.examples, "calls": run_old.calls,
+                                  "stopped": run_old.stopped, "counts": run_old.counts()},
+                     "inputs_judged_on_both": len(inputs), "inputs_new_and_old_disagree": disagree,
+                     # the harness time the stage was allowed (None: --fuzz-examples, no allowance)
+                     "overhead_allowance_s": None if examples is not None or overhead_s is None
+                     else round(overhead_s, 3),
+                     "examples_where_outputs_differ": differing,
+                     # where the stage's time went (seconds)
+                     "seconds": {"new_run": round(run_new.elapsed_s, 3), "new_search": round(run_new.search_s, 3),
+                                 "old_run": round(run_old.elapsed_s, 3),
+                                 "old_search": round(run_old.search_s, 3),
+                                 "differing_examples": round(t_both - t_differing, 3),
+                                 "judged_on_both": round(time.monotonic() - t_both, 3)}}
+    stage.summary = (f"{run_new.examples} examples for NEW, {run_old.examples} for OLD (seed {ctx.seed}: "
+                     f"the same cases{'; the search ended at its overhead allowance' if run_new.stopped == 'overhead' else ''}"
+                     f"); {len(inputs)} failing inputs judged on both, {disagree} where they "
+                     f"differ; NEW {len(run_new.findings)} findings, OLD {len(run_old.findings)}")
+    stage.status = "pass"
+    _fuzz_interrupted(ctx, stage, run_new)
+    _fuzz_interrupted(ctx, stage, run_old)
+    return stage
+
+
+def _judge_and_write(ctx: GateContext, inputs: dict[str, dict[str, Finding]]) -> int:
+    """`_judge_on_both`, with the findings written by one writer thread while this one judges the
+    next inputs (the writes are mostly zlib, PNG encoding and fsync, which release the GIL); each
+    is atomic, and all are done before it returns, their entries added in order. Returns how many
+    inputs the sides disagree on."""
+    disagree = 0
+    writes: list[tuple[str, Finding, concurrent.futures.Future]] = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="finding-writer") as writer:
+        try:
+            disagree = _judge_on_both(ctx, inputs, writer, writes)
+        finally:
+            failed: BaseException | None = None
+            for side, f, done in writes:
+                try:
+                    done.result()
+                except Exception as exc:  # noqa: BLE001 - the first write error is the stage's
+                    failed = failed or exc
+                    continue
+                entry = {"stage": "fuzz", **finding_summary(f)}
+                ctx.findings_of(side).append(entry)
+            if failed is not None and sys.exc_info()[0] is None:
+                raise failed
+    return disagree
+
+
+def _judge_on_both(ctx: GateContext, inputs: dict[str, dict[str, Finding]], writer: concurrent.futures.Executor,
+                   writes: list) -> int:
+    """Every failing input judged on the side that did not report it; observations for both
+    sides, each side's finding handed to `writer`. Returns how many inputs the sides disagree on."""
+    disagree = 0
+    for input_id, found in inputs.items():
+        interrupts.raise_if_requested()
+        base = found.get("new") or found["old"]
+        new_f, new_out = (found["new"], found["new"].actual) if "new" in found else _replay(ctx, ctx.new, base)
+        old_f, old_out = (found["old"], found["old"].actual) if "old" in found else _replay(ctx, ctx.old, base)
+        # the same result: both pass, or both fail the same check with bit-identical outputs
+        # (or, without outputs, the same way: crash and timeout keys name the failure type)
+        same = (new_f is None) == (old_f is None) and (
+            new_f is None or (new_f.check == old_f.check and (  # type: ignore[union-attr]
+                same_output(new_out, old_out)
+                or (new_out is None and old_out is None and new_f.key.split("{")[0] == old_f.key.split("{")[0]))))
+        disagree += int(not same)
+        index = image_at_fault(base.stats)  # both sides observed on the same image of the batch
+        for side, f, other, other_out in (("new", new_f, old_f, old_out), ("old", old_f, new_f, new_out)):
+            if f is None:
+                continue
+            obs = finding_observation(input_id, "fuzz", f, index)
+            if obs is not None:
+                ctx.observations[side].append(obs)
+            f.extra["other_side"] = {
+                "role": "baseline" if side == "new" else "candidate",
+                "candidate": (ctx.old if side == "new" else ctx.new).spec,  # type: ignore[union-attr]
+                "check": other.check if other is not None else None,
+                "key": other.key if other is not None else None,
+                "root_causes": list(other.root_causes) if other is not None else [],
+                "same_output": same,
+                "outputs": "outputs.npz (expected, new, old)"}
+            npz = outputs_npz(expected=f.expected, new=f.actual if side == "new" else other_out,
+                              old=other_out if side == "new" else f.actual)
+            writes.append((side, f, writer.submit(
+                write_finding, ctx.out_dir if side == "new" else ctx.out_dir / "baseline", f,
+                extra_files={"outputs.npz": npz})))
+    return disagree
+
+
+def _differing_examples(ctx: GateContext, run_new: FuzzRun, run_old: FuzzRun,
+                        inputs: dict[str, dict[str, Finding]], allowance_spent: Callable[[], bool] = lambda: False) -> int:
+    """Every generated example where NEW's and OLD's outcomes differ (their digests, example by
+    example: both runs drew the same cases), beyond the findings' own inputs: grouped by how
+    each side fails there, up to DIFFERING_PER_GROUP examples of each group (at most
+    MAX_DIFFERING in all, none once `allowance_spent()`) are judged on both sides and join
+    `inputs` unshrunk. Returns how many examples differ."""
+    indices = sorted(i for i, d in run_new.outcomes.items() if i in run_old.outcomes and run_old.outcomes[i] != d)
+    # Not re-run: examples a side did not judge (a mode class it hung on) or timed out on:
+    # each would cost a whole case timeout again, and the hang is a finding of its own.
+    costly = ("not-judged", f"{TIMEOUT}:")
+    rerun = [i for i in indices
+             if not any(o[i].startswith(costly) for o in (run_new.outcomes, run_old.outcomes))]
+    options = _fuzz_options(ctx, None, None)
+    per_group: dict[tuple[str, str], int] = {}
+    taken = 0
+    for i in rerun:
+        if taken >= MAX_DIFFERING or allowance_spent():
+            break
+        interrupts.raise_if_requested()
+        case = generated_case(ctx.config, options, run_new.seed, i)
+        images = case.make_images()
+        try:
+            expected = reference.preprocess([im.copy() for im in images], case.config)
+        except InputError:
+            expected = None  # the checkpoint rejects it: evaluate runs the candidates anyway
+        verdicts: dict[str, Verdict] = {}
+        keys = []
+        for side, candidate in (("new", ctx.new), ("old", ctx.old)):
+            try:
+                verdict = evaluate(candidate, images, case.config, ctx.options.tolerance, invariance=False,
+                                   expected=expected)
+            except Rejected:
+                keys.append("rejected")
+                continue
+            keys.append(finding_key(str(verdict.check), verdict.stats, images) if not verdict.ok else "ok")
+            if not verdict.ok:
+                verdicts[side] = verdict
+        group = (keys[0], keys[-1])
+        if not verdicts or per_group.get(group, 0) >= DIFFERING_PER_GROUP:
+            continue  # (no attribution spent on an example that is not kept)
+        key = make_input_id("fuzz", case.config, [p.to_dict() for p in case.images], images)
+        if key in inputs:
+            continue
+        # (generated example i is the run's example i + 1: no saved failures replay here)
+        inputs[key] = {
+            side: finding_from(verdict, (ctx.new if side == "new" else ctx.old).spec,  # type: ignore[union-attr]
+                               case.config, images, params=[p.to_dict() for p in case.images],
+                               tolerance=ctx.options.tolerance, seed=run_new.seed, example=i + 1)
+            for side, verdict in verdicts.items()}
+        per_group[group] = per_group.get(group, 0) + 1
+        taken += 1
+    return len(indices)
+
+
+def _replay(ctx: GateContext, candidate: IsolatedCandidate, base: Finding) -> tuple[Finding | None, Any]:
+    """`candidate` on another side's finding input: (its finding or None when it passes, its output)."""
+    try:
+        verdict = evaluate(candidate, base.images, base.config, ctx.options.tolerance,
+                           invariance=base.check == INVARIANCE, expected=base.expected)
+    except Rejected:
+        return None, None
+    if verdict.ok:
+        return None, verdict.actual
+    if verdict.check == base.check and same_output(verdict.actual, base.actual):
+        # the same output as the other side: its diagnosis holds, no second attribution
+        f = dataclasses.replace(base, candidate=candidate.spec, message=verdict.message, stats=verdict.stats,
+                                expected=verdict.expected, actual=verdict.actual, extra=dict(base.extra),
+                                hits=1, max_levels_seen=None, path=None)
+    else:
+        f = finding_from(verdict, candidate.spec, base.config, base.images, params=base.params,
+                         tolerance=ctx.options.tolerance, engine=base.engine, seed=base.seed,
+                         example=base.example)
+    return f, verdict.actual

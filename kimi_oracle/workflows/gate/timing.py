@@ -1,0 +1,111 @@
+"""The gate's performance stage: with a baseline, the interleaved A/B timing of NEW against OLD."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kimi_oracle.core import interrupts
+from kimi_oracle.oracle.candidates import CandidateCrash
+from kimi_oracle.workflows.bench import BENCH_INPUTS, interleaved_ratio
+from kimi_oracle.workflows.gate.context import GateContext
+from kimi_oracle.workflows.gate.options import Stage
+
+# Inputs of the A/B timing, cheapest first; as many as the timing share allows are run.
+PERF_INPUTS = ("rgb-640x480", "rgba-1920x1080-chessboard", "batch16-mixed", "rgb-4032x3024-k25",
+               "rgb-1920x1080", "rgb-7680x4320")
+
+
+class BaselineCrash(Exception):
+    """OLD crashed, died or hung during the timing: an error of the gate, not a finding on NEW."""
+
+    def __init__(self, crash: CandidateCrash):
+        super().__init__(f"the baseline failed: {crash}")
+        self.crash = crash
+
+
+class _VirtualClock:
+    """A timer that advances by the seconds the executors report (`interleaved_ratio`'s timer)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run(ctx: GateContext) -> Stage:
+    """The timing stage within what is left of the gate's budget."""
+    return timed(ctx, ctx.budget.left_s())
+
+
+def timed(ctx: GateContext, budget_s: float) -> Stage:
+    """NEW against OLD on PERF_INPUTS, cheapest first, as many as `budget_s` allows; fails where
+    NEW is slower than --perf-threshold allows."""
+    stage = Stage("performance")
+    if ctx.old is None:
+        stage.summary = "no baseline given"
+        return stage
+    limit = 1.0 + ctx.options.perf_threshold_pct / 100.0
+    deadline = time.monotonic() + budget_s
+    rows: list[dict[str, Any]] = []
+    clock = _VirtualClock()  # advanced by the seconds measured inside the executors
+    stage.details["timed_in"] = "each candidate's own executor process (transfers not counted)"
+    for name in PERF_INPUTS:
+        if rows and time.monotonic() > deadline:
+            break
+        row = _time_input(ctx, name, clock, limit, deadline, rows)
+        if row is None:
+            stage.details.setdefault("not_timed", []).append(name)
+            continue
+        rows.append(row)
+        if row["slower"]:
+            stage.reasons.append(
+                f"performance on {name}: NEW takes {row['ratio']:.2f}x OLD's time "
+                f"(±{row['noise']:.2f}; threshold {limit:.2f}x)")
+    stage.details.update({"threshold_ratio": limit, "inputs": rows})
+    stage.status = "fail" if stage.reasons else "pass"
+    worst = max(rows, key=lambda r: r["ratio"])
+    stage.summary = (f"{len(rows)} inputs timed; worst {worst['input']} at {worst['ratio']:.2f}x "
+                     f"(threshold {limit:.2f}x)")
+    return stage
+
+
+def _time_input(ctx: GateContext, name: str, clock: _VirtualClock, limit: float, deadline: float,
+                rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """One input's row (None: after the first, it does not fit before `deadline`)."""
+    spec = BENCH_INPUTS[name]
+    images = spec.images()
+    config = spec.config()
+    new, old = ctx.new, ctx.old
+
+    def new_fn() -> None:
+        clock.now += new.time_call(images, config)
+
+    def old_fn() -> None:
+        try:
+            clock.now += old.time_call(images, config)  # type: ignore[union-attr]
+        except CandidateCrash as exc:
+            raise BaselineCrash(exc) from exc
+
+    interrupts.raise_if_requested()
+    t_pair = time.monotonic()
+    new_fn()  # also sends the images to each executor, once
+    old_fn()
+    t_pair = time.monotonic() - t_pair
+    if rows and t_pair * (ctx.options.perf_rounds + 1) > deadline - time.monotonic():
+        return None
+    result = interleaved_ratio(new_fn, old_fn, rounds=ctx.options.perf_rounds, warmup=0, timer=clock)
+    retried = False
+    if (abs(result["ratio"] - limit) <= max(result["noise"], 0.02)
+            and t_pair * 2 * ctx.options.perf_rounds <= deadline - time.monotonic()):
+        # Within noise of the threshold: measure once more with twice the rounds (when
+        # they fit in the stage's budget; else the first measurement stands).
+        interrupts.raise_if_requested()
+        result = interleaved_ratio(new_fn, old_fn, rounds=2 * ctx.options.perf_rounds, warmup=0,
+                                   timer=clock)
+        retried = True
+    return {"input": name, "description": spec.description, "ratio": result["ratio"],
+            "noise": result["noise"], "new_median_s": result["new_median_s"],
+            "old_median_s": result["old_median_s"], "rounds": result["rounds"], "retried": retried,
+            "slower": result["ratio"] > limit}
