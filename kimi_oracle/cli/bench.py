@@ -12,7 +12,6 @@ from pathlib import Path
 import click
 
 from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK, KimiOracleError
-from kimi_oracle.oracle.candidates import load_candidate
 from kimi_oracle.workflows.bench import (
     BENCH_INPUTS,
     ROOFLINE_DEVICES,
@@ -125,6 +124,8 @@ def register(group: click.Group) -> None:
                   show_default=True, help="Directory of saved runs.")
     def bench_cmd(candidates, quick, inputs, save_name, compare_to, fail_above, storage) -> int:
         """Run the benchmark suite (pytest-benchmark JSON with machine information)."""
+        from kimi_oracle.oracle.candidates import load_candidate  # here: `--help` imports no torch
+
         specs = list(candidates) or ["reference", "eager", "gpu"]
         for spec in specs:
             if spec != "gpu":  # without CUDA the gpu rows are skipped, by design

@@ -27,7 +27,7 @@ from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT
 from kimi_oracle.core.errors import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, InputError, KimiOracleError
 from kimi_oracle.core.text import rich_text, safe_text
 from kimi_oracle.inputs.generators import DEFAULT_MAX_SIDE, MODES
-from kimi_oracle.oracle.checks import FINDING_KINDS, REPORTED_ONLY, Tolerance, ToleranceError, failing
+from kimi_oracle.oracle.kinds import FINDING_KINDS, REPORTED_ONLY, Tolerance, ToleranceError, failing
 
 CANDIDATE_HELP = ("reference | gpu | eager | sglang-0.5.23 | package.module:function | path/to/file.py:function | "
                   "a module with preprocess() | an installed entry point's name (kimi_oracle.candidates)")
@@ -35,6 +35,10 @@ TOLERANCE_HELP = ("exact (bit for bit) | levels:K (within K uint8 levels) | bf16
                   "then bit for bit: for float32 or bfloat16 candidates)")
 STRICT_HELP = ("Also fail (exit 1) on accepts_invalid findings: a result for an input the checkpoint rejects "
                "(by default reported, exit 0 when it is the only kind found).")
+
+ASSUME_HELP = ("Compare against the reference with this step variant of the diagnosis catalogue applied "
+               "(repeatable; e.g. resample-float=uint8-aa, normalize-float='(x/255-mean)/std'): a known "
+               "difference silenced, to see what is left. Families and variants: docs/diagnosis.md.")
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm",
                   ".pnm", ".ico", ".tga", ".jp2", ".avif", ".heic", ".psd", ".im", ".pcx", ".sgi", ".dds"}
@@ -51,6 +55,36 @@ def _tolerance(ctx: click.Context, param: click.Parameter, value: str | None) ->
         return str(Tolerance.parse(value))
     except ToleranceError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+def _assumptions(ctx: click.Context, param: click.Parameter, value: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    from kimi_oracle.core.errors import AssumptionError
+    from kimi_oracle.oracle.diagnosis import parse_assumption
+
+    out: list[tuple[str, str]] = []
+    for text in value or ():
+        try:
+            pair = parse_assumption(text)
+        except AssumptionError as exc:
+            raise click.BadParameter(str(exc)) from None
+        if any(family == pair[0] for family, _ in out):
+            raise click.BadParameter(f"{text!r}: family {pair[0]!r} assumed twice")
+        out.append(pair)
+    return tuple(out)
+
+
+def _print_pipeline(summary: dict[str, Any]) -> None:
+    """The candidate's inferred pipeline (the fewest variants explaining the findings) and the
+    pixel findings it does not explain."""
+    if not summary.get("pipeline") and not summary.get("pipeline_apart"):
+        return
+    console = _stdout_console()
+    console.print(rich_text("inferred pipeline: " + (summary.get("pipeline_summary") or "(none)")), style="bold")
+    if summary.get("pipeline_apart"):
+        console.print(rich_text("  not explained by it: " + ", ".join(summary["pipeline_apart"])))
+    if summary.get("assume"):
+        console.print(rich_text("  assumed (compared with the reference with these applied): "
+                                + ", ".join(summary["assume"])))
 
 
 def _stderr_console():
@@ -190,6 +224,8 @@ def register(group: click.Group) -> None:
                                           "(dev 25, ci 100, nightly 2000).")
     @click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed (default: random, printed).")
     @click.option("--tolerance", default="exact", show_default=True, callback=_tolerance, help=TOLERANCE_HELP)
+    @click.option("--assume", "assume", multiple=True, metavar="FAMILY=VARIANT", callback=_assumptions,
+                  help=ASSUME_HELP)
     @click.option("--strict", is_flag=True, help=STRICT_HELP)
     @click.option("--fixed-config", is_flag=True,
                   help="Use the profile/config as is (default: vary budget, side cap, background, fill stage).")
@@ -198,7 +234,8 @@ def register(group: click.Group) -> None:
     @click.option("--db", "db_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                   help="Hypothesis example database (default OUT/hypothesis-db; failures replay first).")
     @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                  help="Write a machine-readable summary here.")
+                  help="Write a machine-readable summary here (its `time`: seconds in the candidate, the "
+                       "reference, diagnosis, shrinking, writing and the harness).")
     @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="Write JUnit XML (one test case per check) here.")
     @click.option("--max-images", type=click.IntRange(1, 16), default=3, show_default=True,
@@ -220,9 +257,9 @@ def register(group: click.Group) -> None:
     @isolation_options
     def fuzz_cmd(candidate_spec: str | None, planner_spec: str | None, planner_sizes: int | None,
                  profile: str | None, config_path: Path | None, examples: int | None,
-                 budget: str | None, hypothesis_profile: str, seed: int | None, tolerance: str, strict: bool,
-                 fixed_config: bool, out_dir: Path, db_dir: Path | None, json_path: Path | None,
-                 junit_path: Path | None, max_images: int, max_side: int, modes: str | None, no_invariance: bool,
+                 budget: str | None, hypothesis_profile: str, seed: int | None, tolerance: str,
+                 assume: tuple[tuple[str, str], ...], strict: bool, fixed_config: bool, out_dir: Path,
+                 db_dir: Path | None, json_path: Path | None, junit_path: Path | None, max_images: int, max_side: int, modes: str | None, no_invariance: bool,
                  no_shrink: bool, group_by: str, stop_early: bool, input_form: str | None, interpret: bool | None,
                  case_timeout: float, memory_limit_mb: int | None, engine_spec: str | None = None,
                  mixed_configs: bool = False, pixels: bool = False, markdown_path: Path | None = None) -> int:
@@ -237,8 +274,6 @@ def register(group: click.Group) -> None:
         drawn in bulk, each plan compared field by field with the checkpoint's; sizes the
         checkpoint rejects are reported, not failed.
         """
-        from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
-
         if engine_spec is not None:
             if candidate_spec is not None or planner_spec is not None or budget is not None:
                 raise click.UsageError("--engine fuzzes a request layer for --examples scenarios; give it without "
@@ -253,10 +288,10 @@ def register(group: click.Group) -> None:
             raise click.UsageError("--mixed-configs, --pixels and --markdown go with --engine")
         if candidate_spec is None and planner_spec is None:
             raise click.UsageError("give --candidate SPEC, --planner SPEC, --engine SPEC, or a combination")
-        setup_interpret(interpret)
         config = resolve_config(profile, config_path)
         _check_outputs(out_dir if candidate_spec is not None else None, json_path, junit_path)
         if candidate_spec is None:
+            setup_interpret(interpret)
             return _planner_only(planner_spec, planner_sizes, config, seed, fixed_config, json_path, junit_path,
                                  case_timeout, parse_duration(budget) if budget else None)
         budget_s = parse_duration(budget) if budget else None
@@ -267,12 +302,16 @@ def register(group: click.Group) -> None:
             if bad or not mode_list:
                 raise click.BadParameter(f"unknown mode(s) {', '.join(bad) or '(none)'}; known: {', '.join(MODES)}",
                                          param_hint="--modes")
+        # Here, after the usage checks: a usage error or a bad config imports no torch.
+        setup_interpret(interpret)
+        from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
+
         options = FuzzOptions(
             examples=examples, budget_s=budget_s, seed=seed, tolerance=tolerance, vary_config=not fixed_config,
             max_images=max_images, max_side=max_side, modes=mode_list, invariance=not no_invariance,
             shrink=not no_shrink, hypothesis_profile=hypothesis_profile,
             split_by_mode=group_by == "mode", keep_searching=not stop_early,
-            db_dir=db_dir if db_dir is not None else out_dir / "hypothesis-db",
+            db_dir=db_dir if db_dir is not None else out_dir / "hypothesis-db", assume=assume,
         )
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -314,6 +353,7 @@ def register(group: click.Group) -> None:
         _print_findings_table(f"kimi-oracle fuzz: {candidate.spec} vs reference ({config.describe()}, "
                               f"tolerance {tolerance}, config variation {'off' if fixed_config else 'on'})",
                               run.findings, FINDING_KINDS, run.first_found, footer, strict)
+        _print_pipeline(summary)
         if planner_report is not None:
             _print_planner(planner_report)
         if run.stopped == "interrupted":
@@ -392,10 +432,13 @@ def register(group: click.Group) -> None:
                           soft_wrap=True)
             for line in lines[1:]:
                 console.print(rich_text("  " + line), soft_wrap=True)
+            if f.root_causes:  # diagnosed now (a fuzz run may have deferred it: its budget's share spent)
+                console.print(rich_text("  root causes: " + ", ".join(f.root_causes)), soft_wrap=True)
             code = EXIT_FINDINGS
         if json_path is not None:
             write_json(json_path, {"finding": str(directory), "candidate": spec, "was": was,
-                                   "verdict": verdict.to_dict(), "notes": notes})
+                                   "verdict": verdict.to_dict(), "notes": notes,
+                                   "root_causes": None if verdict.ok else list(f.root_causes)})
         return code
 
     @group.command("check")
@@ -426,10 +469,8 @@ def register(group: click.Group) -> None:
 
         from kimi_oracle.core.files import utc_now, versions
         from kimi_oracle.core.images import decode, read_file
-        from kimi_oracle.fuzzers.fuzzing import check_images
         from kimi_oracle.results.report import finding_summary, root_cause_rows
 
-        setup_interpret(interpret)
         config = resolve_config(profile, config_path)
         files, skipped = _expand(paths)
         for line in skipped[:20]:
@@ -446,6 +487,12 @@ def register(group: click.Group) -> None:
                 loaded.append((str(path), decode(raw, name=str(path)), raw))
             except InputError as exc:
                 errors.append(str(exc))
+        if not loaded:  # refused before the candidate starts (and before torch is imported)
+            more = f" (and {len(errors) - 1} more unreadable)" if len(errors) > 1 else ""
+            raise InputError(f"no readable image: {errors[0]}{more}")
+        setup_interpret(interpret)
+        from kimi_oracle.fuzzers.fuzzing import check_images
+
         started = time.monotonic()
         with _open_with_form(candidate_spec, case_timeout, memory_limit_mb, input_form) as candidate:
             checked = check_images(candidate, loaded, config, tolerance or "exact",

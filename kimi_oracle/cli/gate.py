@@ -8,7 +8,6 @@ import click
 
 from kimi_oracle.cli.common import interpret_option, isolation_options, parse_duration, parse_percent, setup_interpret
 from kimi_oracle.core.config import PROFILES
-from kimi_oracle.workflows.gate import Gate, GateOptions
 from kimi_oracle.workflows.known import DEFAULT_MARGIN_PCT
 
 
@@ -86,7 +85,7 @@ def gate_cmd(new, old, profile, budget, perf_threshold, tolerance, seed, fuzz_ex
     report says so; verdict ERROR).
     """
     from kimi_oracle.core import interrupts
-    from kimi_oracle.oracle.checks import Tolerance
+    from kimi_oracle.oracle.kinds import Tolerance
 
     Tolerance.parse(tolerance)  # a bad policy is a usage error before anything runs
     if new is None and engine_spec is None:
@@ -94,11 +93,14 @@ def gate_cmd(new, old, profile, budget, perf_threshold, tolerance, seed, fuzz_ex
     if new is None:
         return _engine_only(engine_spec, profile, engine_scenarios, seed, mixed_configs, tolerance, out_dir,
                             case_timeout)
+    budget_s, perf_pct, margin_pct = parse_duration(budget), parse_percent(perf_threshold), parse_percent(margin)
     setup_interpret(interpret)  # before NEW and OLD are imported (in their own processes)
-    options = GateOptions(profile=profile, budget_s=parse_duration(budget),
-                          perf_threshold_pct=parse_percent(perf_threshold), tolerance=tolerance, seed=seed,
+    from kimi_oracle.workflows.gate import Gate, GateOptions  # here: usage errors import no torch
+
+    options = GateOptions(profile=profile, budget_s=budget_s,
+                          perf_threshold_pct=perf_pct, tolerance=tolerance, seed=seed,
                           golden_dir=golden_dir, fuzz_examples=fuzz_examples, case_timeout_s=case_timeout,
-                          memory_limit_mb=memory_limit_mb, margin_pct=parse_percent(margin),
+                          memory_limit_mb=memory_limit_mb, margin_pct=margin_pct,
                           known_path=known_path, write_known_path=write_known_path, strict=strict,
                           corpus_dir=corpus_dir, planner=planner, planner_sizes=planner_sizes)
     gate = Gate(new, old, options, out_dir, progress=lambda m: click.echo(m, err=True))

@@ -92,12 +92,13 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
     findings, 1 findings, 2 harness error (or OUT in use, or a full disk), 130 (SIGINT) / 143
     (SIGTERM) interrupted, whatever was found (the summary is written in every case).
     """
+    # Both checked before any work (and before torch is imported): --profile with --config, and
+    # a bad config file, are usage errors.
+    config = resolve_config(profile, config_path)
     from kimi_oracle.fuzzers.harnesses import parse_shard
-    from kimi_oracle.oracle.checks import Tolerance
+    from kimi_oracle.oracle.kinds import Tolerance
     from kimi_oracle.workflows.nightly import CampaignOptions, coverage_text, run_campaign
 
-    # Both checked before any work: --profile with --config, and a bad config file, are usage errors.
-    config = resolve_config(profile, config_path)
     setup_interpret(interpret)
     names = tuple(e.strip() for e in engines.split(",") if e.strip())
     try:

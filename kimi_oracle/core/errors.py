@@ -46,3 +46,8 @@ class BackendError(KimiOracleError, RuntimeError):
 
 class CandidateError(KimiOracleError):
     """A candidate spec cannot be loaded, or the candidate returned something unusable."""
+
+
+class AssumptionError(KimiOracleError, ValueError):
+    """An assumed step variant (`--assume FAMILY=VARIANT`, a `--known` file's variant) names no
+    family or no variant of the diagnosis catalogue."""

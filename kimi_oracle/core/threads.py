@@ -11,12 +11,12 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-import torch
-
 
 @contextlib.contextmanager
 def one_torch_thread() -> Iterator[None]:
     """Run the block with one intra-op torch thread; the previous count is restored after."""
+    import torch  # here, not at the top: the CLI's refusal paths import this module without torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

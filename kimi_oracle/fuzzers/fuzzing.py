@@ -13,20 +13,27 @@ How a run goes:
    config), never on the candidate or on what earlier examples found: two candidates fuzzed with
    the same seed and example count see the same cases (the gate relies on it). Invariances run on
    every `invariance_every`-th example (i % invariance_every == 0), differential checks on all.
-   A group's first case is diagnosed when it is met (that time is what publishing the group is
-   expected to take); its simplest failing case (shortest choice list) is kept for shrinking.
+   A group's simplest failing case (shortest choice list) is kept for shrinking; `fuzz_pair`
+   also diagnoses its first case when it is met (that time is what publishing the group is
+   expected to take), `fuzz` only when it publishes (the mean publishing time so far is then
+   the expectation).
    With a database (or two runs differing in it) the generated examples are fewer, not others.
 3. Shrinking: the simplest failing case of each new failure group (`oracle.grouping.finding_key`)
    is handed to hypothesis as a recorded choice sequence (`inputs.strategies`), which replays it
    and shrinks it; other groups' failures are ignored while one group is shrunk.
 4. Publishing: one finding per group, diagnosed, written under `out_dir`; a first case with root
-   causes the shrunk one lost is a finding of its own (`_lost_causes`).
+   causes the shrunk one lost is a finding of its own (`_lost_causes`). In `fuzz`, each case is
+   diagnosed once, a database's earlier diagnosis of the same case and result is reused
+   (`fuzzers.publishing.DiagnosisStore`), at most `DIAGNOSIS_SHARE` of a budget goes to
+   diagnoses (later findings carry the levels and an attribution saying it was deferred), and
+   the folders are written by a background thread (all written when `fuzz` returns).
+   `FuzzRun.time` says where the time went (`fuzzers.publishing.RunTimes`).
 
 Counts and budgets: `examples` = N exactly (saved failures replayed + generated examples;
 rejected and hanging-skipped ones included); shrinking is counted apart in `shrink_calls` (and in
 `calls`, every evaluation). A budget covers the whole run, shrinking and publishing included: the
-search stops at `SEARCH_SHARE` of it once something waits to be shrunk (or earlier, at twice the
-waiting groups' diagnosis time), else at the end; no example starts that would end past it (as
+search stops at `SEARCH_SHARE` of it once something waits to be shrunk (or earlier, when what is
+left is what publishing the waiting groups is expected to take), else at the end; no example starts that would end past it (as
 long as the longest of its kind so far). The rest is shared among the groups, each shrink
 stopping (with its smallest case so far) before a step would pass its deadline; time left over
 goes back to the search.
@@ -35,6 +42,7 @@ goes back to the search.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import time
@@ -48,7 +56,7 @@ from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.defaults import fresh_seed
 from kimi_oracle.core.levels import is_sub_level
-from kimi_oracle.core.errors import InputError, KimiOracleError
+from kimi_oracle.core.errors import AssumptionError, InputError, KimiOracleError
 from kimi_oracle.core.files import versions
 from kimi_oracle.core.threads import one_torch_thread
 from kimi_oracle.inputs.draw import (ChoiceSource, DrawOptions, RandomSource,
@@ -60,15 +68,20 @@ from kimi_oracle.oracle.candidates import Candidate, load_candidate
 from kimi_oracle.oracle.checks import (FINDING_KINDS, INVARIANCE,
                                        PIXEL_MISMATCH, TIMEOUT, Tolerance,
                                        Verdict, update_digest)
-from kimi_oracle.oracle.diagnosis import finding_diagnosis
+from kimi_oracle.fuzzers.publishing import Publisher
+from kimi_oracle.oracle.diagnosis import assumed_steps, finding_diagnosis, full_name, infer_profile, parse_assumption
 from kimi_oracle.oracle.grouping import failure_type, finding_key, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
+from kimi_oracle.pipelines import reference
 from kimi_oracle.results.report import (Finding, finding_summary,
                                         root_cause_rows, summary_markdown,
                                         write_finding)
 
 # Share of a budget the search gets once a failure waits to be shrunk (the rest shrinks).
 SEARCH_SHARE = 0.8
+# fuzz(): findings are diagnosed when published, not when met, and at most this share of a budget
+# goes to diagnoses (a finding published past it carries no attribution: `repro` diagnoses it).
+DIAGNOSIS_SHARE = 0.1
 # How often (seconds of the clock) the search measures its overhead under FuzzOptions.overhead_s,
 # and how far back each check reads the candidates' spans again (they arrive with the answers).
 OVERHEAD_CHECK_S = 0.25
@@ -136,6 +149,13 @@ class FuzzOptions:
     overhead_s: float | None = None
     at_work: Callable[[float, float], float] | None = None
     overhead_min_examples: int = 0  # examples the search runs whatever the allowance (a floor)
+    # fuzz() under a budget: the share of it diagnoses may take (later findings are published with
+    # their levels only, `attribution: {"deferred": ...}`); None: every reported finding is
+    # diagnosed (the gate's absolute verdict reads their root causes).
+    diagnosis_share: float | None = DIAGNOSIS_SHARE
+    # (family, variant) pairs of the diagnosis catalogue the reference is taken with (`--assume`):
+    # the candidate is compared with the reference with those variants applied.
+    assume: tuple[tuple[str, str], ...] = ()
 
     def max_examples(self) -> int:
         """The number of examples the run draws (huge under a time budget alone)."""
@@ -175,6 +195,9 @@ class FuzzRun:
     outcomes: dict[int, str] = field(default_factory=dict)
     stopped: str = "examples"
     started: str = ""
+    # where the time went (fuzzers.publishing.RunTimes: candidate, reference, diagnosis,
+    # shrinking, writing, harness), set at the end of the run
+    time: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -189,7 +212,10 @@ class FuzzRun:
         return out
 
     def summary(self) -> dict[str, Any]:
-        """JSON-ready summary (the `--json` document)."""
+        """JSON-ready summary (the `--json` document). `pipeline`: the candidate's inferred
+        pipeline (family -> variant, `oracle.diagnosis.infer_profile`), `pipeline_summary` its
+        line, `pipeline_apart` the pixel findings it does not explain."""
+        profile = infer_profile(self.findings)
         return {
             "schema": "kimi-oracle.fuzz-run",
             "schema_version": 1,
@@ -212,8 +238,12 @@ class FuzzRun:
             "search_s": round(self.search_s, 3),
             "stopped": self.stopped,
             "started": self.started,
+            "time": dict(self.time),
             "counts": self.counts(),
             "root_causes": root_cause_rows(self.findings),
+            "assume": [full_name(f, v) for f, v in self.options.assume],
+            "pipeline": dict(profile.pipeline),
+            **profile.to_dict(),
             "findings": [finding_summary(f) for f in self.findings],
             "versions": versions(),
         }
@@ -230,13 +260,19 @@ class FuzzRun:
 def finding_from(verdict: Verdict, candidate: str, config: PreprocessConfig, images: Sequence[Image.Image], *,
                  params: Sequence[dict | None] | None = None, tolerance: str = "exact", engine: str = "hypothesis",
                  seed: int | None = None, example: int | None = None, sources: Sequence[str | None] = (),
-                 raw_inputs: Sequence[bytes | None] = ()) -> Finding:
-    """A Finding for a failed verdict."""
+                 raw_inputs: Sequence[bytes | None] = (), diagnosis: dict[str, Any] | None = None,
+                 assume: Sequence[tuple[str, str]] = ()) -> Finding:
+    """A Finding for a failed verdict (`diagnosis`: its fields when made already; `assume`: the
+    variants the reference was taken with)."""
     extra: dict[str, Any] = {}
+    if assume:  # `repro` compares with the same reference
+        extra["assume"] = [full_name(f, v) for f, v in assume]
     if verdict.check == INVARIANCE:
         extra["invariance"] = {"kind": verdict.stats.get("kind"), "indices": verdict.stats.get("indices")}
-    diagnosis = finding_diagnosis(str(verdict.check), verdict.stats, images, config,
-                                  expected=verdict.expected, actual=verdict.actual)
+    if diagnosis is None:
+        diagnosis = finding_diagnosis(str(verdict.check), verdict.stats, images, config,
+                                      expected=verdict.expected, actual=verdict.actual,
+                                      **({"assume": tuple(assume)} if assume else {}))
     return Finding(
         check=str(verdict.check),
         message=verdict.message,
@@ -272,11 +308,13 @@ def _database(directory: Path) -> Any:
 
 
 def _namespace(candidate: Candidate, config: PreprocessConfig, options: FuzzOptions, tol: Tolerance) -> bytes:
-    """The database key of a run's saved failures: one per candidate, profile, drawing options and
-    tolerance, so that a replay is relevant."""
-    return ("fuzz-cases:" + hashlib.sha256(json.dumps(
-        [candidate.spec, config.to_hf_json(), dataclasses.asdict(options.draw_options()), str(tol)],
-        sort_keys=True).encode()).hexdigest()[:32]).encode()
+    """The database key of a run's saved failures: one per candidate, profile, drawing options,
+    tolerance and assumed variants (`--assume`; none: the key as before), so that a replay is
+    relevant (and a stored diagnosis is the same reference's)."""
+    parts: list[Any] = [candidate.spec, config.to_hf_json(), dataclasses.asdict(options.draw_options()), str(tol)]
+    if options.assume:
+        parts.append([list(pair) for pair in options.assume])
+    return ("fuzz-cases:" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]).encode()
 
 
 def _seed_database(choices: Sequence[int]) -> Any:
@@ -368,6 +406,10 @@ class _Engine:
         # fuzz_pair: the baseline's engine, judged on every generated example of this one in lockstep
         self.partner: _Engine | None = None
         self.db_key = _namespace(candidate, config, options, self.tol)
+        # fuzz_pair: each group's first case is diagnosed when met (the gate compares root causes
+        # of first and shrunk cases, NEW's and OLD's); fuzz(): when published, within a budget.
+        self.eager_diagnosis = False
+        self.publisher = Publisher(self.clock, options.db_dir, options.diagnosis_share)
 
     # -- one evaluation
 
@@ -410,7 +452,8 @@ class _Engine:
             run.shrink_calls += 1
         try:
             verdict = evaluate(self.candidate, images, config, self.tol, invariance=invariance, call=call,
-                               expected=expected, same_as=same_as)
+                               expected=expected, same_as=same_as,
+                               steps=assumed_steps(config, self.options.assume) if self.options.assume else None)
         except Rejected:
             if not shrinking:
                 run.rejected += 1
@@ -459,12 +502,20 @@ class _Engine:
         self.first_cases[group] = record
         if check == TIMEOUT and len(images) == 1:
             self.hanging.add(mode_class(images[0]))
+        if not self.eager_diagnosis:
+            # Diagnosed when published (fuzz()): publishing is expected to take what it took so far.
+            record.cost = self.publisher.estimate()
+            return
         # The first case is diagnosed when it is met: its finding is published as is when the
         # case is not shrunk, its root causes are compared with the shrunk case's, and what it
         # cost tells the budget how long publishing this group will take.
         began = self.clock()
         record.finding = self.finding(record)
         record.cost = self.clock() - began
+
+    def diagnosis_spent(self) -> bool:
+        """fuzz() under a budget: whether the diagnoses have had their share of it."""
+        return not self.eager_diagnosis and self.publisher.spent(self.budget)
 
     # -- stages
 
@@ -481,7 +532,14 @@ class _Engine:
         if not self.records and not (self.partner is not None and self.partner.records):
             return left <= 0 or next_cost > left + 1e-6  # (1 µs: sums of float clock readings)
         shrinking = (1 - SEARCH_SHARE) * self.budget if self.options.shrink else 0.0
-        return left <= max(shrinking, 2 * self.waiting()) or next_cost > left + 1e-6
+        return left <= max(shrinking, self.publishing()) or next_cost > left + 1e-6
+
+    def publishing(self) -> float:
+        """What publishing the waiting groups will take: fuzz(), their count times the expected
+        time of one; fuzz_pair, twice what diagnosing their first cases took (`waiting`)."""
+        if not self.eager_diagnosis:
+            return len(self.first_cases) * self.publisher.estimate() + self.publisher.backlog()
+        return 2 * self.waiting()
 
     def waiting(self) -> float:
         """What diagnosing the waiting groups' first cases took (the partner's too): publishing
@@ -516,7 +574,7 @@ class _Engine:
         elapsed = now - self.start
         # What settling will add (mostly the harness's: hypothesis, the reference, diagnoses):
         # the share of the run it gets under a budget, or publishing the waiting groups.
-        settling = max(elapsed * (1 - SEARCH_SHARE) / SEARCH_SHARE if options.shrink else 0.0, 2 * self.waiting())
+        settling = max(elapsed * (1 - SEARCH_SHARE) / SEARCH_SHARE if options.shrink else 0.0, self.publishing())
         if spent + settling < options.overhead_s:
             return False
         took = elapsed + settling
@@ -754,14 +812,25 @@ class _Engine:
 
     def finding(self, record: _Record) -> Finding:
         case = record.case  # fresh images: the candidate may have altered the ones it was given
-        return finding_from(record.verdict, self.candidate.spec, case.config, case.make_images(),
+        images = case.make_images()
+        return finding_from(record.verdict, self.candidate.spec, case.config, images,
                             params=[p.to_dict() for p in case.images], tolerance=str(self.tol),
-                            seed=self.run.seed, example=record.example)
+                            seed=self.run.seed, example=record.example,
+                            diagnosis=self.diagnosis(record, images), assume=self.options.assume)
+
+    def diagnosis(self, record: _Record, images: list[Image.Image]) -> dict[str, Any]:
+        """The diagnosis fields of a record's finding (`fuzzers.publishing.Publisher.diagnose`;
+        fuzz_pair: always a new one)."""
+        budget = None if self.eager_diagnosis else self.budget
+        return self.publisher.diagnose(record.verdict, images, record.case.config, (self.db_key, record.choices),
+                                       budget, functools.partial(finding_diagnosis, assume=self.options.assume)
+                                       if self.options.assume else finding_diagnosis)
 
     def publish(self, group: str, past_end: bool = False) -> None:
         """The group's finding (and, when shrinking lost root causes, its first case's), written.
         `past_end`: the settle's time is spent."""
         run, out_dir = self.run, self.out_dir
+        began = self.clock()
         record = self.records[group]
         first = self.first_cases.pop(group, None)
         if record.finding is None and not record.shrunk and first is not None and first.finding is not None and past_end:
@@ -775,11 +844,14 @@ class _Engine:
         if seen.get("max") is not None and finding.max_levels is not None:
             finding.max_levels_seen = max(float(seen["max"]), float(finding.max_levels))
         if out_dir is not None:
-            write_finding(out_dir, finding)
+            self.publisher.writer.submit(write_finding, out_dir, finding)
         run.findings.append(finding)
-        # The first case of a key was attributed when it was met: root causes that shrinking
-        # lost (a small opaque image cannot show straight alpha) are a finding of their own,
-        # with that unshrunk case as its repro.
+        # The first case of a key was attributed when it was met (fuzz(): now, while the
+        # diagnosis share lasts): root causes that shrinking lost (a small opaque image cannot
+        # show straight alpha) are a finding of their own, with that unshrunk case as its repro.
+        if (first is not None and first is not record and first.finding is None and finding.check == PIXEL_MISMATCH
+                and self.options.shrink and not self.eager_diagnosis and not self.diagnosis_spent()):
+            first.finding = self.finding(first)
         if (first is not None and first is not record and first.finding is not None
                 and finding.check == PIXEL_MISMATCH and self.options.shrink):
             extra_finding = first.finding
@@ -791,8 +863,9 @@ class _Engine:
                 extra_finding.hits = finding.hits
                 extra_finding.max_levels_seen = finding.max_levels_seen
                 if out_dir is not None:
-                    write_finding(out_dir, extra_finding)
+                    self.publisher.writer.submit(write_finding, out_dir, extra_finding)
                 run.findings.append(extra_finding)
+        self.publisher.costs.append(self.clock() - began)
 
     def settle(self, shrink: bool = True, until: float | None = None, keep: Collection[str] = ()) -> None:
         """Shrink (unless off, interrupted or replayed from the database), save and publish every
@@ -815,11 +888,14 @@ class _Engine:
                     # The first case's diagnosis time stands for each group's publishing time.
                     now = self.clock()
                     to_shrink = [g for g in groups[k:] if g not in keep]
-                    reserve = sum(self.first_cases.get(g, self.records[g]).cost for g in to_shrink)
+                    reserve = (sum(self.first_cases.get(g, self.records[g]).cost for g in to_shrink)
+                               if self.eager_diagnosis
+                               else len(to_shrink) * self.publisher.estimate() + self.publisher.backlog())
                     deadline = now + (end - now - reserve) / len(to_shrink)
                 try:
                     if deadline is None or deadline > self.clock():
-                        self.shrink(group, deadline)
+                        with self.publisher.times.shrinking.span():
+                            self.shrink(group, deadline)
                 except _HarnessAbort as exc:
                     abort = exc
                 except KeyboardInterrupt:
@@ -910,6 +986,29 @@ def _fuzz(candidate: Candidate | str, config: PreprocessConfig, options: FuzzOpt
             baseline = load_candidate(baseline)
         partner = engine.partner = _Engine(baseline, config, options, None, None)
         partner.run.seed, partner.start = engine.run.seed, engine.start
+        engine.eager_diagnosis = partner.eager_diagnosis = True
+    else:
+        # fuzz(): finding folders are written by a background thread while the run goes on
+        engine.publisher = Publisher(engine.clock, options.db_dir, options.diagnosis_share, background=True)
+    run, publisher = engine.run, engine.publisher
+    try:
+        with publisher.times.reference_timed(reference):
+            abort = _search_and_settle(engine, partner, options)
+    finally:
+        publisher.writer.close()  # every queued folder is written (or its error raised) before the run ends
+    run.elapsed_s = engine.clock() - engine.start  # (the last writes included)
+    run.time = publisher.times.to_dict(getattr(engine.candidate, "activity", None))
+    if abort is not None:
+        raise abort.error from None
+    if partner is not None:
+        partner.run.search_s, partner.run.elapsed_s, partner.run.stopped = run.search_s, run.elapsed_s, run.stopped
+        return run, partner.run
+    return run
+
+
+def _search_and_settle(engine: _Engine, partner: _Engine | None, options: FuzzOptions) -> _HarnessAbort | None:
+    """The search and settle passes of a run (fuzz, fuzz_pair); a harness error is returned (the
+    caller raises it once the writes have ended)."""
     run = engine.run
     target = options.max_examples()
     abort: _HarnessAbort | None = None
@@ -949,12 +1048,7 @@ def _fuzz(candidate: Candidate | str, config: PreprocessConfig, options: FuzzOpt
         run.stopped = "interrupted"
     run.search_s = search_s
     run.elapsed_s = engine.clock() - engine.start
-    if abort is not None:
-        raise abort.error from None
-    if partner is not None:
-        partner.run.search_s, partner.run.elapsed_s, partner.run.stopped = run.search_s, run.elapsed_s, run.stopped
-        return run, partner.run
-    return run
+    return abort
 
 
 def _settle_pair(engine: _Engine, partner: _Engine, shrink: bool) -> None:
@@ -1030,6 +1124,17 @@ def _find_harness(exc: BaseException) -> BaseException | None:
 # replay and real files
 
 
+def _case_assumptions(case: dict[str, Any], directory: Path) -> tuple[tuple[str, str], ...]:
+    """The variants a finding's reference was taken with (`fuzz --assume`, case.json's `assume`)."""
+    names = case.get("assume") or []
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise InputError("case.json: assume must be a list of FAMILY/VARIANT strings", source=str(directory))
+    try:
+        return tuple(parse_assumption(n) for n in names)
+    except AssumptionError as exc:
+        raise InputError(f"case.json: {exc}", source=str(directory)) from None
+
+
 def replay_case(case: dict[str, Any], directory: Path, candidate: Candidate, *,
                 tolerance: str | None = None) -> tuple[Verdict, list[Image.Image], PreprocessConfig, list[str]]:
     """Re-run a finding's case.json: (verdict, images, config, notes)."""
@@ -1060,8 +1165,12 @@ def replay_case(case: dict[str, Any], directory: Path, candidate: Candidate, *,
         images.append(stored)
     tol = tolerance or case.get("tolerance") or "exact"
     inv = case.get("check") == INVARIANCE
+    assume = _case_assumptions(case, directory)
+    if assume:
+        notes.append("compared with the reference with " + ", ".join(full_name(f, v) for f, v in assume) + " applied")
     try:
-        verdict = evaluate(candidate, images, config, tol, invariance=True)
+        verdict = evaluate(candidate, images, config, tol, invariance=True,
+                           steps=assumed_steps(config, assume) if assume else None)
     except Rejected as exc:
         raise InputError(f"the reference rejects this case now: {exc}", source=str(directory)) from None
     if inv and verdict.ok:

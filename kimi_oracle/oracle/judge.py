@@ -71,6 +71,7 @@ def evaluate(
     expected: Any = None,
     call: Any = None,
     same_as: Verdict | None = None,
+    steps: reference.Steps | None = None,
 ) -> Verdict:
     """Judge `candidate` on one batch: differential checks, then (when they pass) invariances.
 
@@ -86,6 +87,9 @@ def evaluate(
     `same_as`: another candidate's verdict on the same images, config, tolerance and `expected`
     (the gate's lockstep fuzzing); when this candidate returned the very same bytes and no
     invariance is asked, the comparison is that verdict's (copied), not made again.
+
+    `steps`: the reference's steps with assumed variants applied (`fuzz --assume`;
+    `oracle.diagnosis.assumed_steps`); the checkpoint's by default.
     """
     if not isinstance(candidate, Candidate):
         candidate = Candidate(getattr(candidate, "__name__", "candidate"), candidate)
@@ -94,7 +98,8 @@ def evaluate(
         call = candidate.start_call(images, config)
     if expected is None:
         try:
-            expected = reference.preprocess([img.copy() if not img.info else _copy(img) for img in images], config)
+            expected = reference.preprocess([img.copy() if not img.info else _copy(img) for img in images], config,
+                                            steps=steps or reference.CHECKPOINT)
         except InputError as exc:
             return _judge_rejected(call, images, str(exc))
     try:

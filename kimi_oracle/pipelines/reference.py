@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -33,6 +35,7 @@ from kimi_oracle.core.errors import InputError
 from kimi_oracle.core.geometry import ResizePlan, plan
 from kimi_oracle.core.images import PREMULTIPLIED_MODES, ImageSource, convert, has_alpha, load_images
 from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.pipelines import fused
 
 __all__ = [
     "CHECKPOINT",
@@ -56,8 +59,6 @@ __all__ = [
 ]
 
 PATTERN_VALUES = {"white": 255, "black": 0, "gray": 128}
-# Patches looked up per np.take call in `patchify` (measured fastest on 2069x1551: 256).
-_PATCH_RUN = 256
 
 # Modes with 8 bits per band that Pillow resamples band by band, each band like an "L" image,
 # with its 8-bit fixed-point bicubic. The others keep Pillow's own path in every variant of the
@@ -147,13 +148,37 @@ def fill_conversion(img: Image.Image, bg: TransparentBgConfig | None) -> str | N
     return "RGBA"
 
 
+def _background_levels(bg: TransparentBgConfig, width: int):
+    # `background` as levels and a per-pixel choice among them (fused.composite_planes).
+    if bg.pattern in PATTERN_VALUES:
+        return (PATTERN_VALUES[bg.pattern],), lambda y0, y1: None
+    square = bg.chessboard_square_size
+    xs = np.arange(width) // square
+    gray_parity = 1 if bg.chessboard_square_on_top_left else 0
+    # The choice along a row of squares of each parity: level 1 (gray) where `background`'s
+    # square parity is the gray one.
+    rows = np.stack([((r + xs) % 2) == gray_parity for r in (0, 1)]).astype(np.uint8)
+
+    def which(y0: int, y1: int) -> np.ndarray:
+        return rows[(np.arange(y0, y1) // square) % 2]
+
+    return (bg.chessboard_white_value, bg.chessboard_gray_value), which
+
+
 def _fill_array(img: Image.Image, bg: TransparentBgConfig | None) -> np.ndarray:
+    # The checkpoint's fill as a uint8 (h, w, 3) array; a composite comes back as a view of
+    # channel planes (3, h, w), which `patchify` reads as planes.
     kind = fill_conversion(img, bg)
     if kind is None:
         return np.asarray(img)
     if kind == "RGB":
         return np.asarray(_convert(img, "RGB"))
-    return composite(np.asarray(_convert(img, "RGBA")), bg)
+    assert bg is not None
+    rgba = np.asarray(img if img.mode == "RGBA" else _convert(img, "RGBA"))
+    if not fused.LITTLE_ENDIAN:
+        return composite(rgba, bg)
+    levels, which = _background_levels(bg, rgba.shape[1])
+    return fused.composite_planes(rgba, levels, which, blend).transpose(1, 2, 0)
 
 
 def fill(img: Image.Image, bg: TransparentBgConfig | None) -> Image.Image:
@@ -163,7 +188,8 @@ def fill(img: Image.Image, bg: TransparentBgConfig | None) -> Image.Image:
         return img
     if kind == "RGB":
         return _convert(img, "RGB")
-    return Image.fromarray(composite(np.asarray(_convert(img, "RGBA")), bg), mode="RGB")
+    planes = _fill_array(img, bg).transpose(2, 0, 1)
+    return Image.merge("RGB", [Image.fromarray(np.ascontiguousarray(plane), mode="L") for plane in planes])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,26 +262,13 @@ def patchify(rgb: np.ndarray, config: PreprocessConfig, p: ResizePlan, lut: np.n
     hp, wp = p.new_h + p.pad_h, p.new_w + p.pad_w
     if rgb.shape != (p.new_h, p.new_w, 3):
         raise InputError(f"internal: resized array has shape {rgb.shape}, plan expects {(p.new_h, p.new_w, 3)}")
-    if p.pad_h or p.pad_w:
-        padded = np.zeros((hp, wp, 3), dtype=np.uint8)
-        padded[: p.new_h, : p.new_w] = rgb
-    else:
-        padded = rgb
-    gh, gw = hp // ps, wp // ps
-    # (gh, p, gw, p, C) -> (gh, gw, C, p, p): patch gy*gw+gx, inside a patch (C, py, px).
-    # The uint8 levels are rearranged first (a cheap copy), then looked up in runs of patches:
-    # np.take widens its indices to intp, and a run's worth stays in the cache.
-    tiles = np.ascontiguousarray(padded.reshape(gh, ps, gw, ps, 3).transpose(0, 2, 4, 1, 3))
     if lut is None:
         lut = normalization_lut(config)
-    n = gh * gw
-    out = np.empty((n, 3, ps * ps), dtype=np.float32)
-    levels = tiles.reshape(n, 3, ps * ps)
-    for start in range(0, n, _PATCH_RUN):
-        stop = start + _PATCH_RUN
-        for c in range(3):
-            np.take(lut[c], levels[start:stop, c], out=out[start:stop, c])
-    return torch.from_numpy(out.reshape(n, 3, ps, ps))
+    if rgb.dtype != np.uint8:  # (a variant's array of levels in another integer type)
+        rgb = rgb.astype(np.uint8)
+    if rgb.strides[1] == 1 and rgb.strides[2] > 1:  # channel planes (a composite)
+        return torch.from_numpy(fused.patches_from_planes(rgb.transpose(2, 0, 1), hp, wp, ps, lut))
+    return torch.from_numpy(fused.patches_from_hwc(rgb, hp, wp, ps, lut))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -347,7 +360,11 @@ class Steps:
             kind = self.convert(img, bg)
             if kind is not None:
                 img = _convert(img, kind)
-        img = resize(img, size) if self._pillow_resizes() else _resize_by_parts(img, size, self)
+        if self._pillow_resizes():
+            # Pillow's resize to the same size is a copy of the same bytes: skipped.
+            img = img if img.size == size else resize(img, size)
+        else:
+            img = _resize_by_parts(img, size, self)
         if (self.stage or config.fill_stage) == "before_resize":
             return np.asarray(img)
         return self._fill(img, bg)
@@ -386,15 +403,41 @@ def preprocess_image(img: Image.Image, config: PreprocessConfig, *,
     return steps.patches(rgb, config, p), p
 
 
+@functools.lru_cache(maxsize=1)
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))  # the cores this process may run on
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# A batch runs on threads from this many source pixels on (below, a thread's start costs more
+# than it saves: the fuzzer's small cases stay in the caller's thread).
+PARALLEL_MIN_PIXELS = 1 << 20
+
+
 def preprocess(images: Iterable[ImageSource], config: PreprocessConfig, *,
-               steps: Steps = CHECKPOINT) -> PreprocessResult:
-    """Run the checkpoint's preprocessing on a batch: concatenated patches and grids."""
+               steps: Steps = CHECKPOINT, threads: int | None = None) -> PreprocessResult:
+    """Run the checkpoint's preprocessing on a batch: concatenated patches and grids.
+
+    The images of a batch run on `threads` threads (None: one per core, at most one per image,
+    for batches of at least `PARALLEL_MIN_PIXELS` source pixels; 1: in the caller's thread);
+    Pillow and NumPy release the GIL in the work of each. The result is the same either way."""
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise InputError(f"threads must be an integer >= 1, got {threads!r}")
     decoded = load_images(images)
-    patches = []
-    grids = []
-    for img in decoded:
-        values, p = preprocess_image(img, config, steps=steps)
-        patches.append(values)
-        grids.append(p.grid_thw)
+    if threads is None and (len(decoded) < 2 or sum(img.width * img.height for img in decoded) < PARALLEL_MIN_PIXELS):
+        workers = 1
+    else:
+        workers = min(len(decoded), threads or _cores())
+    if workers <= 1:
+        done = [preprocess_image(img, config, steps=steps) for img in decoded]
+    else:
+        for img in decoded:
+            img.load()  # a lazily opened image is read here, once, not by two threads
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kimi-reference") as pool:
+            done = list(pool.map(lambda img: preprocess_image(img, config, steps=steps), decoded))
+    patches = [values for values, _ in done]
+    grids = [p.grid_thw for _, p in done]
     pixel_values = patches[0] if len(patches) == 1 else torch.cat(patches, dim=0)
     return PreprocessResult(pixel_values, torch.tensor(grids, dtype=torch.int64))

@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from kimi_oracle.core.levels import is_sub_level
-from kimi_oracle.oracle.checks import ACCEPTS_INVALID, FEATURE_LENGTH, GRID_MISMATCH, PIXEL_MISMATCH
+from kimi_oracle.oracle.kinds import ACCEPTS_INVALID, FEATURE_LENGTH, GRID_MISMATCH, PIXEL_MISMATCH
+from kimi_oracle.results.explanation import explanation_fields, float_rounding
 from kimi_oracle.results.finding import Finding
 
 
@@ -23,6 +24,7 @@ def finding_summary(f: Finding | Mapping[str, Any]) -> dict[str, Any]:
         "group": f.extra.get("group") or f.key,
         "message": f.message,
         "root_causes": list(f.root_causes),
+        **explanation_fields(f.attribution),
         "max_levels": f.max_levels,
         "mean_levels": f.mean_levels,
         "residual_max_levels": f.residual_max_levels,
@@ -39,10 +41,14 @@ def finding_summary(f: Finding | Mapping[str, Any]) -> dict[str, Any]:
 def root_cause_rows(findings: Iterable[Finding | Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per (root cause, mode class) over pixel findings, worst first: the largest and mean
     levels, how many examples hit it, whether it is float rounding only (under one level), and
-    one repro folder with its picture. Other findings (grids, crashes, ...) get one row per key."""
+    one repro folder with its picture. Other findings (grids, crashes, ...) get one row per key.
+    A row is float rounding only when a normalization variant reproduces its findings
+    (`explanation.float_rounding`): an unexplained sub-level difference is a row of its own."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for f in findings:
         e = finding_summary(f)
+        if isinstance(f, Finding):
+            e["attribution"] = f.attribution
         whole = e.get("max_levels_seen") if e.get("max_levels_seen") is not None else e.get("max_levels")
         for cause, mode, top, mean in cause_entries(e["check"], e.get("key"), e.get("root_causes"), cause_levels(f),
                                                     (whole, e.get("mean_levels"))):
@@ -55,7 +61,7 @@ def root_cause_rows(findings: Iterable[Finding | Mapping[str, Any]]) -> list[dic
             row["findings"] += 1
             if isinstance(top, (int, float)):
                 row["max_levels"] = max(row["max_levels"] or 0.0, float(top))
-                if not is_sub_level(top):
+                if not float_rounding(cause, top, e, is_sub_level(top)):
                     row["float_rounding_only"] = False
             else:
                 row["float_rounding_only"] = e["check"] == PIXEL_MISMATCH and row["float_rounding_only"]

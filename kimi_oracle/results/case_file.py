@@ -57,7 +57,7 @@ def _field_error(case_file: Path, field_name: str, problem: str) -> InputError:
 def _validate_case(case: dict[str, Any], case_file: Path) -> None:
     from kimi_oracle.core.errors import ConfigError
     from kimi_oracle.inputs.generators import CaseParams
-    from kimi_oracle.oracle.checks import FINDING_KINDS, Tolerance, ToleranceError
+    from kimi_oracle.oracle.kinds import FINDING_KINDS, Tolerance, ToleranceError
 
     if case.get("check") not in FINDING_KINDS:
         raise _field_error(case_file, "check", f"must be one of {', '.join(FINDING_KINDS)}")

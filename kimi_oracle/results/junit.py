@@ -10,7 +10,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from kimi_oracle.core.files import atomic_write_text, utc_now
 from kimi_oracle.core.text import xml_text
-from kimi_oracle.oracle.checks import PIXEL_MISMATCH
+from kimi_oracle.oracle.kinds import PIXEL_MISMATCH
 from kimi_oracle.results.aggregation import cause_meaning
 from kimi_oracle.results.finding import Finding
 from kimi_oracle.results.markdown import _levels, finding_lines

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.oracle.checks import INVARIANCE
+from kimi_oracle.oracle.kinds import INVARIANCE
 from kimi_oracle.results.aggregation import cause_meaning, root_cause_rows
+from kimi_oracle.results.explanation import explanation_line
 from kimi_oracle.results.finding import Finding
 
 
@@ -49,6 +50,9 @@ def finding_lines(finding: Finding | Mapping[str, Any]) -> list[str]:
                 f"max {_fmt(stats.get('max_level_diff'))} levels, mean {_fmt(stats.get('mean_level_diff'))}"
                 + (f", max {stats['max_ulp']} ulp" if stats.get("max_ulp") is not None else "")
             )
+            diagnosis = explanation_line(case.get("attribution"))
+            if diagnosis:
+                lines.append(diagnosis)
             hist = stats.get("histogram")
             if hist:
                 lines.append("level differences: " + ", ".join(f"{k}: {v}" for k, v in hist.items() if v))

@@ -15,6 +15,7 @@ from kimi_oracle.results.case_file import (MAX_CASE_BYTES, _field_error, _plain_
                                            finding_file, load_case_image, read_case)
 from kimi_oracle.results.diffs import (MAX_LONG_SIDE, MIN_SHORT_SIDE, _scale_panel, _to_u8, _wrap_label,
                                        diff_image, panel_scale, unpatchify)
+from kimi_oracle.results.explanation import explanation_fields, explanation_line
 from kimi_oracle.results.finding import (FINDING_SCHEMA, FINDING_SCHEMA_VERSION, RUN_SCHEMA, RUN_SCHEMA_VERSION,
                                          Finding)
 from kimi_oracle.results.finding_files import (_RESERVED_NAMES, _check_extra_names, _faithful, encode_input,
@@ -34,6 +35,8 @@ __all__ = [
     "root_cause_rows",
     "diff_image",
     "encode_input",
+    "explanation_fields",
+    "explanation_line",
     "finding_lines",
     "finding_markdown",
     "junit_cases_for",

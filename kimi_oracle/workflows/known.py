@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from kimi_oracle.core.errors import InputError
+from kimi_oracle.core.errors import AssumptionError, InputError
 from kimi_oracle.core.files import atomic_write_text, load_toml
 from kimi_oracle.core.levels import is_sub_level
-from kimi_oracle.oracle.checks import ACCEPTS_INVALID, FINDING_KINDS, PIXEL_MISMATCH
+from kimi_oracle.oracle.kinds import ACCEPTS_INVALID, FINDING_KINDS, PIXEL_MISMATCH
 from kimi_oracle.results.report import cause_entries, cause_levels
 
 KNOWN_SCHEMA = "kimi-oracle.known"
@@ -79,10 +79,13 @@ class Side:
     _means: list[float] = field(default_factory=list, repr=False)
     # input -> (max levels, mean levels, share) this row saw on it (pixel rows)
     per_input: dict[str, tuple[float | None, float | None, float | None]] = field(default_factory=dict, repr=False)
+    # per observation: the variants of this row's family that explained it (taken or bit-identical)
+    variant_sets: list[set[str]] = field(default_factory=list, repr=False)
 
     def restricted(self, inputs: set[str]) -> "Side":
         """The same row over `inputs` only (pixel rows)."""
-        out = Side(check=self.check, message=self.message, stages=set(self.stages))
+        out = Side(check=self.check, message=self.message, stages=set(self.stages),
+                   variant_sets=[set(v) for v in self.variant_sets])
         for i in sorted(inputs & set(self.per_input)):
             top, mean, share = self.per_input[i]
             out.inputs.add(i)
@@ -148,11 +151,29 @@ def aggregate(observations: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str]
                 share = _number(o.get("share")) if cause == dominant else None
                 if share is not None:
                     side.share = max(side.share or 0.0, share)
+                side.variant_sets.append(family_variants(o.get("attribution"), cause))
                 prev = side.per_input.get(str(o.get("input")))
                 cur = (None if top is None else float(top), None if mean is None else float(mean), share)
                 side.per_input[str(o.get("input"))] = cur if prev is None else tuple(
                     a if b is None else b if a is None else max(a, b) for a, b in zip(prev, cur))  # type: ignore
     return rows
+
+
+def family_variants(attribution: Any, family: str) -> set[str]:
+    """The variants of `family` an attribution took, with their bit-identical alternatives."""
+    out: set[str] = set()
+    if not isinstance(attribution, Mapping):
+        return out
+    for entry in attribution.get("explained") or []:
+        if not isinstance(entry, Mapping):
+            continue
+        if entry.get("root_cause") == family:
+            out.add(str(entry.get("variant")))
+        for alt in entry.get("alternatives") or []:
+            fam, _, variant = str(alt).partition("/")
+            if fam == family:
+                out.add(variant)
+    return out
 
 
 def _confounded(new: Mapping[tuple[str, str], Side], new_causes: set[str]) -> dict[str, set[str]]:
@@ -227,6 +248,11 @@ def compare_rows(new: Mapping[tuple[str, str], Side], old: Mapping[tuple[str, st
             verdict, why = NEW, "no baseline: every divergence fails"
         # (a file never accepts a failure other than a pixel difference, whatever it names)
         entry = known.match(*key) if known is not None and check == PIXEL_MISMATCH else None
+        if entry is not None and n is not None and not entry.accepts_variants(n):
+            shown = sorted({v for vs in n.variant_sets for v in vs}) or ["none"]
+            why = (f"the known file accepts {entry.root_cause} only as variant {entry.variant!r}; NEW shows "
+                   f"{', '.join(shown)}") if old is None else f"{why}; not the known file's variant {entry.variant!r}"
+            entry = None
         old_dict = o.to_dict() if o is not None else dict(ABSENT)
         if known is not None and old is None:
             if n is None:
@@ -360,7 +386,7 @@ def never_known_kind(root_cause: str) -> str | None:
 
 
 _TOP_KEYS = {"schema", "schema_version", "candidate", "comment", "known"}
-_ENTRY_KEYS = {"root_cause", "mode_class", "max_levels", "mean_levels", "share", "note"}
+_ENTRY_KEYS = {"root_cause", "mode_class", "variant", "max_levels", "mean_levels", "share", "note"}
 
 
 @dataclass
@@ -374,6 +400,15 @@ class KnownEntry:
     mean_levels: float | None = None
     share: float | None = None
     note: str = ""
+    # The one variant of the root cause's step family accepted (docs/diagnosis.md: `family/variant`);
+    # None: any. A row explained by another variant on some input is not accepted.
+    variant: str | None = None
+
+    def accepts_variants(self, side: Side) -> bool:
+        """True when every observation of `side` was explained by this entry's variant (or it
+        names none; observations whose attribution lists no variant of the family are not held
+        against it)."""
+        return self.variant is None or all(self.variant in vs for vs in side.variant_sets if vs)
 
     def covers(self, root_cause: str, mode_class: str) -> bool:
         """True when this entry is about that row."""
@@ -419,6 +454,19 @@ def _limit(path: Path, where: str, name: str, value: Any, upper: float | None = 
     return float(value)
 
 
+def _check_variant(path: Path, where: str, root_cause: str, variant: Any) -> None:
+    """A known entry's `variant`: a string naming a variant of the root cause's step family."""
+    if not isinstance(variant, str) or not variant.strip():
+        raise _bad(path, f"{where}.variant", f"must be a non-empty string, got {variant!r}")
+    # (here, not at the top: the diagnosis imports torch, and `gate --help` imports this module)
+    from kimi_oracle.oracle.diagnosis import parse_assumption
+
+    try:
+        parse_assumption(f"{root_cause}={variant}")
+    except AssumptionError as exc:
+        raise _bad(path, f"{where}.variant", str(exc).replace("--assume ", "")) from None
+
+
 def read_known(path: str | Path) -> KnownFile:
     """Read and validate a `--known` file; `KnownFileError` names the first bad key."""
     path = Path(path)
@@ -462,6 +510,8 @@ def read_known(path: str | Path) -> KnownFile:
             raise _bad(path, f"{where}.root_cause", f"{item['root_cause']!r} is a {kind} finding: only root "
                        "causes of pixel differences can be known (never crash, timeout, grid_mismatch, "
                        "feature_length, shape_dtype, invariance or accepts_invalid)")
+        if "variant" in item:
+            _check_variant(path, where, item["root_cause"], item["variant"])
         ident = (item["root_cause"], item["mode_class"])
         if ident in seen:
             raise _bad(path, where, f"root cause {ident[0]!r} in mode class {ident[1]!r} is listed twice")
@@ -471,7 +521,7 @@ def read_known(path: str | Path) -> KnownFile:
             max_levels=_limit(path, where, "max_levels", item.get("max_levels")),
             mean_levels=_limit(path, where, "mean_levels", item.get("mean_levels")),
             share=_limit(path, where, "share", item.get("share"), upper=1.0),
-            note=item.get("note", "")))
+            note=item.get("note", ""), variant=item.get("variant")))
     return out
 
 

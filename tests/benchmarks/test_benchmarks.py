@@ -115,6 +115,7 @@ def test_fuzz_examples_per_second(benchmark, fuzz_candidate, quick):
         "elapsed_s": [round(r.elapsed_s, 3) for r in runs],
         "shrink_calls": [r.shrink_calls for r in runs],
         "findings": [len(r.findings) for r in runs],
+        "time": [r.time for r in runs],  # candidate, reference, diagnosis, shrinking, writing, harness
     })
     assert all(abs(r.elapsed_s - budget) <= 0.05 * budget for r in runs)  # the budget holds
     if fuzz_candidate == "eager" and not quick:

@@ -144,8 +144,8 @@ def test_an_attribution_is_made_once_per_input_and_result(monkeypatch):
     # input the second diagnosis is the first one's (memoized), and any other result is attributed.
     import torch
 
-    from kimi_oracle.oracle import diagnosis
     from kimi_oracle.oracle.checks import compare
+    from kimi_oracle.oracle.diagnosis import findings as diagnosis
     from kimi_oracle.pipelines import reference
 
     config = PreprocessConfig.k3()
@@ -177,18 +177,19 @@ def test_shared_reference_runs_tell_palettes_apart(monkeypatch):
     # attribution of the second may not reuse the first one's reference runs (found by review:
     # a spurious normalize-float at 114 levels appeared).
     from kimi_oracle.oracle import diagnosis
+    from kimi_oracle.oracle.diagnosis import findings, search
     from kimi_oracle.pipelines import reference
 
-    monkeypatch.setattr(diagnosis, "_VARIANT_RUNS", {})
-    monkeypatch.setattr(diagnosis, "_VARIANT_BYTES", [0])
-    monkeypatch.setattr(diagnosis, "_ATTRIBUTIONS", {})
+    monkeypatch.setattr(search, "VARIANT_RUNS", {})
+    monkeypatch.setattr(search, "VARIANT_BYTES", [0])
+    monkeypatch.setattr(findings, "_ATTRIBUTIONS", {})
     config = PreprocessConfig.k3()
     first, second = Image.new("P", (3, 2), 1), Image.new("P", (3, 2), 1)
     first.putpalette([0, 0, 0, 250, 10, 10] * 128)
     second.putpalette([0, 0, 0, 10, 250, 10] * 128)
     alone = diagnosis.attribute([second], config, reference.preprocess([second], config))
-    monkeypatch.setattr(diagnosis, "_VARIANT_RUNS", {})
-    monkeypatch.setattr(diagnosis, "_VARIANT_BYTES", [0])
+    monkeypatch.setattr(search, "VARIANT_RUNS", {})
+    monkeypatch.setattr(search, "VARIANT_BYTES", [0])
     shifted = reference.preprocess([first], config)
     shifted = type(shifted)(shifted.pixel_values + 0.25, shifted.grid_thws)
     diagnosis.attribute([first], config, shifted)  # fills the shared runs with the first image's

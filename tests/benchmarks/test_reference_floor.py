@@ -1,0 +1,52 @@
+"""The reference against its floor (issue 26): Pillow's own resize (or copy) plus one read of the
+pixels, what any implementation of the checkpoint must do at least.
+
+Side by side in one process, one thread (`threads=1`), median of 7 per-pair ratios
+(`bench.interleaved_ratio`, the two alternating). Targets: <= 1.5x without resampling, <= 1.1x
+with resampling, <= 3x for RGBA composited on the K3 chessboard.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.geometry import plan
+from kimi_oracle.inputs.generators import CaseParams, make_image
+from kimi_oracle.pipelines import reference
+from kimi_oracle.workflows import bench
+
+CASES = {
+    "rgb-2048x2048-k3": (CaseParams(2048, 2048, "RGB", content="noise", seed=7), "k3", False, 1.5),
+    "rgb-4032x3024-k3": (CaseParams(4032, 3024, "RGB", content="noise", seed=4), "k3", False, 1.5),
+    "rgb-4032x3024-k25": (CaseParams(4032, 3024, "RGB", content="noise", seed=4), "k25", True, 1.1),
+    "rgba-1920x1080-k3-chessboard": (CaseParams(1920, 1080, "RGBA", "gradient", "noise", seed=3), "k3", False, 3.0),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_reference_near_its_floor(benchmark, case):
+    params, profile, resampled, target = CASES[case]
+    img = make_image(params)
+    img.load()
+    config = PreprocessConfig.profile(profile)
+    p = plan(img.width, img.height, config)
+    size = (p.new_w, p.new_h)
+    assert (img.size != size) == resampled
+
+    def floor():
+        out = img.resize(size, Image.Resampling.BICUBIC) if resampled else img.copy()
+        return np.asarray(out)
+
+    def full():
+        return reference.preprocess([img], config, threads=1)
+
+    result = bench.interleaved_ratio(full, floor, rounds=7)
+    benchmark.extra_info.update({k: v for k, v in result.items() if k != "ratios"})
+    benchmark.extra_info.update({"case": case, "target": target})
+    benchmark.pedantic(full, rounds=1, iterations=1)
+    assert result["ratio"] <= target, (
+        f"{case}: reference {result['new_median_s'] * 1e3:.1f} ms, floor {result['old_median_s'] * 1e3:.1f} ms: "
+        f"{result['ratio']:.2f}x (target <= {target}x)")
