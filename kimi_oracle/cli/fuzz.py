@@ -58,6 +58,8 @@ def _tolerance(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 
 def _assumptions(ctx: click.Context, param: click.Parameter, value: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    if not value:  # the catalogue imports torch: not for a run that assumes nothing
+        return ()
     from kimi_oracle.core.errors import AssumptionError
     from kimi_oracle.oracle.diagnosis import parse_assumption
 

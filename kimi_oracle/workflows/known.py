@@ -458,7 +458,8 @@ def _check_variant(path: Path, where: str, root_cause: str, variant: Any) -> Non
     """A known entry's `variant`: a string naming a variant of the root cause's step family."""
     if not isinstance(variant, str) or not variant.strip():
         raise _bad(path, f"{where}.variant", f"must be a non-empty string, got {variant!r}")
-    # (here, not at the top: the diagnosis imports torch, and `gate --help` imports this module)
+    # The catalogue needs torch: imported only when a file names a variant, so that the CLI's
+    # usage errors and refusals start without it (tests/test_cli_startup.py).
     from kimi_oracle.oracle.diagnosis import parse_assumption
 
     try:

@@ -127,7 +127,7 @@ def test_examples_are_exact_and_shrinking_is_counted_apart():
 def test_invariances_run_on_every_fourth_example(monkeypatch):
     flags = []
 
-    def fake_evaluate(candidate, images, config, tolerance, *, invariance, call=None, expected=None, same_as=None):
+    def fake_evaluate(candidate, images, config, tolerance, *, invariance, call=None, expected=None, same_as=None, steps=None):
         flags.append(invariance)
         return Verdict(None, "ok", {})
 
@@ -145,7 +145,7 @@ def test_invariances_run_on_every_fourth_example(monkeypatch):
 def test_tile_share_reaches_the_search(monkeypatch):
     sizes = []
 
-    def fake_evaluate(candidate, images, config, tolerance, *, invariance, call=None, expected=None, same_as=None):
+    def fake_evaluate(candidate, images, config, tolerance, *, invariance, call=None, expected=None, same_as=None, steps=None):
         sizes.append([img.size for img in images])
         return Verdict(None, "ok", {})
 
