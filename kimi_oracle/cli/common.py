@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import click
 
 from kimi_oracle.core.config import PROFILES, PreprocessConfig
-from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT
+from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT, START_TIMEOUT_S
 
 
 def profile_options(func):
@@ -94,11 +95,13 @@ def setup_interpret(flag: bool | None) -> bool:
     return flag
 
 
-def open_candidate(spec: str, case_timeout: float, memory_limit_mb: int | None):
-    """The candidate `spec`, started in its own process (CandidateError, exit 2, if it cannot load)."""
+def open_candidate(spec: str, case_timeout: float, memory_limit_mb: int | None, budget_s: float | None = None):
+    """The candidate `spec`, started in its own process (CandidateError, exit 2, if it cannot load;
+    also when loading it takes longer than `budget_s`, when given, or 120 s)."""
     from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 
-    candidate = IsolatedCandidate(spec, timeout_s=case_timeout, memory_limit_mb=memory_limit_mb)
+    extra = {} if budget_s is None else {"start_timeout_s": min(START_TIMEOUT_S, budget_s)}
+    candidate = IsolatedCandidate(spec, timeout_s=case_timeout, memory_limit_mb=memory_limit_mb, **extra)
     candidate.start()
     return candidate
 
@@ -124,16 +127,24 @@ def parse_duration(text: str | float | int) -> float:
         value = sum(float(p.group(1)) * _UNITS[p.group(2)] for p in parts)
     if not value > 0:
         raise click.BadParameter(f"{text!r}: the duration must be positive")
+    if not math.isfinite(value):
+        raise click.BadParameter(f"{text!r}: the duration must be finite")
     return value
 
 
+# `--margin` and `--perf-threshold` (docs/gate.md): a finite percentage from 0 to this. `nan%`,
+# `inf%` or `1e309%` would turn every `worse` / slower check off.
+MAX_PERCENT = 1000.0
+_PERCENT = re.compile(r"(\d+(?:\.\d*)?|\.\d+)%?")
+
+
 def parse_percent(text: str | float) -> float:
-    """Percent from `10%` or `10`."""
-    raw = str(text).strip().rstrip("%")
-    try:
-        value = float(raw)
-    except ValueError:
-        raise click.BadParameter(f"{text!r}: expected a percentage such as 10%") from None
-    if value < 0:
-        raise click.BadParameter(f"{text!r}: the percentage must not be negative")
+    """Percent from `10%` or `10`: a finite number from 0 to MAX_PERCENT, a usage error otherwise
+    (nan, inf, exponents, signs and anything else are refused)."""
+    raw = str(text).strip()
+    if not _PERCENT.fullmatch(raw):
+        raise click.BadParameter(f"{text!r}: expected a percentage from 0 to {MAX_PERCENT:g} such as 10%")
+    value = float(raw.rstrip("%"))
+    if not math.isfinite(value) or value > MAX_PERCENT:
+        raise click.BadParameter(f"{text!r}: the percentage must be from 0 to {MAX_PERCENT:g}")
     return value

@@ -186,8 +186,9 @@ _input_form_option = click.option("--input-form", type=click.Choice(["pil", "byt
                                   help=INPUT_FORM_HELP)
 
 
-def _open_with_form(spec: str, case_timeout: float, memory_limit_mb: int | None, form: str | None) -> Any:
-    candidate = open_candidate(spec, case_timeout, memory_limit_mb)
+def _open_with_form(spec: str, case_timeout: float, memory_limit_mb: int | None, form: str | None,
+                    budget_s: float | None = None) -> Any:
+    candidate = open_candidate(spec, case_timeout, memory_limit_mb, budget_s)
     try:
         candidate.use_input_form(form)  # CandidateError (exit 2) when it does not take that form
     except BaseException:
@@ -290,9 +291,11 @@ def register(group: click.Group) -> None:
         if candidate_spec is None and planner_spec is None:
             raise click.UsageError("give --candidate SPEC, --planner SPEC, --engine SPEC, or a combination")
         config = resolve_config(profile, config_path)
+        _check_outputs(out_dir if candidate_spec is not None else None, json_path, junit_path)
         if candidate_spec is None:
             setup_interpret(interpret)
-            return _planner_only(planner_spec, planner_sizes, config, seed, fixed_config, json_path, junit_path)
+            return _planner_only(planner_spec, planner_sizes, config, seed, fixed_config, json_path, junit_path,
+                                 case_timeout, parse_duration(budget) if budget else None)
         budget_s = parse_duration(budget) if budget else None
         mode_list = tuple(MODES)
         if modes:
@@ -318,7 +321,7 @@ def register(group: click.Group) -> None:
         total = float(budget_s) if budget_s is not None and examples is None else float(options.max_examples())
         by_time = budget_s is not None and examples is None
         started = time.monotonic()
-        candidate = _open_with_form(candidate_spec, case_timeout, memory_limit_mb, input_form)
+        candidate = _open_with_form(candidate_spec, case_timeout, memory_limit_mb, input_form, budget_s)
         with candidate, Progress(TextColumn("[bold]fuzz[/bold] {task.description}"), BarColumn(),
                       TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=err,
                       transient=False, disable=not err.is_terminal) as progress:
@@ -339,7 +342,10 @@ def register(group: click.Group) -> None:
         summary = run.summary()
         planner_report = None
         if planner_spec is not None and run.stopped != "interrupted":
-            planner_report = _run_planner(planner_spec, planner_sizes, config, run.seed, fixed_config)
+            # (what the fuzz run left of the budget, a case timeout at least)
+            left = None if budget_s is None else max(budget_s - (time.monotonic() - started), case_timeout)
+            planner_report = _run_planner(planner_spec, planner_sizes, config, run.seed, fixed_config,
+                                          case_timeout, left)
             summary["planner"] = planner_report.to_dict()
         summary["strict"] = strict
         _write_outputs(summary, run.findings, FINDING_KINDS, "kimi-oracle fuzz", json_path, junit_path, run.elapsed_s)
@@ -527,12 +533,26 @@ def register(group: click.Group) -> None:
         return EXIT_ERROR if errors else EXIT_OK
 
 
-def _run_planner(spec: str, sizes: int | None, config: PreprocessConfig, seed: int | None, fixed_config: bool) -> Any:
-    """The planner fuzzed in its own process (CandidateError, exit 2, when it cannot load)."""
+def _check_outputs(out_dir: Path | None, json_path: Path | None, junit_path: Path | None) -> None:
+    """The paths a run writes, checked before it starts (InputError, exit 2, naming the option)."""
+    from kimi_oracle.core.files import check_writable
+
+    if out_dir is not None:
+        check_writable(out_dir, "--out", directory=True)
+    for option, path in (("--json", json_path), ("--junit", junit_path)):
+        if path is not None and str(path) != "-":
+            check_writable(path, option)
+
+
+def _run_planner(spec: str, sizes: int | None, config: PreprocessConfig, seed: int | None, fixed_config: bool,
+                 case_timeout_s: float | None, budget_s: float | None) -> Any:
+    """The planner fuzzed in its own process (CandidateError, exit 2, when it cannot load), each
+    call within `case_timeout_s`, the whole within `budget_s`."""
     from kimi_oracle.fuzzers.planner_fuzz import DEFAULT_SIZES, fuzz_planner, run_isolated
 
     return run_isolated(fuzz_planner, spec, config, planner=spec, sizes=sizes or DEFAULT_SIZES,
-                        seed=int(seed or 0), vary_config=not fixed_config)
+                        seed=int(seed or 0), vary_config=not fixed_config, case_timeout_s=case_timeout_s,
+                        budget_s=budget_s)
 
 
 def _print_planner(report: Any) -> None:
@@ -544,14 +564,15 @@ def _print_planner(report: Any) -> None:
 
 
 def _planner_only(spec: str, sizes: int | None, config: PreprocessConfig, seed: int | None, fixed_config: bool,
-                  json_path: Path | None, junit_path: Path | None) -> int:
+                  json_path: Path | None, junit_path: Path | None, case_timeout_s: float | None,
+                  budget_s: float | None) -> int:
     from kimi_oracle.core.defaults import fresh_seed
     from kimi_oracle.core.files import utc_now, versions, write_json
     from kimi_oracle.results.report import JUnitCase, write_junit
 
     seed = seed if seed is not None else fresh_seed()
     started = utc_now()
-    report = _run_planner(spec, sizes, config, seed, fixed_config)
+    report = _run_planner(spec, sizes, config, seed, fixed_config, case_timeout_s, budget_s)
     _print_planner(report)
     click.echo(f"seed {seed}")
     if json_path is not None:

@@ -81,7 +81,8 @@ def register(group: click.Group) -> None:
 
         setup_interpret(interpret)
         if planner is not None:
-            planner_report = golden.check_planner(planner, golden_dir=golden_dir, profiles=profiles or None)
+            planner_report = golden.check_planner(planner, golden_dir=golden_dir, profiles=profiles or None,
+                                                  case_timeout_s=case_timeout)
             if as_json:
                 click.echo(json.dumps({"command": "golden check --planner", **planner_report.to_dict()}, indent=2))
             else:

@@ -16,6 +16,7 @@ from kimi_oracle.cli.common import (
 )
 from kimi_oracle.cli.fuzz import TOLERANCE_HELP
 from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK, KimiOracleError
+from kimi_oracle.core.text import safe_text
 
 
 class _UsageError(KimiOracleError):
@@ -109,7 +110,7 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
             engines_explicit=engines.replace(" ", "") != "hypothesis,atheris", shard=shard_tuple, jobs=jobs,
             case_timeout_s=float(case_timeout), tolerance=tolerance, seed=seed, vary_config=not fixed_config,
             max_findings=max_findings, memory_limit_mb=memory_limit_mb, max_examples=max_examples,
-            shrink=not no_shrink, log_limit_mb=log_limit_mb,
+            shrink=not no_shrink, log_limit_mb=log_limit_mb, planner=planner_spec, planner_sizes=planner_sizes,
         )
     except ValueError as exc:
         raise _UsageError(str(exc)) from None
@@ -135,10 +136,10 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
     for err in s["errors"]:
         click.echo(f"error: {err.splitlines()[0] if err else err}", err=True)
     click.echo(f"{len(s['findings'])} finding(s); stopped: {s['stopped']}; summary: {result.out / 'summary.md'}")
+    for line in (s.get("planner") or {}).get("lines") or []:
+        click.echo(safe_text(line))  # (the planner's own exception text)
+    # (summary.json and junit.xml carry the planner's results and the campaign's exit code)
     code = result.exit_code
-    if planner_spec is not None and code in (0, 1):
-        code = max(code, _nightly_planner(planner_spec, planner_sizes, config, s.get("seed"), not fixed_config,
-                                          result.out))
     if engine_spec is not None and code in (0, 1):
         code = max(code, _nightly_engine(engine_spec, config, max_examples or NIGHTLY_SCENARIOS, s.get("seed"),
                                          tolerance, result.out, case_timeout))
@@ -157,21 +158,6 @@ def _nightly_engine(spec: str, config, scenarios: int, seed, tolerance: str, out
                            ScenarioFuzzOptions(examples=scenarios, seed=seed, tolerance=tolerance), case_timeout)
     print_stage(spec, summary, click.echo)
     return EXIT_OK if summary["verdict"] == "pass" else EXIT_FINDINGS
-
-
-def _nightly_planner(spec: str, sizes: int, config, seed, vary_config: bool, out: Path) -> int:
-    """The planner fuzzed in its own process; OUT/planner.json; 1 when it has findings."""
-    from kimi_oracle.core.files import utc_now, versions, write_json
-    from kimi_oracle.fuzzers.planner_fuzz import fuzz_planner, run_isolated
-
-    seed = int(seed) if isinstance(seed, int) else 0
-    report = run_isolated(fuzz_planner, spec, config, planner=spec, sizes=sizes, seed=seed, vary_config=vary_config)
-    write_json(out / "planner.json", {"schema": "kimi-oracle.nightly-planner", "schema_version": 1,
-                                      "created": utc_now(), "seed": seed, "profile": config.name,
-                                      "versions": versions(), **report.to_dict()})
-    for line in report.lines():
-        click.echo(line)
-    return EXIT_OK if report.ok else EXIT_FINDINGS
 
 
 @click.group()

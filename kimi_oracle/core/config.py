@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from kimi_oracle.core.errors import ConfigError
+from kimi_oracle.core.errors import ConfigError, InputError
+from kimi_oracle.core.files import load_json  # the one reader of user files
 
 PATTERNS = ("white", "black", "gray", "chessboard")
 FILL_STAGES = ("before_resize", "after_resize")
@@ -232,11 +232,9 @@ class PreprocessConfig:
         if isinstance(source, (str, Path)):
             path = Path(source)
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except OSError as exc:
-                raise ConfigError("<file>", f"cannot read {path}: {exc.strerror or exc}") from None
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise ConfigError("<file>", f"{path} is not valid JSON: {exc}") from None
+                data = load_json(path)
+            except InputError as exc:
+                raise ConfigError("<file>", f"cannot read {path}: {exc.reason}") from None
             name = path.stem
         elif isinstance(source, Mapping):
             data = source

@@ -9,6 +9,10 @@ import random
 DEFAULT_CASE_TIMEOUT_S = 30.0
 DEFAULT_CASE_TIMEOUT = f"{DEFAULT_CASE_TIMEOUT_S:g}s"
 
+# The longest a candidate's process may take to start and load it (less when a run's budget is
+# shorter: a candidate whose import hangs never outlasts the budget).
+START_TIMEOUT_S = 120.0
+
 # Seeds are 32-bit: `inputs.draw.derive(seed, i)` shifts the seed above the example index.
 SEED_BITS = 32
 
@@ -20,4 +24,4 @@ def fresh_seed() -> int:
     return random.SystemRandom().getrandbits(SEED_BITS)
 
 
-__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_CASE_TIMEOUT_S", "SEED_BITS", "fresh_seed"]
+__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_CASE_TIMEOUT_S", "SEED_BITS", "START_TIMEOUT_S", "fresh_seed"]

@@ -1,4 +1,4 @@
-"""Files that are never half-written, JSON as every report writes it, and library versions.
+"""Files that are never half-written, the one reader of user files, JSON, and library versions.
 
 Every file the tool records (findings, corpus entries, golden files, summaries, reports) goes
 through `atomic_write_many`: staged next to its target, fsynced, renamed into place, then the
@@ -14,12 +14,16 @@ import json
 import math
 import os
 import platform
+import stat
 import tempfile
+import tomllib
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
+
+from kimi_oracle.core.errors import InputError
 
 TMP_SUFFIX = ".tmp"
 
@@ -180,3 +184,190 @@ def to_json(obj: Any) -> str:
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
     """Atomic JSON file."""
     return atomic_write_text(path, to_json(obj))
+
+
+# ---------------------------------------------------------------------------------------------
+# reading user files: `--known`, `--config`, spec files, corpus files, finding folders
+#
+# Every file a user hands us is read by `read_file`: a regular file only (a FIFO, a device such as
+# /dev/zero behind a link, a directory or a socket is refused unread, at once), at most a byte cap
+# (read in chunks: a file that grows while read is still capped). `load_json` and `load_toml` parse
+# it with a bound on nesting and check every number: an `InputError` names the key at fault.
+
+# The largest file read as an image (core.images): an uncompressed image at Pillow's default
+# bomb threshold (2 × 89,478,485 pixels) of 3 bytes a pixel, rounded up.
+DEFAULT_MAX_BYTES = 512 << 20
+MAX_DOCUMENT_BYTES = 16 << 20  # a JSON or TOML document we read from a user
+MAX_NESTING = 64  # arrays and tables/objects inside each other
+MAX_INTEGER = 2**63  # integers beyond +-this are refused (a 400-digit number names its key)
+
+
+def read_file(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES, name: str | None = None) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`; anything else (a FIFO, a device such
+    as /dev/zero, a directory, a socket, a larger file) is refused with `InputError`, unread."""
+    label = name or str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise InputError("no such file", source=label) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, not a file", source=label) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", source=label) from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError("is a directory, not a file", source=label)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"not a regular file ({_file_kind(st.st_mode)}): refused unread", source=label)
+        if st.st_size > max_bytes:
+            raise InputError(f"file of {st.st_size} bytes exceeds the byte cap of {max_bytes}", source=label)
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
+                raise InputError(f"file exceeds the byte cap of {max_bytes}", source=label)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", source=label) from None
+    finally:
+        os.close(fd)
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a plain file"
+
+
+def read_text(path: str | os.PathLike, *, max_bytes: int = MAX_DOCUMENT_BYTES, name: str | None = None) -> str:
+    """`read_file` decoded as UTF-8 (`InputError` otherwise)."""
+    label = name or str(path)
+    try:
+        return read_file(path, max_bytes=max_bytes, name=label).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text: {exc}", source=label) from None
+
+
+def load_json(path: str | os.PathLike, *, max_bytes: int = MAX_DOCUMENT_BYTES, name: str | None = None) -> Any:
+    """A JSON document from a user's file (`read_file`, then `parse_json`)."""
+    label = name or str(path)
+    return parse_json(read_text(path, max_bytes=max_bytes, name=label), label)
+
+
+def load_toml(path: str | os.PathLike, *, max_bytes: int = MAX_DOCUMENT_BYTES, name: str | None = None) -> Any:
+    """A TOML document from a user's file (`read_file`, then `parse_toml`)."""
+    label = name or str(path)
+    return parse_toml(read_text(path, max_bytes=max_bytes, name=label), label)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def parse_json(text: str, label: str) -> Any:
+    """JSON text with nesting at most MAX_NESTING deep, no NaN/Infinity, every number checked
+    (`check_numbers`); `InputError` naming the line or the key otherwise."""
+    _check_nesting(text, label, toml=False)
+    try:
+        data = json.loads(text, parse_constant=_refuse_constant)
+    except ValueError as exc:  # (json.JSONDecodeError included)
+        raise InputError(f"not valid JSON: {exc}", source=label) from None
+    check_numbers(data, label)
+    return data
+
+
+def parse_toml(text: str, label: str) -> Any:
+    """TOML text with nesting at most MAX_NESTING deep, every number checked (`check_numbers`)."""
+    _check_nesting(text, label, toml=True)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"not valid TOML: {exc}", source=label) from None
+    check_numbers(data, label)
+    return data
+
+
+_QUOTES = ('"""', "'''", '"', "'")
+
+
+def _check_nesting(text: str, label: str, *, toml: bool) -> None:
+    """Refuse text whose arrays/objects nest deeper than MAX_NESTING (before a parser recurses
+    into them); strings (and TOML comments) are skipped. Brackets need not balance here: the
+    parser judges the syntax."""
+    depth, i, n, line = 0, 0, len(text), 1
+    while i < n:
+        ch = text[i]
+        if ch in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise InputError(f"line {line}: arrays or tables nested more than {MAX_NESTING} deep", source=label)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+        elif ch == "\n":
+            line += 1
+        elif toml and ch == "#":
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        elif ch in "\"'":
+            quote = next(q for q in _QUOTES if text.startswith(q, i))
+            i += len(quote)
+            while i < n and not text.startswith(quote, i):
+                if text[i] == "\\" and quote[0] == '"':
+                    i += 1
+                elif text[i] == "\n":
+                    line += 1
+                i += 1
+            i += len(quote)
+            continue
+        i += 1
+
+
+def check_numbers(data: Any, label: str, key: str = "") -> None:
+    """Every number in `data` finite and every integer within +-MAX_INTEGER; `InputError` naming
+    the key (`known[0].max_levels`, `a.b[2]`) otherwise. `data`'s nesting is already bounded."""
+    if isinstance(data, bool):
+        return
+    if isinstance(data, int):
+        if abs(data) > MAX_INTEGER:
+            raise InputError(f"{key or '<document>'}: number out of range (beyond +-2**63)", source=label)
+    elif isinstance(data, float):
+        if not math.isfinite(data):
+            raise InputError(f"{key or '<document>'}: {data!r} is not a finite number", source=label)
+    elif isinstance(data, Mapping):
+        for k, v in data.items():
+            check_numbers(v, label, f"{key}.{k}" if key else str(k))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            check_numbers(v, label, f"{key}[{i}]")
+
+
+def check_writable(path: str | os.PathLike, what: str, *, directory: bool = False) -> None:
+    """Before a run: `path` (a file, or with `directory` a folder made if missing) can be written,
+    so that a long run does not end in a write error. `InputError` naming the option otherwise."""
+    path = Path(path)
+    if directory:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"{what}: cannot create the directory: {exc.strerror or exc}", source=str(path)) from None
+        folder = path
+    else:
+        if path.is_dir():
+            raise InputError(f"{what}: is a directory, not a file", source=str(path))
+        folder = path.parent
+        if not folder.is_dir():
+            raise InputError(f"{what}: the directory {folder} does not exist", source=str(path))
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".kimi-write-check-", suffix=TMP_SUFFIX)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InputError(f"{what}: cannot write there: {exc.strerror or exc}", source=str(path)) from None

@@ -8,7 +8,6 @@ import binascii
 import io
 import json
 import os
-import stat
 import threading
 import warnings
 from typing import Any, Iterable, Literal, Sequence
@@ -18,6 +17,7 @@ from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError
+from kimi_oracle.core.files import DEFAULT_MAX_BYTES, read_file  # noqa: F401 - the one reader of user files
 from kimi_oracle.core.geometry import plan
 
 ResampleKind = Literal["none", "nearest", "premultiplied", "bicubic"]
@@ -34,9 +34,7 @@ ORIENTATION_TAG = 0x0112
 
 ImageSource = Any  # PIL image, path, bytes, data: URL, uint8 array or tensor
 
-# The largest file read as an image: an uncompressed image at Pillow's default bomb threshold
-# (2 × 89,478,485 pixels) of 3 bytes a pixel, rounded up.
-DEFAULT_MAX_BYTES = 512 << 20
+# (DEFAULT_MAX_BYTES, the largest file read as an image, is core.files': the one reader.)
 
 _PIL_LIMIT_LOCK = threading.Lock()
 
@@ -128,50 +126,6 @@ def _open_bytes(data: bytes, name: str, max_pixels: int) -> Image.Image:
             Image.MAX_IMAGE_PIXELS = saved
     _check_size(img, max_pixels, name)
     return img
-
-
-def read_file(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES, name: str | None = None) -> bytes:
-    """The bytes of a regular file of at most `max_bytes`; anything else (a FIFO, a device such
-    as /dev/zero, a directory, a socket, a larger file) is refused with `InputError`, unread."""
-    label = name or str(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except FileNotFoundError:
-        raise InputError("no such file", source=label) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, not an image file", source=label) from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", source=label) from None
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise InputError("is a directory, not an image file", source=label)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"not a regular file ({_file_kind(st.st_mode)}): refused unread", source=label)
-        if st.st_size > max_bytes:
-            raise InputError(f"file of {st.st_size} bytes exceeds the byte cap of {max_bytes}", source=label)
-        chunks, total = [], 0
-        while True:  # read at most max_bytes + 1: a file that grows while read is still capped
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > max_bytes:
-                raise InputError(f"file exceeds the byte cap of {max_bytes}", source=label)
-        return b"".join(chunks)
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", source=label) from None
-    finally:
-        os.close(fd)
-
-
-def _file_kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return kind
-    return "not a plain file"
 
 
 def _reason(exc: BaseException) -> str:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from pathlib import Path
 from typing import Sequence
 
 from kimi_oracle.core import memory
 from kimi_oracle.core.errors import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from kimi_oracle.core.files import DEFAULT_MAX_BYTES as MAX_INPUT_BYTES
+from kimi_oracle.core.files import read_file
 from kimi_oracle.fuzzers import HARNESSES
 
 # The harness module is imported inside the functions below, so that `run` imports it under
@@ -48,7 +49,7 @@ def replay(name: str, paths: Sequence[str]) -> int:
     harness = Harness(name, dataclasses.replace(settings, findings_dir=None))
     worst = EXIT_OK
     for path in paths:
-        data = Path(path).read_bytes()
+        data = read_file(path, max_bytes=MAX_INPUT_BYTES)  # a regular file, capped (core.files)
         outcome = harness.evaluate(data, PyFuzzedDataProvider(data) if name == "structured" else None)
         detail = outcome.reason if outcome.status == "rejected" else (
             outcome.verdict.message if outcome.verdict is not None else "")

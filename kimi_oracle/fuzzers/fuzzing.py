@@ -413,19 +413,22 @@ class _Engine:
 
     # -- one evaluation
 
-    def judge(self, case: FuzzCase, invariance: bool, *, shrinking: bool = False
+    def judge(self, case: FuzzCase, invariance: bool, *, shrinking: bool = False, hangs_judged: bool = False
               ) -> tuple[list[Image.Image], Verdict] | None:
         """The verdict on one case; None when the reference rejects it or it is not judged."""
-        return self.finish(self.begin(case, shrinking=shrinking), invariance, shrinking=shrinking)
+        return self.finish(self.begin(case, shrinking=shrinking, hangs_judged=hangs_judged), invariance,
+                           shrinking=shrinking)
 
-    def begin(self, case: FuzzCase, *, shrinking: bool = False, images: list[Image.Image] | None = None
-              ) -> tuple[list[Image.Image], PreprocessConfig, Any] | None:
+    def begin(self, case: FuzzCase, *, shrinking: bool = False, images: list[Image.Image] | None = None,
+              hangs_judged: bool = False) -> tuple[list[Image.Image], PreprocessConfig, Any] | None:
         """A case's images and config, and the candidate's call on them started (`Candidate.start_call`: an
-        executor's candidate works on them while this process goes on); None when not judged."""
+        executor's candidate works on them while this process goes on); None when not judged.
+        `hangs_judged`: a mode class the candidate hung on is judged all the same (shrinking a
+        timeout, whose every step is such a case; the costly-step cap bounds what it waits)."""
         interrupts.raise_if_requested()  # an interrupt swallowed elsewhere is not lost
         if images is None:
             images = case.make_images()
-        if self.hanging and any(mode_class(img) in self.hanging for img in images):
+        if not hangs_judged and self.hanging and any(mode_class(img) in self.hanging for img in images):
             # A mode class the candidate already hung on would cost a whole case timeout again
             # and could only re-find that timeout: not judged, counted apart.
             if not shrinking:
@@ -742,6 +745,7 @@ class _Engine:
         from hypothesis import settings
 
         record = self.records[group]
+        hangs_judged = record.verdict.check == TIMEOUT  # each of its steps may be a hanging mode class
         costly = {"steps": 0}
         clock = self.clock
         step = {"cost": record.cost_to_judge}  # the last step's time: the next one's estimate
@@ -752,7 +756,7 @@ class _Engine:
             if deadline is not None and began + step["cost"] > deadline:
                 raise _Stop()
             try:
-                judged = self.judge(case, record.invariance, shrinking=True)
+                judged = self.judge(case, record.invariance, shrinking=True, hangs_judged=hangs_judged)
             finally:
                 step["cost"] = clock() - began
             if judged is None:
@@ -794,8 +798,9 @@ class _Engine:
             harness = _find_harness(exc)
             if harness is not None:
                 raise _HarnessAbort(harness) from None
-            if not _only_our_failures(exc):
+            if not _only_our_failures(exc) and not _hypothesis_gave_up(exc):
                 raise
+            # (hypothesis gave up or found the candidate flaky: the smallest case so far is kept)
 
     def save(self, group: str) -> None:
         record = self.records[group]
@@ -1091,6 +1096,16 @@ def _only_our_failures(exc: BaseException) -> bool:
     if type(exc).__name__.startswith("Flaky"):
         return True
     return False
+
+
+def _hypothesis_gave_up(exc: BaseException) -> bool:
+    """Whether a shrink ended on hypothesis' own verdict about the test (Unsatisfiable when its
+    replays were all rejected, Flaky* when the candidate answered differently, a health check)
+    rather than on an error of the harness: then the group's case so far stands."""
+    from hypothesis.errors import HypothesisException
+
+    # (a TypeError among them, InvalidArgument or InvalidDefinition, is a bug of ours: raised)
+    return isinstance(exc, HypothesisException) and not isinstance(exc, TypeError)
 
 
 def _find_harness(exc: BaseException) -> BaseException | None:

@@ -15,8 +15,11 @@ interpreter, exhausts memory or hangs ends as an error line of the report, not t
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
+import tempfile
 import time
 import traceback
 from typing import Any, Callable, Iterator
@@ -25,10 +28,13 @@ import numpy as np
 
 from kimi_oracle.core import interrupts
 from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.defaults import START_TIMEOUT_S
 from kimi_oracle.core.errors import BackendError, CandidateError
+from kimi_oracle.core.files import to_json
+from kimi_oracle.fuzzers.confine import absolute_spec, confine
 from kimi_oracle.inputs.draw import GeneratorSource, Source
 from kimi_oracle.inputs.plan_draw import PLAN_MAX_SIDE, draw_plan_config, draw_plan_sizes
-from kimi_oracle.oracle.planner import Planner, PlannerReport, check_sizes, load_planner
+from kimi_oracle.oracle.planner import CallWatch, Planner, PlannerReport, check_sizes, load_planner
 
 DEFAULT_SIZES = 200_000
 # Sizes judged per drawn configuration: small, so that a planner that ignores a rarely varied key
@@ -68,14 +74,40 @@ def fuzz_planner(planner: Planner | str, base: PreprocessConfig, *, sizes: int =
 # isolation
 
 
-def _child(conn: Any, function: Callable[..., PlannerReport], args: tuple, kwargs: dict) -> None:
+class _SharedWatch(CallWatch):
+    """The planner process's side of the watch: calls begun and ended and the size in flight, in
+    memory the watching parent reads; the deadline (monotonic clock, system-wide) stops
+    `check_sizes` with the report so far."""
+
+    def __init__(self, shared: Any, deadline: float | None):
+        self.shared, self.deadline = shared, deadline
+
+    def began(self, width: int, height: int) -> None:
+        self.shared[1], self.shared[2] = width, height
+        self.shared[0] += 1
+
+    def ended(self) -> None:
+        self.shared[3] += 1
+
+    def should_stop(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+
+def _child(conn: Any, function: Callable[..., PlannerReport], args: tuple, kwargs: dict, shared: Any,
+           deadline: float | None, workdir: str) -> None:
     from kimi_oracle.fuzzers.sandbox import die_with_parent
+    from kimi_oracle.oracle import planner as planner_module
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends the run
     die_with_parent(signal.SIGKILL)
+    # Its own directory and capped log (fuzzers.confine): its prints never reach our stdout.
+    args = tuple(absolute_spec(a) if isinstance(a, str) and i == 0 else a for i, a in enumerate(args))
+    confine(workdir)
+    planner_module.CALL_WATCH = _SharedWatch(shared, deadline)
     try:
         report = function(*args, **kwargs)
-        conn.send(("ok", report.to_dict()))
+        # Plain data only: a planner's own objects (a class of its module) cannot cross the pipe.
+        conn.send(("ok", json.loads(to_json(report.to_dict()))))
     except (CandidateError, BackendError) as exc:
         conn.send(("error", type(exc).__name__, str(exc)))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, told apart by type
@@ -83,43 +115,52 @@ def _child(conn: Any, function: Callable[..., PlannerReport], args: tuple, kwarg
                    "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]))
 
 
+# How often the parent looks at a planner's process, and the time past the budget's end it gives
+# the process to send its report (it stops itself at the budget's end).
+WATCH_EVERY_S = 0.05
+BUDGET_GRACE_S = 5.0
+
+
 def run_isolated(function: Callable[..., PlannerReport], *args: Any, planner: str = "planner",
-                 timeout_s: float = 3600.0, **kwargs: Any) -> PlannerReport:
-    """`function(*args, **kwargs)` (a module-level function returning a PlannerReport) in a
-    forked process. A planner that cannot load raises CandidateError (exit 2); one that kills
-    or hangs the process gives a report with an error line. An interrupt ends the process."""
-    from kimi_oracle.fuzzers.sandbox import _context, _hidden_main, signal_name
+                 case_timeout_s: float | None = None, budget_s: float | None = None, **kwargs: Any) -> PlannerReport:
+    """`function(*args, **kwargs)` (a module-level function returning a PlannerReport; args[0] the
+    planner's spec) in a forked process, confined (`fuzzers.confine`). A planner that cannot load
+    raises CandidateError (exit 2); one that kills the process, spends more than `case_timeout_s`
+    on one size, or does not finish within `budget_s` (it stops itself there with the report so
+    far; a grace later it is killed) gives a report with an error line naming the size. An
+    interrupt ends the process."""
+    from kimi_oracle.fuzzers.sandbox import _context, _hidden_main
 
     ctx = _context()
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, function, args, kwargs), name=f"kimi-planner[{planner}]",
-                       daemon=True)
-    with _hidden_main():
-        proc.start()
-    child.close()
+    shared = ctx.Array("q", 4, lock=False)  # calls begun, width, height, calls ended
     started = time.monotonic()
+    deadline = started + budget_s if budget_s is not None else None
+    workdir = os.path.abspath(tempfile.mkdtemp(prefix="kimi-planner-"))
+    proc = ctx.Process(target=_child, args=(child, function, args, kwargs, shared, deadline, workdir),
+                       name=f"kimi-planner[{planner}]", daemon=True)
     try:
-        ready = parent.poll(timeout_s)
-        msg = None
-        if ready:
-            try:
-                msg = parent.recv()
-            except (EOFError, OSError):
-                msg = None
-    except KeyboardInterrupt:
-        _end(proc)
-        raise
+        with _hidden_main():
+            proc.start()
+        child.close()
+        try:
+            msg, why = _watch(parent, proc, shared, case_timeout_s, deadline)
+        finally:
+            parent.close()
+        return _answer(msg, why, proc, planner, started, int(shared[3]))
     finally:
-        parent.close()
+        _end(proc)  # (an interrupt included)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _answer(msg: Any, why: str | None, proc: Any, planner: str, started: float, calls: int) -> PlannerReport:
+    from kimi_oracle.fuzzers.sandbox import signal_name
+
     if msg is None:
         _end(proc)
-        report = PlannerReport(planner, elapsed_s=time.monotonic() - started)
-        how = "did not finish within %.0f s" % timeout_s if not ready else f"died ({signal_name(proc.exitcode)})"
-        report.errors.append(f"the planner's process {how}")
+        report = PlannerReport(planner, elapsed_s=time.monotonic() - started, checked=calls)
+        report.errors.append(f"the planner's process {why or 'died (' + signal_name(proc.exitcode) + ')'}")
         return report
-    proc.join(5)
-    if proc.is_alive():
-        _end(proc)
     if msg[0] == "ok":
         return PlannerReport.from_dict(msg[1])
     if msg[0] == "error":
@@ -129,7 +170,37 @@ def run_isolated(function: Callable[..., PlannerReport], *args: Any, planner: st
     return report
 
 
+def _watch(conn: Any, proc: Any, shared: Any, case_timeout_s: float | None, deadline: float | None
+           ) -> tuple[Any, str | None]:
+    """The process's message, or (None, why it was given up on: a size past the case timeout,
+    the budget's end past its grace, no call begun within START_TIMEOUT_S: a planner whose import
+    hangs; None when it died)."""
+    seen = -1
+    since = began = time.monotonic()
+    while True:
+        if conn.poll(WATCH_EVERY_S):
+            try:
+                return conn.recv(), None
+            except (EOFError, OSError):
+                return None, None
+        now = time.monotonic()
+        begun, ended = int(shared[0]), int(shared[3])
+        if begun != seen:
+            seen, since = begun, now
+        if case_timeout_s is not None and begun > ended and now - since > case_timeout_s:
+            return None, (f"got no answer from the planner within {case_timeout_s:g} s on {shared[1]}x{shared[2]} "
+                          f"(after {ended} sizes): it was killed")
+        if deadline is not None and now > deadline + BUDGET_GRACE_S:
+            return None, f"did not finish within the budget (after {ended} sizes): it was killed"
+        if begun == 0 and now - began > START_TIMEOUT_S:
+            return None, f"did not load the planner within {START_TIMEOUT_S:g} s: it was killed"
+        if not proc.is_alive() and not conn.poll(0):
+            return None, None
+
+
 def _end(proc: Any) -> None:
+    if proc.pid is None:  # never started
+        return
     if proc.is_alive():
         try:
             os.kill(proc.pid, signal.SIGKILL)

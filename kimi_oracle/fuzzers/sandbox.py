@@ -26,6 +26,7 @@ import contextlib
 import faulthandler
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -39,12 +40,13 @@ import torch
 from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT_S
+from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT_S, START_TIMEOUT_S
 from kimi_oracle.core.errors import BackendError, CandidateError
 from kimi_oracle.core import memory
 from kimi_oracle.core.activity import Activity
 from kimi_oracle.core.images import alpha_class, pack_raw, resize_class, unpack_raw
 from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.fuzzers.confine import absolute_spec, confine, output_tail, settle_output
 from kimi_oracle.oracle.candidates import Candidate, CandidateCrash
 from kimi_oracle.oracle.checks import CRASH, TIMEOUT
 
@@ -53,6 +55,10 @@ PRELOAD = ["numpy", "PIL.Image", "torch", "kimi_oracle.pipelines.reference", "ki
 
 _CONTEXT_LOCK = threading.Lock()
 _CONTEXT: Any = None
+
+
+# The end of a candidate's output (fuzzers.confine's log) kept with a crash or a timeout.
+OUTPUT_KEPT = 2000
 
 
 class ProcessDied(Exception):
@@ -151,7 +157,7 @@ def candidate_threads() -> int:
     return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
-def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -> None:
+def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None, workdir: str | None = None) -> None:
     # Ctrl-C in a terminal reaches the whole process group: the executor must not turn it into
     # a "crash"; its parent stops it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -159,6 +165,13 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -
     # candidate ends (however it ends): a hanging executor must not outlive it.
     die_with_parent(signal.SIGKILL)
     fault_file = open(fault_path, "w")
+    if workdir is not None:
+        # Its own working directory and its own capped output log (fuzzers.confine): a relative
+        # spec path is resolved first, against the directory the command was started in.
+        load_spec = absolute_spec(spec)
+        confine(workdir)
+    else:
+        load_spec = spec
     faulthandler.enable(file=fault_file, all_threads=True)
     # The parent sends SIGUSR1 before killing a hung executor: dump where it hangs.
     faulthandler.register(signal.SIGUSR1, file=fault_file, all_threads=True, chain=False)
@@ -175,7 +188,8 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -
     from kimi_oracle.oracle.candidates import load_candidate
 
     try:
-        candidate = load_candidate(spec)
+        candidate = load_candidate(load_spec)
+        candidate.spec = spec  # (reports name the spec as the user gave it)
     except (CandidateError, BackendError) as exc:
         conn.send(("error", type(exc).__name__, str(exc)))
         return
@@ -198,6 +212,8 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None) -
             return
         began = time.monotonic()
         reply = _answer(candidate, spec, msg, timing)
+        if workdir is not None and reply[0] != "ok":
+            settle_output()  # (what it printed before failing is in its log before the answer goes)
         if msg[0] == "time":
             timing = reply[1]
             reply = reply[0]
@@ -305,7 +321,7 @@ class IsolatedCandidate(Candidate):
     """A candidate whose every call runs in an executor subprocess (restarted after a crash)."""
 
     def __init__(self, spec: str, *, timeout_s: float = DEFAULT_CASE_TIMEOUT_S, memory_limit_mb: int | None = None,
-                 start_timeout_s: float = 120.0):
+                 start_timeout_s: float = START_TIMEOUT_S):
         super().__init__(spec, self._unused, "")
         self.timeout_s = float(timeout_s)
         self.memory_limit_mb = memory_limit_mb
@@ -313,6 +329,7 @@ class IsolatedCandidate(Candidate):
         self._proc: Any = None
         self._conn: Any = None
         self._fault_path: str | None = None
+        self._workdir: str | None = None  # the executor's working directory (fuzzers.confine)
         self.calls = 0
         self.restarts = 0
         self.crashes = 0
@@ -350,10 +367,14 @@ class IsolatedCandidate(Candidate):
             self.restarts += 1
         self._started = True
         ctx = _context()
-        fd, self._fault_path = tempfile.mkstemp(prefix="kimi-executor-", suffix=".fault")
+        fd, fault_path = tempfile.mkstemp(prefix="kimi-executor-", suffix=".fault")
         os.close(fd)
+        # (absolute: the executor changes its working directory, and the temporary directory may
+        # be given relative, as nightly's workers give it)
+        self._fault_path = os.path.abspath(fault_path)
+        self._workdir = os.path.abspath(tempfile.mkdtemp(prefix="kimi-candidate-"))
         parent, child = ctx.Pipe(duplex=True)
-        proc = ctx.Process(target=_serve, args=(child, self.spec, self._fault_path, self.memory_limit_mb),
+        proc = ctx.Process(target=_serve, args=(child, self.spec, self._fault_path, self.memory_limit_mb, self._workdir),
                            name=f"kimi-executor[{self.spec}]", daemon=True)
         with _hidden_main():
             proc.start()
@@ -416,7 +437,14 @@ class IsolatedCandidate(Candidate):
         self._proc = None
         self._conn = None
 
+    def output(self) -> str:
+        """The end of what the candidate's process printed (its capped log; "" when none)."""
+        return output_tail(self._workdir)
+
     def _cleanup(self) -> None:
+        if self._workdir:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
         if self._fault_path:
             try:
                 os.unlink(self._fault_path)
@@ -442,7 +470,8 @@ class IsolatedCandidate(Candidate):
 
     def _fault_excerpt(self) -> str:
         text = self._fault_text()
-        return f"\n{text[-3000:]}" if text else ""
+        output = self.output()[-OUTPUT_KEPT:].strip()  # (what it printed: an import error's traceback)
+        return (f"\n{text[-3000:]}" if text else "") + (f"\n{output}" if output else "")
 
     # -- calls
 
@@ -485,7 +514,7 @@ class IsolatedCandidate(Candidate):
 
     def _failed(self, msg: tuple) -> Any:
         if msg[0] == "raised":
-            err = CandidateRaised(self.spec, msg[1], msg[2], msg[3])
+            err = CandidateRaised(self.spec, msg[1], msg[2], msg[3], output=self.output()[-OUTPUT_KEPT:])
             if len(msg) > 5:
                 err.check, err.stats = msg[4], msg[5]
             raise err
@@ -577,12 +606,14 @@ class IsolatedCandidate(Candidate):
         stack = self._fault_text()
         self.crashes += 1
         self._kill()
+        output = self.output()[-OUTPUT_KEPT:]  # (what it printed, before its directory goes)
         self._cleanup()
         hint = " (killed: out of memory?)" if code == -signal.SIGKILL else ""
         # The type names how it died, so that deaths by different signals or exit statuses are
         # different findings (`grouping.finding_key` keys crashes by exception type).
         raise CandidateDied(self.spec, f"ProcessDied[{how}]", f"the candidate's process died: {how}{hint}",
-                            stack or f"(no Python stack was recorded; {how})", signal=how, returncode=code)
+                            stack or f"(no Python stack was recorded; {how})", signal=how, returncode=code,
+                            output=output)
 
     def _timed_out(self, waited: float) -> Any:
         proc = self._proc
@@ -598,10 +629,11 @@ class IsolatedCandidate(Candidate):
         stack = self._fault_text()
         self.timeouts += 1
         self._kill()
+        output = self.output()[-OUTPUT_KEPT:]
         self._cleanup()
         raise CandidateTimeout(self.spec, "CallTimedOut",
                                f"no answer within {self.timeout_s:g} s (waited {waited:.1f} s); the process was killed",
-                               stack or "(no Python stack was recorded)", timeout_s=self.timeout_s)
+                               stack or "(no Python stack was recorded)", timeout_s=self.timeout_s, output=output)
 
 
 class Call:

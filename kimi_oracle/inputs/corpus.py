@@ -21,7 +21,9 @@ from typing import Iterable
 import numpy as np
 from PIL import Image, features
 
-from kimi_oracle.core.files import atomic_write_bytes
+from kimi_oracle.core.errors import InputError
+from kimi_oracle.core.files import DEFAULT_MAX_BYTES as MAX_ENTRY_BYTES
+from kimi_oracle.core.files import atomic_write_bytes, read_file
 from kimi_oracle.inputs.generators import CaseParams, make_image
 
 # Tokens libFuzzer splices into inputs: PNG signature and chunk names, JPEG markers, and the
@@ -188,8 +190,8 @@ def merge(source: str | os.PathLike, target: str | os.PathLike) -> int:
     added = 0
     for path in entries(source):
         try:
-            data = path.read_bytes()
-        except OSError:
+            data = read_file(path, max_bytes=MAX_ENTRY_BYTES)  # a regular file, capped (core.files)
+        except InputError:
             continue
         if add_entry(target, data):
             added += 1

@@ -35,7 +35,8 @@ import torch
 from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.core.errors import BackendError, CandidateError
+from kimi_oracle.core.errors import BackendError, CandidateError, InputError
+from kimi_oracle.core.files import read_file
 from kimi_oracle.core.geometry import ResizePlan
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.oracle.checks import _describe, as_result, self_check
@@ -252,6 +253,10 @@ def as_plan(out: Any, config: PreprocessConfig, spec: str = "planner",
     return PlanShape(plan, shape, names)
 
 
+# A candidate's or planner's source file is read at most this large (core.files.read_file).
+MAX_SOURCE_BYTES = 16 << 20
+
+
 def _load_module_file(path: Path) -> Any:
     digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
     module_name = f"_kimi_candidate_{path.stem}_{digest}"
@@ -260,12 +265,17 @@ def _load_module_file(path: Path) -> Any:
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise CandidateError(f"cannot load {path} as a Python module")
+    try:  # the one reader of user files: a regular file, capped (never a FIFO or /dev/zero)
+        source = read_file(path, max_bytes=MAX_SOURCE_BYTES)
+    except InputError as exc:
+        raise CandidateError(f"cannot load {path}: {exc.reason}") from None
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     # The candidate's own directory first, so that it can import its sibling modules.
     sys.path.insert(0, str(path.resolve().parent))
     try:
-        spec.loader.exec_module(module)
+        # (the bytes read above are what runs: the file is not read a second time)
+        exec(compile(source, str(path), "exec"), module.__dict__)
     except Exception as exc:
         sys.modules.pop(module_name, None)
         raise CandidateError(f"importing {path} failed: {type(exc).__name__}: {exc}") from None
@@ -306,7 +316,12 @@ _SPEC_FORMS = ("package.module:function, path/to/file.py:function, package.modul
 def resolve(spec: str, what: str = "candidate") -> Any:
     """The object a spec that is not a built-in names: an entry point's object, a function
     (`target:attr`) or a module (`package.module`, `path/to/file.py`); CandidateError otherwise."""
-    plugins = entry_points()
+    target, sep, attr = spec.rpartition(":")
+    if not sep:
+        target, attr = spec, ""
+    # A spec naming a path (a `/`, or a `.py` file) is a path, never an entry point's name.
+    is_path = target.endswith(".py") or "/" in target or "\\" in target
+    plugins = {} if is_path else entry_points()
     if spec in plugins:
         ep = plugins[spec]
         try:
@@ -314,16 +329,13 @@ def resolve(spec: str, what: str = "candidate") -> Any:
         except Exception as exc:  # noqa: BLE001 - whatever the plug-in's import raises
             raise CandidateError(f"{what} {spec!r}: entry point {ep.value!r} of {ENTRY_POINT_GROUP} cannot be "
                                  f"loaded: {type(exc).__name__}: {exc}") from None
-    target, sep, attr = spec.rpartition(":")
-    if not sep:
-        target, attr = spec, ""
-    elif not target or not attr:
+    if sep and (not target or not attr):
         raise CandidateError(f"bad {what} spec {spec!r}: expected a built-in ({', '.join(BUILTINS)}), {_SPEC_FORMS}")
-    if target.endswith(".py") or "/" in target or "\\" in target:
+    if is_path:
         path = Path(target)
-        if not path.is_file():
+        if not path.exists():
             raise CandidateError(f"{what} {spec!r}: no such file {path}")
-        module = _load_module_file(path)
+        module = _load_module_file(path)  # (a FIFO, a device or a directory is refused there)
     elif not sep and (not all(part.isidentifier() for part in target.split("."))
                       or ("." not in target and importlib.util.find_spec(target) is None)):
         raise CandidateError(f"bad {what} spec {spec!r}: not a built-in ({', '.join(BUILTINS)}), not an "

@@ -30,10 +30,11 @@ def _crash_verdict(exc: CandidateCrash) -> Verdict:
     if isinstance(exc, SelfCheckFailed) or exc.exc_type == SelfCheckFailed.__name__:
         stats = dict(getattr(exc, "stats", None) or {"self_check": True})
         return Verdict(check, exc.exc_message[:500], stats)
-    return Verdict(check, f"candidate raised {exc.exc_type}: {exc.exc_message}"[:500], {
-        "exception": f"{exc.exc_type}: {exc.exc_message}"[:2000],
-        "traceback": exc.traceback[-6000:],
-    })
+    stats = {"exception": f"{exc.exc_type}: {exc.exc_message}"[:2000], "traceback": exc.traceback[-6000:]}
+    output = (getattr(exc, "details", None) or {}).get("output")
+    if output:  # what the candidate printed last (its process' capped log), kept with the finding
+        stats["output"] = str(output)
+    return Verdict(check, f"candidate raised {exc.exc_type}: {exc.exc_message}"[:500], stats)
 
 
 def _agrees_with_rejection(exc: CandidateCrash) -> bool:

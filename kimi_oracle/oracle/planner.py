@@ -66,7 +66,34 @@ class Planner:
         return self.func(width, height, config)
 
     def __call__(self, width: int, height: int, config: PreprocessConfig) -> PlanShape:
-        return as_plan(self.func(width, height, config), config, self.spec, (width, height))
+        watch = CALL_WATCH
+        if watch is None:
+            return as_plan(self.func(width, height, config), config, self.spec, (width, height))
+        watch.began(width, height)
+        try:
+            out = self.func(width, height, config)
+        finally:
+            watch.ended()
+        return as_plan(out, config, self.spec, (width, height))
+
+
+class CallWatch:
+    """What a watching process sees of the planner's calls (`fuzzers.planner_fuzz.run_isolated`
+    sets one in the planner's process): each call's start and end, the size it is on, and a
+    deadline after which `check_sizes` stops (its report so far is the answer)."""
+
+    def began(self, width: int, height: int) -> None:  # pragma: no cover - interface
+        pass
+
+    def ended(self) -> None:  # pragma: no cover - interface
+        pass
+
+    def should_stop(self) -> bool:
+        return False
+
+
+# Set in a planner's own process only (never in the tool's): see CallWatch.
+CALL_WATCH: CallWatch | None = None
 
 
 def load_planner(spec: str) -> Planner:
@@ -176,6 +203,7 @@ class PlannerReport:
     shapes: dict[str, int] = field(default_factory=dict)  # return shapes seen (plan, engine, dict)
     elapsed_s: float = 0.0
     errors: list[str] = field(default_factory=list)  # the planner could not be run (harness problems)
+    stopped: str = ""  # "budget": the sizes judged before the budget's end (the rest were not)
 
     @property
     def ok(self) -> bool:
@@ -209,6 +237,7 @@ class PlannerReport:
             self.shapes[name] = self.shapes.get(name, 0) + n
         self.elapsed_s += other.elapsed_s
         self.errors += other.errors
+        self.stopped = self.stopped or other.stopped
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -217,7 +246,8 @@ class PlannerReport:
                 "rejected": self.rejected, "rejected_planned": self.rejected_planned,
                 "rejected_examples": list(self.rejected_examples), "counts": self.counts(),
                 "findings": [f.to_dict() for f in self.findings.values()], "sources": dict(self.sources),
-                "shapes": dict(self.shapes), "elapsed_s": round(self.elapsed_s, 3), "errors": list(self.errors)}
+                "shapes": dict(self.shapes), "elapsed_s": round(self.elapsed_s, 3), "errors": list(self.errors),
+                "stopped": self.stopped}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PlannerReport":
@@ -226,7 +256,8 @@ class PlannerReport:
                      rejected=int(data["rejected"]), rejected_planned=int(data["rejected_planned"]),
                      rejected_examples=list(data.get("rejected_examples") or []),
                      sources=dict(data.get("sources") or {}), shapes=dict(data.get("shapes") or {}),
-                     elapsed_s=float(data.get("elapsed_s") or 0.0), errors=list(data.get("errors") or []))
+                     elapsed_s=float(data.get("elapsed_s") or 0.0), errors=list(data.get("errors") or []),
+                     stopped=str(data.get("stopped") or ""))
         for f in data.get("findings") or []:
             report.findings[f["key"]] = PlannerFinding(
                 f["check"], f["key"], f["message"], tuple(f["size"]),  # type: ignore[arg-type]
@@ -250,6 +281,8 @@ class PlannerReport:
                        + (f", e.g. {ex['size'][0]}x{ex['size'][1]} ({ex['config_text']})" if ex else ""))
         for err in self.errors:
             out.append(f"error: {err}")
+        if self.stopped == "budget":
+            out.append("note: the budget ended the planner check: the sizes after these were not judged")
         verdict = "ok" if self.ok else "FAIL"
         out.append(f"planner {self.planner}: {verdict}: {self.checked} sizes ({self.passed} agree, "
                    f"{self.rejected} rejected by the checkpoint), {len(self.findings)} finding(s), "
@@ -330,8 +363,12 @@ def check_sizes(planner: Planner, cases: Iterable[tuple[int, int, PreprocessConf
     plan now). `should_stop` is asked every 1024 sizes."""
     report = report or PlannerReport(planner.spec)
     started = time.perf_counter()
+    watch = CALL_WATCH
     for i, (w, h, config, expected) in enumerate(cases):
         if should_stop is not None and i % 1024 == 0 and should_stop():
+            break
+        if watch is not None and watch.should_stop():
+            report.stopped = "budget"
             break
         judge_size(planner, report, w, h, config, expected, source)
     report.elapsed_s += time.perf_counter() - started

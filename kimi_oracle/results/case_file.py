@@ -12,6 +12,7 @@ from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError
+from kimi_oracle.core.files import load_json
 from kimi_oracle.core.images import RAW_MAGIC, decode, default_max_pixels, read_file, unpack_raw
 from kimi_oracle.results.finding import FINDING_SCHEMA, FINDING_SCHEMA_VERSION
 
@@ -26,7 +27,8 @@ def read_case(path: str | os.PathLike) -> tuple[dict[str, Any], Path]:
     path = Path(path)
     case_file = path / "case.json" if path.is_dir() else path
     try:
-        case = json.loads(read_file(case_file, max_bytes=MAX_CASE_BYTES).decode("utf-8"))
+        # (core.files: a regular file, capped; nesting bounded, every number finite, naming its key)
+        case = load_json(case_file, max_bytes=MAX_CASE_BYTES)
     except InputError as exc:
         if not case_file.exists():
             raise InputError("no case.json here", source=str(path)) from None

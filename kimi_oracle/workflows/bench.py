@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -13,7 +12,8 @@ from typing import Any, Callable, Sequence
 from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.core.errors import KimiOracleError
+from kimi_oracle.core.errors import InputError, KimiOracleError
+from kimi_oracle.core.files import load_json
 from kimi_oracle.inputs.generators import CaseParams, make_image
 
 
@@ -148,9 +148,9 @@ def interleaved_ratio(
 def load_benchmark_json(path: Path) -> dict[str, float]:
     """Median seconds per benchmark name from a pytest-benchmark JSON file."""
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = load_json(path)  # (core.files: the one reader of user files)
         return {b["name"]: float(b["stats"]["median"]) for b in doc["benchmarks"]}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (InputError, ValueError, KeyError, TypeError) as exc:
         raise KimiOracleError(f"cannot read benchmark results {path}: {exc}") from None
 
 

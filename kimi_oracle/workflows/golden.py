@@ -40,9 +40,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from kimi_oracle.core import files as core_files
+from kimi_oracle.core.files import read_text
+from kimi_oracle.workflows import golden_manifest as manifest
 from kimi_oracle.core.config import FILL_STAGES, PATTERNS, PROFILES, PreprocessConfig
 from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT_S
-from kimi_oracle.core.errors import BackendError, CandidateError, KimiOracleError, PlanError
+from kimi_oracle.core.errors import BackendError, CandidateError, InputError, KimiOracleError, PlanError
 from kimi_oracle.core.geometry import plan
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.oracle import candidates as oracle_candidates
@@ -52,6 +54,7 @@ from kimi_oracle.oracle.checks import PIXEL_MISMATCH, TIMEOUT, shape_dtype_probl
 SCHEMA_VERSION = 1
 KINDS = ("grids", "pixels")
 DEFAULT_MAX_CHANGES = 20
+MAX_GOLDEN_BYTES = 64 << 20  # one golden file read (core.files.read_text): ours are under 1 MB
 OBTAINED_SUFFIX = ".obtained"
 DEFAULT_OUT_DIR = Path("kimi-oracle-out") / "golden"
 REPORT_NAME = "golden-report"
@@ -587,7 +590,7 @@ def parse(text: str, kind: str, profile: str) -> GoldenFile:
 
 def load(path: Path, kind: str, profile: str) -> GoldenFile:
     """Read and parse one golden file."""
-    return parse(Path(path).read_text(encoding="utf-8"), kind, profile)
+    return parse(read_text(path, max_bytes=MAX_GOLDEN_BYTES), kind, profile)  # (core.files: capped, regular)
 
 
 def remove_stale_temporaries(golden_dir: Path) -> list[Path]:
@@ -869,18 +872,20 @@ def _display(path: Path) -> str:
 
 
 def _compare(kind: str, profile: str, path: Path, new: GoldenFile,
-             partial: bool = False) -> tuple[FileReport, GoldenFile | None]:
+             partial: bool = False, data: bytes | None | str = "read") -> tuple[FileReport, GoldenFile | None]:
+    """`data`: the golden file's bytes as read before the candidate ran (None: missing); by default
+    the file is read now."""
     report = FileReport(kind, profile, path, new_text=new.dumps())
-    if not path.exists():
+    if data is None or (data == "read" and not path.exists()):
         report.problems.append("missing golden file")
         report.changes = diff_entries(kind, None, new)
         return report, None
     try:
-        old = load(path, kind, profile)
+        old = load(path, kind, profile) if data == "read" else parse(bytes(data).decode("utf-8"), kind, profile)
     except GoldenFormatError as exc:
         report.problems.append(f"unreadable golden file: {exc}")
         return report, None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, InputError) as exc:
         report.problems.append(f"unreadable golden file: {_error_text(exc)}")
         return report, None
     report.recorded_pillow = (old.meta.get("versions") or {}).get("pillow")
@@ -1006,6 +1011,10 @@ def check(
         raise GoldenError(f"golden directory {gdir} does not exist")
     out = _check_out_dir(out_dir, gdir) if write_obtained and select is None else None
     selection = _selection(kinds, profiles)
+    # Every golden file read and hashed before any candidate runs (golden_manifest): the check
+    # compares with these bytes, checked against the manifest `golden regen --accept` wrote.
+    contents = manifest.read_goldens(gdir, [manifest.relative_name(k, p) for k, p in selection])
+    integrity = manifest.verify(gdir, contents)
     close: Callable[[], None] = lambda: None
     if any(kind == "pixels" for kind, _ in selection):
         label, fn, close = open_candidate(candidate, case_timeout_s=case_timeout_s, memory_limit_mb=memory_limit_mb)
@@ -1017,7 +1026,10 @@ def check(
         for kind, profile in selection:
             partial = select is not None and kind == "pixels"
             new = _compute(kind, profile, fn if kind == "pixels" else None, select, hung)
-            file_report, _ = _compare(kind, profile, golden_path(gdir, kind, profile), new, partial)
+            name = manifest.relative_name(kind, profile)
+            file_report, _ = _compare(kind, profile, golden_path(gdir, kind, profile), new, partial, contents[name])
+            if name in integrity:
+                file_report.problems.append(integrity[name])
             if diagnose and kind == "pixels" and fn is not None and label != "reference":
                 _diagnose_changes(file_report, profile, fn)
             report.files.append(file_report)
@@ -1033,6 +1045,7 @@ def check(
         raise CheckInterrupted(report) from None
     finally:
         close()
+        _rewritten(report, gdir, contents)
     report.timed_out = dict(hung)
     if hung:
         report.messages.append("timed out on " + ", ".join(f"a {cls} image ({case})" for cls, case in hung.items())
@@ -1064,7 +1077,7 @@ def planner_golden_report(planner: str | Any, golden_dir: Path | str | None = No
         path = golden_path(gdir, "grids", name)
         try:
             golden = load(path, "grids", name)
-        except (OSError, UnicodeDecodeError, GoldenFormatError) as exc:
+        except (OSError, UnicodeDecodeError, InputError, GoldenFormatError) as exc:
             report.errors.append(f"{_display(path)}: unreadable grid golden: {_error_text(exc)}")
             continue
 
@@ -1079,18 +1092,28 @@ def planner_golden_report(planner: str | Any, golden_dir: Path | str | None = No
 
 def check_planner(planner: str, *, golden_dir: Path | str | None = None, profiles: Iterable[str] | None = None,
                   fuzz_sizes: int = 0, config: PreprocessConfig | None = None, seed: int = 0,
-                  vary_config: bool = True, timeout_s: float = 3600.0) -> Any:
+                  vary_config: bool = True, case_timeout_s: float | None = DEFAULT_CASE_TIMEOUT_S,
+                  budget_s: float | None = None) -> Any:
     """A planner against the grid goldens (and, with `fuzz_sizes`, on that many fuzzed sizes and
     configs around `config`, default k3), in a separate process: the gate's and `golden check
     --planner`'s entry point. Returns an `oracle.planner.PlannerReport` (`ok`, `lines()`,
-    `to_dict()`); CandidateError (exit 2) when the planner cannot be loaded or returns no plan."""
+    `to_dict()`); CandidateError (exit 2) when the planner cannot be loaded or returns no plan.
+    Each planner call is bounded by `case_timeout_s`, the whole check by `budget_s` (None: none)."""
+    import time
+
     from kimi_oracle.fuzzers.planner_fuzz import fuzz_planner, run_isolated
 
+    deadline = time.monotonic() + budget_s if budget_s is not None else None
+
+    def left() -> float | None:
+        return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
     report = run_isolated(planner_golden_report, planner, golden_dir, tuple(profiles) if profiles else None,
-                          planner=planner, timeout_s=timeout_s)
-    if fuzz_sizes > 0:
+                          planner=planner, case_timeout_s=case_timeout_s, budget_s=left())
+    if fuzz_sizes > 0 and not report.errors and report.stopped != "budget":
         report.merge(run_isolated(fuzz_planner, planner, config or PreprocessConfig.profile("k3"), planner=planner,
-                                  timeout_s=timeout_s, sizes=fuzz_sizes, seed=seed, vary_config=vary_config))
+                                  case_timeout_s=case_timeout_s, budget_s=left(), sizes=fuzz_sizes, seed=seed,
+                                  vary_config=vary_config))
     return report
 
 
@@ -1127,6 +1150,18 @@ def _diagnose_changes(report: "FileReport", profile: str, candidate: Callable) -
         fields.pop("attribution", None)
         change.diagnosis = fields
         done += 1
+
+
+def _rewritten(report: "GoldenReport", gdir: Path, contents: Mapping[str, bytes | None]) -> None:
+    """A golden file that changed while the candidate ran fails, named (its check used the bytes
+    read before)."""
+    changed = manifest.changed_since(gdir, contents)
+    for f in report.files:
+        problem = changed.get(manifest.relative_name(f.kind, f.profile))
+        if problem is not None:
+            f.problems.append(problem)
+    for name in changed:
+        report.messages.append(f"error: {changed[name]}")
 
 
 def check_pixels(
@@ -1188,8 +1223,23 @@ def regen(
     return report
 
 
+def _manifest_file(gdir: Path, replaced: Sequence[FileReport]) -> dict[Path, str]:
+    """The manifest (golden_manifest) of the golden directory once `replaced` are written."""
+    new = {manifest.relative_name(f.kind, f.profile): f.new_text or "" for f in replaced}
+    return {Path(gdir) / manifest.MANIFEST_NAME: manifest.manifest_text(Path(gdir), new)}
+
+
 def _accept(report: GoldenReport, *, accept: bool, max_changes: int, force: bool) -> None:
     failing = report.failing()
+    if accept and not failing:
+        # Nothing to replace: the manifest is (re)written when it does not match the files.
+        files = _manifest_file(report.golden_dir, [])
+        path, text = next(iter(files.items()))
+        current = path.read_text(encoding="utf-8") if path.is_file() else None
+        if current != text:
+            core_files.atomic_write_many(files)
+            report.messages.append(f"accepted: {_display(path)} written (the golden files' SHA-256)")
+        return
     if not accept or not failing:
         return
     total = report.num_changes
@@ -1209,7 +1259,8 @@ def _accept(report: GoldenReport, *, accept: bool, max_changes: int, force: bool
             f".obtained files, then rerun with a larger --max-changes or with --force"
         )
         return
-    core_files.atomic_write_many({f.path: f.new_text or "" for f in failing})
+    core_files.atomic_write_many({**{f.path: f.new_text or "" for f in failing},
+                                  **_manifest_file(report.golden_dir, failing)})
     for f in failing:
         f.accepted = True
         if f.obtained is not None:

@@ -9,22 +9,21 @@ This module holds the rules, free of any candidate run, so that they can be test
   largest share of output values that differ, and the inputs it appeared on.
 - `compare_rows(new, old, margin)`: each row's verdict, `new`, `worse`, `known` or `improved`
   (docs/gate.md states the rules).
-- `KnownFile`: the `--known` TOML file (read with tomllib, validated key by key) and
+- `KnownFile`: the `--known` TOML file (read by `core.files.load_toml`, validated key by key) and
   `write_known` for `--write-known`.
 """
 
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from kimi_oracle.core.errors import AssumptionError, InputError
-from kimi_oracle.core.files import atomic_write_text
+from kimi_oracle.core.files import atomic_write_text, load_toml
 from kimi_oracle.core.levels import is_sub_level
-from kimi_oracle.oracle.kinds import ACCEPTS_INVALID, PIXEL_MISMATCH
+from kimi_oracle.oracle.kinds import ACCEPTS_INVALID, FINDING_KINDS, PIXEL_MISMATCH
 from kimi_oracle.results.report import cause_entries, cause_levels
 
 KNOWN_SCHEMA = "kimi-oracle.known"
@@ -38,6 +37,7 @@ VERDICTS = (NEW, WORSE, KNOWN, IMPROVED)
 # this share plus an absolute slack (below), so that float noise and one-level rounding changes
 # of a shared cause never fail a gate.
 DEFAULT_MARGIN_PCT = 25.0
+MAX_MARGIN_PCT = 1000.0  # `--margin` is a finite percentage from 0 to this (docs/gate.md)
 SLACK = {"max_levels": 1.0, "mean_levels": 0.25, "share": 0.01}
 METRICS = ("max_levels", "mean_levels", "share")
 
@@ -47,6 +47,12 @@ class Margin:
     """How much larger a metric may grow before it is `worse` (relative, plus `SLACK`)."""
 
     relative: float = DEFAULT_MARGIN_PCT / 100.0
+
+    def __post_init__(self) -> None:
+        # (a NaN or infinite margin would make every `worse` comparison false: a silent pass)
+        if isinstance(self.relative, bool) or not isinstance(self.relative, (int, float)) \
+                or not 0.0 <= float(self.relative) <= MAX_MARGIN_PCT / 100.0:
+            raise InputError(f"margin {self.relative!r}: must be a finite share from 0 to {MAX_MARGIN_PCT / 100.0:g}")
 
     def exceeds(self, metric: str, value: float | None, limit: float | None) -> bool:
         """True when `value` is beyond `limit` by more than the margin (None: nothing to compare)."""
@@ -240,7 +246,8 @@ def compare_rows(new: Mapping[tuple[str, str], Side], old: Mapping[tuple[str, st
                         verdict, why = again, f"{why2} on the {len(clear)} input(s) where no new cause acts"
         else:
             verdict, why = NEW, "no baseline: every divergence fails"
-        entry = known.match(*key) if known is not None else None
+        # (a file never accepts a failure other than a pixel difference, whatever it names)
+        entry = known.match(*key) if known is not None and check == PIXEL_MISMATCH else None
         if entry is not None and n is not None and not entry.accepts_variants(n):
             shown = sorted({v for vs in n.variant_sets for v in vs}) or ["none"]
             why = (f"the known file accepts {entry.root_cause} only as variant {entry.variant!r}; NEW shows "
@@ -363,6 +370,21 @@ class KnownFileError(InputError):
     """A `--known` file that cannot be read or does not follow the schema (exit 2)."""
 
 
+# Only root causes of pixel differences can be known: a crash, timeout, grid, feature-length,
+# shape/dtype, invariance or accepts_invalid finding is never accepted by a file (`--write-known`
+# leaves them out; a file naming one is refused, naming the entry).
+NEVER_KNOWN = tuple(k for k in FINDING_KINDS if k != PIXEL_MISMATCH)
+
+
+def never_known_kind(root_cause: str) -> str | None:
+    """The finding kind a row or entry name is a key of (`crash[RGB](ValueError)` -> `crash`),
+    when that kind can never be known; None for a pixel root cause."""
+    for kind in NEVER_KNOWN:
+        if root_cause == kind or root_cause.startswith((kind + "[", kind + "(", kind + "<")):
+            return kind
+    return None
+
+
 _TOP_KEYS = {"schema", "schema_version", "candidate", "comment", "known"}
 _ENTRY_KEYS = {"root_cause", "mode_class", "variant", "max_levels", "mean_levels", "share", "note"}
 
@@ -450,15 +472,9 @@ def read_known(path: str | Path) -> KnownFile:
     """Read and validate a `--known` file; `KnownFileError` names the first bad key."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise KnownFileError("no such file", source=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KnownFileError(f"cannot read: {exc}", source=str(path)) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise KnownFileError(f"not valid TOML: {exc}", source=str(path)) from None
+        data = load_toml(path)  # a regular file, capped, nesting bounded, numbers finite
+    except InputError as exc:
+        raise KnownFileError(exc.reason, source=str(path)) from None
     for key in data:
         if key not in _TOP_KEYS:
             raise _bad(path, key, f"unknown key (allowed: {', '.join(sorted(_TOP_KEYS))})")
@@ -490,6 +506,11 @@ def read_known(path: str | Path) -> KnownFile:
                            if name == "root_cause" else f"must be a string, got {item[name]!r}")
         if "note" in item and not isinstance(item["note"], str):
             raise _bad(path, f"{where}.note", "must be a string")
+        kind = never_known_kind(item["root_cause"])
+        if kind is not None:
+            raise _bad(path, f"{where}.root_cause", f"{item['root_cause']!r} is a {kind} finding: only root "
+                       "causes of pixel differences can be known (never crash, timeout, grid_mismatch, "
+                       "feature_length, shape_dtype, invariance or accepts_invalid)")
         if "variant" in item:
             _check_variant(path, where, item["root_cause"], item["variant"])
         ident = (item["root_cause"], item["mode_class"])
@@ -543,9 +564,13 @@ def known_toml(rows: Sequence[Mapping[str, Any]], candidate: str, *, note: str =
     ]
     if note:
         lines.append(f"comment = {_toml_str(note)}")
+    left_out = sum(1 for r in rows if r["new"].get("inputs") and r.get("check") != PIXEL_MISMATCH)
+    if left_out:
+        lines.append(f"# {left_out} row(s) left out: only pixel root causes can be known (never crash, timeout, "
+                     "grid, feature length, shape, invariance or accepts_invalid findings)")
     for r in rows:
         side = r["new"]
-        if not side.get("inputs"):
+        if not side.get("inputs") or r.get("check") != PIXEL_MISMATCH:
             continue
         lines += ["", "[[known]]", f"root_cause = {_toml_str(r['root_cause'])}",
                   f"mode_class = {_toml_str(r['mode_class'])}"]

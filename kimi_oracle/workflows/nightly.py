@@ -47,7 +47,9 @@ from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT_S, fresh_seed
 from kimi_oracle.core.errors import (EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED,
                                      KimiOracleError)
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
+from kimi_oracle.core.text import safe_text
 from kimi_oracle.oracle.checks import CRASH, FINDING_KINDS, INVARIANCE, TIMEOUT
+from kimi_oracle.workflows import nightly_planner
 from kimi_oracle.results.report import (
     JUnitCase,
     junit_cases_for,
@@ -114,6 +116,9 @@ class CampaignOptions:
     max_examples: int | None = None
     shrink: bool = True  # hypothesis shrinks its findings; atheris minimizes crash inputs
     log_limit_mb: float = DEFAULT_LOG_LIMIT_MB  # each worker's log (and libFuzzer's) keeps its last MiB
+    # --planner SPEC: validated before any worker starts, fuzzed after them (workflows.nightly_planner)
+    planner: str | None = None
+    planner_sizes: int = 200_000
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
@@ -438,6 +443,7 @@ def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[s
     db_before = _count_db(opts.db)
     workers: list[_Worker] = []
     config: PreprocessConfig | None = None
+    planner_info: dict[str, Any] | None = None
     try:
         work = out / "work"
         work.mkdir(exist_ok=True)
@@ -453,6 +459,11 @@ def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[s
             config = PreprocessConfig.resolve(opts.profile, opts.config_path)
         except KimiOracleError as exc:
             errors.append(f"configuration: {exc}")
+        if opts.planner is not None and not errors:
+            try:  # before the campaign: a misspelt --planner is an error now, not after it
+                nightly_planner.validate(opts.planner, opts.budget_s)
+            except KimiOracleError as exc:
+                errors.append(f"planner: {exc}")
         if "atheris" in engines:
             corpus_before = prepare_corpus(opts.corpus, opts.harnesses)
         opts.db.mkdir(parents=True, exist_ok=True)
@@ -467,6 +478,10 @@ def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[s
                 batch.append(w)
                 index += 1
             _wait(batch, opts)
+        if opts.planner is not None and not errors and config is not None:
+            left = max(opts.budget_s - (time.monotonic() - started), opts.case_timeout_s)
+            planner_info = nightly_planner.run(opts.planner, opts.planner_sizes, config, seed, opts.vary_config, out,
+                                               opts.case_timeout_s, left)
     except KeyboardInterrupt:
         stopped = "interrupted"
         say("interrupted: stopping workers and writing the summary")
@@ -490,11 +505,13 @@ def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[s
         summary = _summarize(opts, config, engines, workers, engine_info, errors, stopped, seed, started_wall,
                              started, existing, corpus_before, db_before)
         summary["notes"] = notes + summary.get("notes", [])
+        if planner_info is not None:
+            summary["planner"] = planner_info
         if stopped == "interrupted":
             code = EXIT_TERMINATED if _terminated() else EXIT_INTERRUPTED
         elif summary["errors"]:
             code = EXIT_ERROR
-        elif summary["findings"]:
+        elif summary["findings"] or nightly_planner.failed(planner_info):
             code = EXIT_FINDINGS
         else:
             code = EXIT_OK
@@ -791,6 +808,13 @@ def _summarize(opts: CampaignOptions, config: PreprocessConfig | None, engines: 
         stopped = "examples"
     findings = collect_findings(opts.out, reported, existing, errors)
     for engine, info in engine_info.items():
+        if info.get("status") == "ran" and not info.get("workers"):
+            info["status"] = "not run"  # (an error before the campaign: nothing was launched)
+        elif info.get("status") == "ran" and not info.get("examples") and stopped != "interrupted":
+            # An engine that judged no input found nothing because it looked at nothing: an error.
+            info["status"] = "judged nothing"
+            errors.append(f"{engine}: its worker(s) judged no input in {info.get('budget_s', 0):.0f} s: "
+                          "nothing was checked (see its log and the harness notes)")
         for name, h in (info.get("harnesses") or {}).items():
             if h["status"] != "ran" and stopped != "interrupted" and info.get("status") == "ran":
                 info.setdefault("notes", []).append(f"the {name} harness did not run: {h.get('note', 'no input judged')}")
@@ -889,6 +913,8 @@ def summary_markdown(summary: dict[str, Any]) -> str:
             msg = str(f.get("message", "")).replace("|", "\\|").replace("\n", " ")[:200]
             out.append(f"| {f['kind']} | {f['check']} | {f['engine']} | {msg} | [{f['id']}]({f['path']}) |")
         out += ["", "Reproduce one: `kimi-oracle repro <directory>`."]
+    if summary.get("planner"):
+        out += ["", "## Planner", ""] + [f"- {safe_text(line)}" for line in summary["planner"].get("lines") or []]
     if summary["errors"]:
         out += ["", "## Harness errors", ""] + [f"- {e}" for e in summary["errors"]]
     notes = list(summary.get("notes") or []) + [n for info in summary["engines"].values() for n in info.get("notes", [])]
@@ -917,6 +943,7 @@ def _write_junit(out: Path, summary: dict[str, Any]) -> None:
     cases = root_cause_junit(summary.get("root_causes") or [], "kimi-oracle.nightly")
     cases += junit_cases_for([{**f, "check": f["kind"]} for f in summary["findings"]], FINDING_KINDS,
                             classname="kimi-oracle.nightly")
+    cases += nightly_planner.junit_cases(summary.get("planner"))
     for err in summary["errors"]:
         cases.append(JUnitCase("harness", "kimi-oracle.nightly", error=err, details=err))
     if summary.get("stopped") == "interrupted":

@@ -243,8 +243,8 @@ def test_write_known_escapes_what_toml_forbids(tmp_path):
     import tomllib
 
     text = 'bad \x7f \x01 tab\t "q" \\ 😀 é'
-    rows = [{"root_cause": "crash[RGB](ValueError)", "mode_class": "RGB", "check": "crash", "verdict": "new",
-             "new": {"max_levels": None, "mean_levels": None, "share": None, "inputs": 1}, "message": text}]
+    rows = [{"root_cause": "patch-order", "mode_class": "RGB", "check": "pixel_mismatch", "verdict": "new",
+             "new": {"max_levels": 3.0, "mean_levels": None, "share": None, "inputs": 1}, "message": text}]
     path = write_known(tmp_path / "k.toml", rows, "x", note=text)
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     assert data["comment"] == text and data["known"][0]["note"] == text

@@ -25,6 +25,15 @@ def golden_copy(tmp_path: Path, monkeypatch) -> Path:
     return dest
 
 
+def accept_edits(golden_dir: Path) -> None:
+    """Record the edited files' hashes in the manifest, as `golden regen --accept` would have when
+    it wrote them (for files recorded "elsewhere": other versions, another machine)."""
+    from kimi_oracle.core.files import atomic_write_text
+    from kimi_oracle.workflows import golden_manifest
+
+    atomic_write_text(golden_dir / golden_manifest.MANIFEST_NAME, golden_manifest.manifest_text(golden_dir))
+
+
 def obtained_of(path: Path) -> Path:
     """Where check/regen write the .obtained file of golden file `path` (default output folder)."""
     return golden.obtained_path(golden.default_out_dir(), path.parent.name, path.name[: -len(".jsonl")])

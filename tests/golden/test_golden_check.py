@@ -10,6 +10,7 @@ import pytest
 import torch
 from golden_testlib import (  # noqa: F401  (fixture)
     FILES,
+    accept_edits,
     edit_entry,
     edit_meta,
     entries,
@@ -146,6 +147,7 @@ def test_config_change_fails_and_other_versions_are_notes(golden_copy):
     assert not report.ok and "config changed since recording" in report.files[0].problems[0]
     edit_meta(path, lambda m: m.update(config_sha256=golden.config_hash(golden.PreprocessConfig.profile("k3-small"))))
     edit_meta(path, lambda m: m["versions"].update(numpy="0.0.1"))
+    accept_edits(golden_copy)  # (recorded so elsewhere and accepted: the manifest matches)
     report = golden.check(golden_copy, kinds=["grids"], profiles=["k3-small"])
     assert report.ok
     assert "note: " in report.render() and "numpy 0.0.1" in report.render()
@@ -154,6 +156,7 @@ def test_config_change_fails_and_other_versions_are_notes(golden_copy):
 def test_pillow_mismatch_is_reported_first(golden_copy, capsys):
     path = golden_copy / "pixels" / "k25.jsonl"
     edit_meta(path, lambda m: m["versions"].update(pillow="12.2.0"))
+    accept_edits(golden_copy)
     code, out, _ = run_cli(["golden", "check", "--golden-dir", str(golden_copy), "--kind", "pixels",
                             "--profile", "k25"], capsys)
     assert code == 0

@@ -24,6 +24,7 @@ def test_package_data_globs_cover_every_golden_file():
     committed = set(golden.package_golden_dir().glob("*/*.jsonl"))
     assert len(committed) == 8 and committed <= shipped  # 2 kinds x 4 profiles
     assert not any(p.name.endswith(".obtained") for p in shipped)
+    assert golden.package_golden_dir() / "manifest.json" in shipped  # checked before any candidate runs
 
 
 def test_check_from_an_installed_wheel(tmp_path):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+# The planner stage's share of the budget at most (its check stops there with what it judged).
+PLANNER_SHARE = 0.2
 # Shares of the budget: fuzzing gets what the goldens and invariances leave, minus the timing.
 PERF_SHARE = 0.3
 # Kept for the invariance stage, which runs after fuzzing (a few batches, each run ~10 times).

@@ -9,7 +9,8 @@ from typing import Any, Callable, Iterator
 
 from kimi_oracle.core.activity import Activity, union_seconds
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.core.defaults import fresh_seed
+from kimi_oracle.core.defaults import START_TIMEOUT_S, fresh_seed
+from kimi_oracle.core.files import check_writable
 from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 from kimi_oracle.pipelines import reference
 from kimi_oracle.workflows.gate.budget import Budget
@@ -60,14 +61,21 @@ class GateContext:
         self.clock = ReferenceClock()
         # Each candidate in its own executor process, started by run() before anything else: a
         # broken spec is a harness error (CandidateError, exit 2) and no report is written.
-        self.new = IsolatedCandidate(new, timeout_s=options.case_timeout_s, memory_limit_mb=options.memory_limit_mb)
+        # (a candidate whose import hangs is given the budget at most, never more)
+        start = {"start_timeout_s": min(START_TIMEOUT_S, options.budget_s)}
+        self.new = IsolatedCandidate(new, timeout_s=options.case_timeout_s, memory_limit_mb=options.memory_limit_mb,
+                                     **start)
         self.old: IsolatedCandidate | None = None
         if baseline:
             self.old = IsolatedCandidate(baseline, timeout_s=options.case_timeout_s,
-                                         memory_limit_mb=options.memory_limit_mb)
+                                         memory_limit_mb=options.memory_limit_mb, **start)
         self.config = PreprocessConfig.profile(options.profile)
         # Read before anything starts: a bad file is a usage error (exit 2), never a verdict.
         self.known: KnownFile | None = read_known(options.known_path) if options.known_path else None
+        # A path the run could not write is an error now, not after the whole run.
+        if options.write_known_path is not None:
+            check_writable(options.write_known_path, "--write-known")
+        check_writable(self.out_dir, "--out", directory=True)
         self.margin = Margin(options.margin_pct / 100.0)
         # Relative verdict: rows against OLD and/or the known file instead of "any finding fails".
         self.relative = baseline is not None or self.known is not None

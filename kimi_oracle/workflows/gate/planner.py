@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kimi_oracle.workflows import golden
+from kimi_oracle.workflows.gate.budget import PLANNER_SHARE
 from kimi_oracle.workflows.gate.context import GateContext
 from kimi_oracle.workflows.gate.options import Stage
 
@@ -16,8 +17,11 @@ def run(ctx: GateContext) -> Stage:
     if spec is None:
         stage.summary = "no --planner given"
         return stage
+    # (each call within --case-timeout, the whole check within its share of --budget)
     report = golden.check_planner(spec, golden_dir=ctx.options.golden_dir,
-                                  fuzz_sizes=ctx.options.planner_sizes, config=ctx.config, seed=ctx.seed)
+                                  fuzz_sizes=ctx.options.planner_sizes, config=ctx.config, seed=ctx.seed,
+                                  case_timeout_s=ctx.options.case_timeout_s,
+                                  budget_s=PLANNER_SHARE * ctx.options.budget_s)
     stage.details = report.to_dict()
     lines = report.lines()
     stage.summary = lines[-1] if lines else ""
