@@ -88,6 +88,11 @@ def _fixed(*variants: Variant) -> Callable[[PreprocessConfig], Sequence[Variant]
     return lambda config: variants
 
 
+def _swapping(step: str, *named: tuple[str, Callable]) -> tuple[Variant, ...]:
+    """One variant per (name, function): each puts its function in the `step` field of `Steps`."""
+    return tuple(Variant(name, (lambda f: lambda s: s.replace(**{step: f}))(f)) for name, f in named)
+
+
 # Modes the checkpoint resizes in their own domain and engines convert first. "P" and "1"
 # belong to palette-bicubic, "RGBA" needs no conversion.
 CONVERTED_FIRST = frozenset(Image.MODES) - {"P", "1", "RGBA", "RGBa", "La"}
@@ -143,16 +148,14 @@ CATALOGUE: tuple[RootCause, ...] = (
         "normalization done in float32 arithmetic in another order or fused (x·scale+bias, addcmul, "
         "(x/255−mean)/std, (x−255·mean)/(255·std)) or cast to a half type, instead of the checkpoint's "
         "table; differs by less than one level",
-        _fixed(*(Variant(name, (lambda f: lambda s: s.replace(normalize=f))(f)) for name, f in (
-            ("x*scale+bias", normalizers.NORMALIZE_SCALE_BIAS),
-            ("addcmul(bias,x,scale)", normalizers.NORMALIZE_FUSED),
+        _fixed(*_swapping(
+            "normalize",
+            ("x*scale+bias", normalizers.NORMALIZE_SCALE_BIAS), ("addcmul(bias,x,scale)", normalizers.NORMALIZE_FUSED),
             ("addcmul(bias,x,scale), float64 constants", normalizers.NORMALIZE_FUSED_FLOAT64_CONSTANTS),
-            ("(x/255-mean)/std", normalizers.NORMALIZE_DIVIDE),
-            ("(x/255-mean)*(1/std)", normalizers.NORMALIZE_RECIPROCAL),
+            ("(x/255-mean)/std", normalizers.NORMALIZE_DIVIDE), ("(x/255-mean)*(1/std)", normalizers.NORMALIZE_RECIPROCAL),
             ("(x-255*mean)/(255*std)", normalizers.NORMALIZE_FUSED_255),
-            ("bfloat16", normalizers.NORMALIZE_BFLOAT16),
-            ("float16", normalizers.NORMALIZE_FLOAT16),
-        ))),
+            ("bfloat16", normalizers.NORMALIZE_BFLOAT16), ("float16", normalizers.NORMALIZE_FLOAT16),
+        )),
         lambda img, p, config, steps: True,
         reference="float64-then-float32 table",
     ),
@@ -160,7 +163,8 @@ CATALOGUE: tuple[RootCause, ...] = (
         "resample-float",
         "8-bit images resized by another resampler than Pillow's fixed-point bicubic (torch's float32 "
         "or uint8 bicubic, another rounding, bilinear, nearest, area, a = −0.75)",
-        _fixed(*(Variant(name, (lambda f: lambda s: s.replace(resample=f))(f)) for name, f in (
+        _fixed(*_swapping(
+            "resample",
             ("torch-bicubic-antialias", resamplers.torch_bicubic_antialias),
             ("torch-bicubic", resamplers.torch_bicubic_no_antialias),
             ("torch-bicubic-antialias-truncated", resamplers.torch_bicubic_antialias_truncated),
@@ -172,7 +176,7 @@ CATALOGUE: tuple[RootCause, ...] = (
             ("pillow-bilinear", resamplers.pillow_bilinear),
             ("pillow-nearest", resamplers.pillow_nearest),
             ("opencv-area", resamplers.opencv_area),
-        ))),
+        )),
         lambda img, p, config, steps: _resized(img, p) and _eight_bit_resize(img, config, steps),
         reference="pillow-bicubic",
     ),
@@ -221,8 +225,8 @@ CATALOGUE: tuple[RootCause, ...] = (
         "transparency-key",
         "a transparency key honoured where the checkpoint ignores it, or ignored where it honours it",
         _fixed(
-            Variant("key-ignored", lambda s: s.replace(convert=modes.convert_ignoring_key)),
-            Variant("key-honoured", lambda s: s.replace(convert=modes.convert_honouring_key)),
+            *_swapping("convert", ("key-ignored", modes.convert_ignoring_key),
+                       ("key-honoured", modes.convert_honouring_key)),
             # As engines that convert at decode time do: RGB with a key becomes RGBA first.
             Variant("key-honoured-before-resize",
                     lambda s: s.replace(convert=modes.convert_honouring_key, convert_first=s.convert_first | {"RGB"})),
@@ -241,13 +245,14 @@ CATALOGUE: tuple[RootCause, ...] = (
     RootCause(
         "composite-rounding",
         "the composite rounded or truncated differently",
-        _fixed(
-            Variant("round-half-even", lambda s: s.replace(composite=modes.blend_rounded)),
-            Variant("round-half-up", lambda s: s.replace(composite=modes.blend_half_up)),
-            Variant("integer-rounded", lambda s: s.replace(composite=modes.blend_integer_rounded)),
-            Variant("integer-truncated", lambda s: s.replace(composite=modes.blend_integer_truncated)),
-            Variant("float64", lambda s: s.replace(composite=modes.blend_float64)),
-        ),
+        _fixed(*_swapping(
+            "composite",
+            ("round-half-even", modes.blend_rounded),
+            ("round-half-up", modes.blend_half_up),
+            ("integer-rounded", modes.blend_integer_rounded),
+            ("integer-truncated", modes.blend_integer_truncated),
+            ("float64", modes.blend_float64),
+        )),
         lambda img, p, config, steps: _composited(img, config),
     ),
     RootCause(
@@ -261,23 +266,25 @@ CATALOGUE: tuple[RootCause, ...] = (
     RootCause(
         "pad",
         "padding with another value or on other sides",
-        _fixed(
-            Variant("pad-top-left", lambda s: s.replace(pad=layout.pad_top_left)),
-            Variant("pad-background", lambda s: s.replace(pad=layout.pad_background)),
-            Variant("pad-white", lambda s: s.replace(pad=layout.pad_white)),
-            Variant("pad-after-normalize", lambda s: s.replace(pad=layout.pad_after_normalize)),
-        ),
+        _fixed(*_swapping(
+            "pad",
+            ("pad-top-left", layout.pad_top_left),
+            ("pad-background", layout.pad_background),
+            ("pad-white", layout.pad_white),
+            ("pad-after-normalize", layout.pad_after_normalize),
+        )),
         lambda img, p, config, steps: bool(p.pad_w or p.pad_h),
     ),
     RootCause(
         "patch-order",
         "patches or channels in another order",
-        _fixed(
-            Variant("channels-last", lambda s: s.replace(patchify=layout.patches_channels_last)),
-            Variant("patches-column-major", lambda s: s.replace(patchify=layout.patches_column_major)),
-            Variant("patch-transposed", lambda s: s.replace(patchify=layout.patches_transposed)),
-            Variant("channels-bgr", lambda s: s.replace(patchify=layout.patches_bgr)),
-        ),
+        _fixed(*_swapping(
+            "patchify",
+            ("channels-last", layout.patches_channels_last),
+            ("patches-column-major", layout.patches_column_major),
+            ("patch-transposed", layout.patches_transposed),
+            ("channels-bgr", layout.patches_bgr),
+        )),
         lambda img, p, config, steps: True,
     ),
 )
