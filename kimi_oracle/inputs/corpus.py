@@ -100,53 +100,62 @@ def _encode(img: Image.Image, fmt: str, **params: object) -> bytes:
     return buf.getvalue()
 
 
-# The generated decoder seeds, in order: name, the image's CaseParams (w, h, mode, alpha,
-# content, seed), format, save options; _KEY saves the image's own transparency key.
-_KEY = object()
-_SEEDS: tuple[tuple[str, tuple, str, dict], ...] = (
+# The generated decoder seeds, in order: file name (its extension names the format, as Pillow
+# registers it) and the image's CaseParams (w, h, mode, alpha, content, seed).
+_SEEDS: tuple[tuple[str, int, int, str, str, str, int], ...] = (
     # PNG: palettes with tRNS (one key entry, and a full alpha table), LA, 16-bit grey, RGB key.
-    ("png_p_trns_key_29x17.png", (29, 17, "P", "key", "edges", 1), "PNG", {"transparency": _KEY}),
-    ("png_p_trns_table_30x31.png", (30, 31, "P", "checker", "gradient", 2), "PNG", {"transparency": _KEY}),
-    ("png_p_opaque_57x3.png", (57, 3, "P", "opaque", "edges", 3), "PNG", {}),
-    ("png_la_gradient_15x28.png", (15, 28, "LA", "gradient", "gradient", 4), "PNG", {}),
-    ("png_la_single_pixel_1x1.png", (1, 1, "LA", "single_pixel", "flat", 5), "PNG", {}),
-    ("png_i16_grey_33x13.png", (33, 13, "I;16", "opaque", "gradient", 6), "PNG", {}),
-    ("png_l_trns_13x7.png", (13, 7, "L", "key", "noise", 7), "PNG", {"transparency": _KEY}),
-    ("png_rgb_trns_9x27.png", (9, 27, "RGB", "key", "edges", 8), "PNG", {"transparency": _KEY}),
-    ("png_rgba_checker_28x29.png", (28, 29, "RGBA", "checker", "noise", 9), "PNG", {}),
-    ("png_rgba_transparent_2x3.png", (2, 3, "RGBA", "transparent", "noise", 10), "PNG", {}),
-    ("png_1bit_41x5.png", (41, 5, "1", "opaque", "edges", 11), "PNG", {}),
-    ("png_rgb_wide_300x2.png", (300, 2, "RGB", "opaque", "gradient", 12), "PNG", {}),
+    ("png_p_trns_key_29x17.png", 29, 17, "P", "key", "edges", 1),
+    ("png_p_trns_table_30x31.png", 30, 31, "P", "checker", "gradient", 2),
+    ("png_p_opaque_57x3.png", 57, 3, "P", "opaque", "edges", 3),
+    ("png_la_gradient_15x28.png", 15, 28, "LA", "gradient", "gradient", 4),
+    ("png_la_single_pixel_1x1.png", 1, 1, "LA", "single_pixel", "flat", 5),
+    ("png_i16_grey_33x13.png", 33, 13, "I;16", "opaque", "gradient", 6),
+    ("png_l_trns_13x7.png", 13, 7, "L", "key", "noise", 7),
+    ("png_rgb_trns_9x27.png", 9, 27, "RGB", "key", "edges", 8),
+    ("png_rgba_checker_28x29.png", 28, 29, "RGBA", "checker", "noise", 9),
+    ("png_rgba_transparent_2x3.png", 2, 3, "RGBA", "transparent", "noise", 10),
+    ("png_1bit_41x5.png", 41, 5, "1", "opaque", "edges", 11),
+    ("png_rgb_wide_300x2.png", 300, 2, "RGB", "opaque", "gradient", 12),
     # CMYK as JPEG (Adobe APP14, inverted) and as TIFF.
-    ("jpeg_cmyk_23x19.jpg", (23, 19, "CMYK", "opaque", "gradient", 13), "JPEG", {"quality": 90}),
-    ("tiff_cmyk_23x19.tif", (23, 19, "CMYK", "opaque", "gradient", 13), "TIFF", {}),
-    ("jpeg_rgb_57x29.jpg", (57, 29, "RGB", "opaque", "edges", 14), "JPEG", {"quality": 75}),
-    ("jpeg_grey_31x14.jpg", (31, 14, "L", "opaque", "noise", 15), "JPEG", {"quality": 80}),
-    ("jpeg_progressive_17x33.jpg", (17, 33, "RGB", "opaque", "gradient", 16), "JPEG",
-     {"quality": 85, "progressive": True}),
-    ("tiff_i16_11x29.tif", (11, 29, "I;16", "opaque", "gradient", 17), "TIFF", {}),
-    ("tiff_f_7x9.tif", (7, 9, "F", "opaque", "noise", 18), "TIFF", {}),
-    ("tiff_la_10x10.tif", (10, 10, "LA", "random", "noise", 19), "TIFF", {}),
+    ("jpeg_cmyk_23x19.jpg", 23, 19, "CMYK", "opaque", "gradient", 13),
+    ("tiff_cmyk_23x19.tif", 23, 19, "CMYK", "opaque", "gradient", 13),
+    ("jpeg_rgb_57x29.jpg", 57, 29, "RGB", "opaque", "edges", 14),
+    ("jpeg_grey_31x14.jpg", 31, 14, "L", "opaque", "noise", 15),
+    ("jpeg_progressive_17x33.jpg", 17, 33, "RGB", "opaque", "gradient", 16),
+    ("tiff_i16_11x29.tif", 11, 29, "I;16", "opaque", "gradient", 17),
+    ("tiff_f_7x9.tif", 7, 9, "F", "opaque", "noise", 18),
+    ("tiff_la_10x10.tif", 10, 10, "LA", "random", "noise", 19),
     # GIF with a transparent index, and a plain one.
-    ("gif_trns_27x15.gif", (27, 15, "P", "key", "edges", 20), "GIF", {"transparency": _KEY}),
-    ("gif_opaque_3x101.gif", (3, 101, "P", "opaque", "noise", 21), "GIF", {}),
+    ("gif_trns_27x15.gif", 27, 15, "P", "key", "edges", 20),
+    ("gif_opaque_3x101.gif", 3, 101, "P", "opaque", "noise", 21),
     # WebP only where this Pillow has it.
-    ("webp_rgba_lossless_29x14.webp", (29, 14, "RGBA", "gradient", "edges", 22), "WEBP", {"lossless": True}),
-    ("webp_rgb_lossy_14x29.webp", (14, 29, "RGB", "opaque", "gradient", 23), "WEBP", {"quality": 70}),
-    ("bmp_rgb_5x3.bmp", (5, 3, "RGB", "opaque", "noise", 24), "BMP", {}),
+    ("webp_rgba_lossless_29x14.webp", 29, 14, "RGBA", "gradient", "edges", 22),
+    ("webp_rgb_lossy_14x29.webp", 14, 29, "RGB", "opaque", "gradient", 23),
+    ("bmp_rgb_5x3.bmp", 5, 3, "RGB", "opaque", "noise", 24),
 )
+# Save options other than the image's own transparency key (always saved where it has one).
+_SAVE_OPTIONS: dict[str, dict[str, object]] = {
+    "jpeg_cmyk_23x19.jpg": {"quality": 90},
+    "jpeg_rgb_57x29.jpg": {"quality": 75},
+    "jpeg_grey_31x14.jpg": {"quality": 80},
+    "jpeg_progressive_17x33.jpg": {"quality": 85, "progressive": True},
+    "webp_rgba_lossless_29x14.webp": {"lossless": True},
+    "webp_rgb_lossy_14x29.webp": {"quality": 70},
+}
 
 
 def seed_files() -> dict[str, bytes]:
     """name -> bytes of the generated decoder seeds (small, deterministic)."""
     out: dict[str, bytes] = {}
+    extensions = Image.registered_extensions()
     webp = features.check("webp")
-    for name, params, fmt, options in _SEEDS:
+    for name, *params in _SEEDS:
+        fmt = extensions[os.path.splitext(name)[1]]
         if fmt == "WEBP" and not webp:
             continue
         img = make_image(CaseParams(*params))
-        saved = {k: img.info["transparency"] if v is _KEY else v for k, v in options.items()}
-        out[name] = _encode(img, fmt, **saved)
+        key = {"transparency": img.info["transparency"]} if "transparency" in img.info else {}
+        out[name] = _encode(img, fmt, **key, **_SAVE_OPTIONS.get(name, {}))
     return out
 
 
