@@ -9,7 +9,7 @@ public output (JSON, JUnit, Markdown, the gate's `--known` file); docs/diagnosis
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from PIL import Image
 
@@ -88,9 +88,58 @@ def _fixed(*variants: Variant) -> Callable[[PreprocessConfig], Sequence[Variant]
     return lambda config: variants
 
 
-def _swapping(step: str, *named: tuple[str, Callable]) -> tuple[Variant, ...]:
-    """One variant per (name, function): each puts its function in the `step` field of `Steps`."""
-    return tuple(Variant(name, (lambda f: lambda s: s.replace(**{step: f}))(f)) for name, f in named)
+def _swapping(step: str, named: Mapping[str, Callable]) -> tuple[Variant, ...]:
+    """One variant per name -> function: each puts its function in the `step` field of `Steps`."""
+    return tuple(Variant(name, (lambda f: lambda s: s.replace(**{step: f}))(f)) for name, f in named.items())
+
+
+# The variants that each put another function in one step, by name (the names are public ids).
+_NORMALIZERS: dict[str, Callable] = {
+    "x*scale+bias": normalizers.NORMALIZE_SCALE_BIAS,
+    "addcmul(bias,x,scale)": normalizers.NORMALIZE_FUSED,
+    "addcmul(bias,x,scale), float64 constants": normalizers.NORMALIZE_FUSED_FLOAT64_CONSTANTS,
+    "(x/255-mean)/std": normalizers.NORMALIZE_DIVIDE,
+    "(x/255-mean)*(1/std)": normalizers.NORMALIZE_RECIPROCAL,
+    "(x-255*mean)/(255*std)": normalizers.NORMALIZE_FUSED_255,
+    "bfloat16": normalizers.NORMALIZE_BFLOAT16,
+    "float16": normalizers.NORMALIZE_FLOAT16,
+}
+
+_RESAMPLERS: dict[str, Callable] = {
+    "torch-bicubic-antialias": resamplers.torch_bicubic_antialias,
+    "torch-bicubic": resamplers.torch_bicubic_no_antialias,
+    "torch-bicubic-antialias-truncated": resamplers.torch_bicubic_antialias_truncated,
+    "torch-bicubic-truncated": resamplers.torch_bicubic_truncated,
+    "torch-bicubic-antialias-half-up": resamplers.torch_bicubic_antialias_half_up,
+    "uint8-aa": resamplers.torch_uint8_bicubic_antialias,
+    "uint8-aa-bilinear": resamplers.torch_uint8_bilinear_antialias,
+    "bicubic-a-0.75-antialias": resamplers.bicubic_a075_antialias,
+    "pillow-bilinear": resamplers.pillow_bilinear,
+    "pillow-nearest": resamplers.pillow_nearest,
+    "opencv-area": resamplers.opencv_area,
+}
+
+_BLENDS: dict[str, Callable] = {
+    "round-half-even": modes.blend_rounded,
+    "round-half-up": modes.blend_half_up,
+    "integer-rounded": modes.blend_integer_rounded,
+    "integer-truncated": modes.blend_integer_truncated,
+    "float64": modes.blend_float64,
+}
+
+_PADS: dict[str, Callable] = {
+    "pad-top-left": layout.pad_top_left,
+    "pad-background": layout.pad_background,
+    "pad-white": layout.pad_white,
+    "pad-after-normalize": layout.pad_after_normalize,
+}
+
+_PATCH_ORDERS: dict[str, Callable] = {
+    "channels-last": layout.patches_channels_last,
+    "patches-column-major": layout.patches_column_major,
+    "patch-transposed": layout.patches_transposed,
+    "channels-bgr": layout.patches_bgr,
+}
 
 
 # Modes the checkpoint resizes in their own domain and engines convert first. "P" and "1"
@@ -148,14 +197,7 @@ CATALOGUE: tuple[RootCause, ...] = (
         "normalization done in float32 arithmetic in another order or fused (x·scale+bias, addcmul, "
         "(x/255−mean)/std, (x−255·mean)/(255·std)) or cast to a half type, instead of the checkpoint's "
         "table; differs by less than one level",
-        _fixed(*_swapping(
-            "normalize",
-            ("x*scale+bias", normalizers.NORMALIZE_SCALE_BIAS), ("addcmul(bias,x,scale)", normalizers.NORMALIZE_FUSED),
-            ("addcmul(bias,x,scale), float64 constants", normalizers.NORMALIZE_FUSED_FLOAT64_CONSTANTS),
-            ("(x/255-mean)/std", normalizers.NORMALIZE_DIVIDE), ("(x/255-mean)*(1/std)", normalizers.NORMALIZE_RECIPROCAL),
-            ("(x-255*mean)/(255*std)", normalizers.NORMALIZE_FUSED_255),
-            ("bfloat16", normalizers.NORMALIZE_BFLOAT16), ("float16", normalizers.NORMALIZE_FLOAT16),
-        )),
+        _fixed(*_swapping("normalize", _NORMALIZERS)),
         lambda img, p, config, steps: True,
         reference="float64-then-float32 table",
     ),
@@ -163,20 +205,7 @@ CATALOGUE: tuple[RootCause, ...] = (
         "resample-float",
         "8-bit images resized by another resampler than Pillow's fixed-point bicubic (torch's float32 "
         "or uint8 bicubic, another rounding, bilinear, nearest, area, a = −0.75)",
-        _fixed(*_swapping(
-            "resample",
-            ("torch-bicubic-antialias", resamplers.torch_bicubic_antialias),
-            ("torch-bicubic", resamplers.torch_bicubic_no_antialias),
-            ("torch-bicubic-antialias-truncated", resamplers.torch_bicubic_antialias_truncated),
-            ("torch-bicubic-truncated", resamplers.torch_bicubic_truncated),
-            ("torch-bicubic-antialias-half-up", resamplers.torch_bicubic_antialias_half_up),
-            ("uint8-aa", resamplers.torch_uint8_bicubic_antialias),
-            ("uint8-aa-bilinear", resamplers.torch_uint8_bilinear_antialias),
-            ("bicubic-a-0.75-antialias", resamplers.bicubic_a075_antialias),
-            ("pillow-bilinear", resamplers.pillow_bilinear),
-            ("pillow-nearest", resamplers.pillow_nearest),
-            ("opencv-area", resamplers.opencv_area),
-        )),
+        _fixed(*_swapping("resample", _RESAMPLERS)),
         lambda img, p, config, steps: _resized(img, p) and _eight_bit_resize(img, config, steps),
         reference="pillow-bicubic",
     ),
@@ -225,8 +254,8 @@ CATALOGUE: tuple[RootCause, ...] = (
         "transparency-key",
         "a transparency key honoured where the checkpoint ignores it, or ignored where it honours it",
         _fixed(
-            *_swapping("convert", ("key-ignored", modes.convert_ignoring_key),
-                       ("key-honoured", modes.convert_honouring_key)),
+            *_swapping("convert", {"key-ignored": modes.convert_ignoring_key,
+                                   "key-honoured": modes.convert_honouring_key}),
             # As engines that convert at decode time do: RGB with a key becomes RGBA first.
             Variant("key-honoured-before-resize",
                     lambda s: s.replace(convert=modes.convert_honouring_key, convert_first=s.convert_first | {"RGB"})),
@@ -245,14 +274,7 @@ CATALOGUE: tuple[RootCause, ...] = (
     RootCause(
         "composite-rounding",
         "the composite rounded or truncated differently",
-        _fixed(*_swapping(
-            "composite",
-            ("round-half-even", modes.blend_rounded),
-            ("round-half-up", modes.blend_half_up),
-            ("integer-rounded", modes.blend_integer_rounded),
-            ("integer-truncated", modes.blend_integer_truncated),
-            ("float64", modes.blend_float64),
-        )),
+        _fixed(*_swapping("composite", _BLENDS)),
         lambda img, p, config, steps: _composited(img, config),
     ),
     RootCause(
@@ -266,25 +288,13 @@ CATALOGUE: tuple[RootCause, ...] = (
     RootCause(
         "pad",
         "padding with another value or on other sides",
-        _fixed(*_swapping(
-            "pad",
-            ("pad-top-left", layout.pad_top_left),
-            ("pad-background", layout.pad_background),
-            ("pad-white", layout.pad_white),
-            ("pad-after-normalize", layout.pad_after_normalize),
-        )),
+        _fixed(*_swapping("pad", _PADS)),
         lambda img, p, config, steps: bool(p.pad_w or p.pad_h),
     ),
     RootCause(
         "patch-order",
         "patches or channels in another order",
-        _fixed(*_swapping(
-            "patchify",
-            ("channels-last", layout.patches_channels_last),
-            ("patches-column-major", layout.patches_column_major),
-            ("patch-transposed", layout.patches_transposed),
-            ("channels-bgr", layout.patches_bgr),
-        )),
+        _fixed(*_swapping("patchify", _PATCH_ORDERS)),
         lambda img, p, config, steps: True,
     ),
 )
