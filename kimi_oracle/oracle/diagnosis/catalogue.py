@@ -142,6 +142,14 @@ _PATCH_ORDERS: dict[str, Callable] = {
 }
 
 
+def _before_pipeline(cause_id: str, meaning: str, named: Mapping[str, Callable[[Image.Image], Image.Image]],
+                     touches: Touches) -> RootCause:
+    """A family whose variants change the image before the pipeline (at decode: orientation,
+    frame, decoder, alpha): one variant per name -> function, enabling by nature."""
+    return RootCause(cause_id, meaning, _fixed(*(Variant(name, _prepared(f)) for name, f in named.items())), touches,
+                     enabling=True)
+
+
 # Modes the checkpoint resizes in their own domain and engines convert first. "P" and "1"
 # belong to palette-bicubic, "RGBA" needs no conversion.
 CONVERTED_FIRST = frozenset(Image.MODES) - {"P", "1", "RGBA", "RGBa", "La"}
@@ -165,32 +173,25 @@ def _fill_stage_variants(config: PreprocessConfig) -> tuple[Variant, ...]:
 
 
 CATALOGUE: tuple[RootCause, ...] = (
-    RootCause(
+    _before_pipeline(
         "exif-orientation",
         "the EXIF orientation applied (ImageOps.exif_transpose) where the checkpoint ignores it; a "
         "transposing orientation of a non-square image is a grid_mismatch instead",
-        _fixed(Variant("exif_transpose", _prepared(request.exif_transposed))),
+        {"exif_transpose": request.exif_transposed},
         lambda img, p, config, steps: request.exif_orientation(img) != 1,
-        enabling=True,
     ),
-    RootCause(
+    _before_pipeline(
         "animation-frame",
         "another frame of an animation than the one Pillow opens on (frame 0), which the checkpoint uses",
-        _fixed(
-            Variant("last-frame", _prepared(request.frame_taker(-1))),
-            Variant("frame-1", _prepared(request.frame_taker(1))),
-            Variant("frame-2", _prepared(request.frame_taker(2))),
-        ),
+        {"last-frame": request.frame_taker(-1), "frame-1": request.frame_taker(1), "frame-2": request.frame_taker(2)},
         lambda img, p, config, steps: getattr(img, "n_frames", 1) > 1,
-        enabling=True,
     ),
-    RootCause(
+    _before_pipeline(
         "decoder",
         "pixels that differ only by decoding the file: another JPEG colour conversion, IDCT or chroma "
         "upsampling (by elimination when no decoder variant matches a lossy file)",
-        _fixed(Variant("jpeg-pillow-ycbcr-to-rgb", _prepared(request.jpeg_pillow_ycbcr))),
+        {"jpeg-pillow-ycbcr-to-rgb": request.jpeg_pillow_ycbcr},
         lambda img, p, config, steps: request.is_jpeg(img),
-        enabling=True,
     ),
     RootCause(
         "normalize-float",
@@ -238,17 +239,13 @@ CATALOGUE: tuple[RootCause, ...] = (
         lambda img, p, config, steps: _resized(img, p) and (img.mode != "RGB" or "transparency" in img.info),
         enabling=True,
     ),
-    RootCause(
+    _before_pipeline(
         "flatten-white",
         "transparency pasted onto white (as vLLM's rgba_to_rgb) or black before the resize, instead of "
         "the config's background at its fill stage, or no composite at all without a background",
-        _fixed(
-            Variant("paste-on-white", _prepared(modes.flattened_on_white)),
-            Variant("alpha-composite-on-white", _prepared(modes.alpha_composited_on_white)),
-            Variant("paste-on-black", _prepared(modes.flattened_on_black)),
-        ),
+        {"paste-on-white": modes.flattened_on_white, "alpha-composite-on-white": modes.alpha_composited_on_white,
+         "paste-on-black": modes.flattened_on_black},
         lambda img, p, config, steps: has_alpha(img),
-        enabling=True,
     ),
     RootCause(
         "transparency-key",
@@ -263,13 +260,12 @@ CATALOGUE: tuple[RootCause, ...] = (
         lambda img, p, config, steps: "transparency" in img.info,
         enabling=True,
     ),
-    RootCause(
+    _before_pipeline(
         "alpha-dropped",
         "the alpha discarded at decode (convert(\"RGB\") before anything else): no composite, and the "
         "hidden colours of transparent pixels resized as they are",
-        _fixed(Variant("convert-rgb", _prepared(modes.alpha_dropped))),
+        {"convert-rgb": modes.alpha_dropped},
         lambda img, p, config, steps: has_alpha(img),
-        enabling=True,
     ),
     RootCause(
         "composite-rounding",
