@@ -45,6 +45,7 @@ from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT_S, START_TIMEOUT_S
 from kimi_oracle.core.errors import BackendError, CandidateError
 from kimi_oracle.core.activity import Activity
 from kimi_oracle.core.images import alpha_class, pack_raw, resize_class
+from kimi_oracle.core.lifecycle import Started
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.fuzzers.confine import output_tail
 # The executor side and the failures live in their own modules; their names stay importable here.
@@ -95,7 +96,7 @@ def _context() -> Any:
 # the parent side
 
 
-class IsolatedCandidate(Candidate):
+class IsolatedCandidate(Started, Candidate):
     """A candidate whose every call runs in an executor subprocess (restarted after a crash)."""
 
     def __init__(self, spec: str, *, timeout_s: float = DEFAULT_CASE_TIMEOUT_S, memory_limit_mb: int | None = None,
@@ -184,13 +185,6 @@ class IsolatedCandidate(Candidate):
             self._proc.join(1.0)
         self._kill()
         self._cleanup()
-
-    def __enter__(self) -> "IsolatedCandidate":
-        self.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __del__(self) -> None:  # pragma: no cover - best effort
         try:
