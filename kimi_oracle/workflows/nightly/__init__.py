@@ -58,6 +58,8 @@ from kimi_oracle.workflows.nightly.processes import (  # noqa: F401
     _reap_group,
 )
 from kimi_oracle.workflows.nightly.spec import (  # noqa: F401
+    REQUIRED_KEYS,
+    WorkerSpec,
     _Status,
     _base_config,
 )

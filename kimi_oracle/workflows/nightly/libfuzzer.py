@@ -12,13 +12,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from kimi_oracle.core.files import atomic_write_text
 from kimi_oracle.oracle.checks import CRASH, TIMEOUT
-from kimi_oracle.workflows.nightly.common import DEFAULT_LOG_LIMIT_MB, _read_json, derive_seed
+from kimi_oracle.workflows.nightly.common import _read_json, derive_seed
 from kimi_oracle.workflows.nightly.processes import CappedLog, pump
-from kimi_oracle.workflows.nightly.spec import _Status, _base_config
+from kimi_oracle.workflows.nightly.spec import WorkerSpec, _Status, _base_config
 
 
 _COV = re.compile(r"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/")
@@ -49,15 +49,15 @@ def _feed_stats(stats: dict[str, int], line: str) -> None:
         stats["inited"] = int(m.group(1))  # runs spent replaying the starting corpus
 
 
-def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
+def _atheris_worker(spec: WorkerSpec, status: _Status) -> None:
     from kimi_oracle.fuzzers.harnesses import HarnessSettings
     from kimi_oracle.inputs import corpus as corpus_mod
 
-    work = Path(spec["work"])
-    harnesses = list(spec["harnesses"])
-    shard = tuple(spec["shard"])
-    deadline = time.monotonic() + float(spec["budget_s"])
-    log_limit = int(float(spec.get("log_limit_mb") or DEFAULT_LOG_LIMIT_MB) * 2**20)
+    work = Path(spec.work)
+    harnesses = list(spec.harnesses)
+    shard = spec.shard
+    deadline = time.monotonic() + spec.budget_s
+    log_limit = int(spec.log_limit_mb * 2**20)
     data = status.data
     data.update(restarts=0, harness_crashes=0, duplicates=0, rejected=0, coverage={}, execs=0)
     per = data.setdefault("per_harness", {})
@@ -67,8 +67,8 @@ def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
     atomic_write_text(dict_path, corpus_mod.dictionary_text())
     seen_findings: set[str] = set()
     t0 = time.monotonic()
-    total = float(spec["budget_s"])
-    max_examples = spec.get("max_examples")
+    total = spec.budget_s
+    max_examples = spec.max_examples
     reached: dict[str, bool] = {}
     overhead = 4.0  # interpreter start, imports and instrumentation before libFuzzer's clock starts
     for position, name in enumerate(harnesses):
@@ -79,19 +79,19 @@ def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
         artifacts = hdir / "artifacts"
         for d in (new_dir, start_dir, artifacts):
             d.mkdir(parents=True, exist_ok=True)
-        persistent = Path(spec["corpus"]) / name
+        persistent = Path(spec.corpus) / name
         for path in corpus_mod.shard_entries(corpus_mod.entries(persistent), shard):
             try:
                 os.link(path, start_dir / path.name)
             except OSError:
                 shutil.copyfile(path, start_dir / path.name)
         settings = HarnessSettings(
-            candidate=spec["candidate"], profile=spec["profile"], config_path=spec.get("config_path"),
-            tolerance=spec["tolerance"], isolate=True, case_timeout_s=float(spec["case_timeout_s"]),
-            shard=shard, findings_dir=spec["out"], status_path=str(hdir / "harness-status.json"),
-            max_findings=int(spec["max_findings"]), vary_config=bool(spec["vary_config"]),
-            minimize_s=HarnessSettings.minimize_s if spec.get("shrink", True) else 0.0,
-            memory_limit_mb=spec.get("memory_limit_mb"),
+            candidate=spec.candidate, profile=spec.profile, config_path=spec.config_path,
+            tolerance=spec.tolerance, isolate=True, case_timeout_s=spec.case_timeout_s,
+            shard=shard, findings_dir=spec.out, status_path=str(hdir / "harness-status.json"),
+            max_findings=spec.max_findings, vary_config=spec.vary_config,
+            minimize_s=HarnessSettings.minimize_s if spec.shrink else 0.0,
+            memory_limit_mb=spec.memory_limit_mb,
         )
         env = dict(os.environ)
         env.update(settings.to_env())
@@ -120,9 +120,9 @@ def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
                 known_artifacts = {p.name for p in artifacts.iterdir()}
                 cmd = [sys.executable, "-m", "kimi_oracle.fuzzers.atheris_entry", name, str(new_dir), str(start_dir),
                        f"-max_total_time={max(1, int(remaining))}",
-                       f"-seed={derive_seed(spec['seed'], shard, spec['worker'], run_no) % 2**31 or 1}",
+                       f"-seed={derive_seed(spec.seed, shard, spec.worker, run_no) % 2**31 or 1}",
                        f"-artifact_prefix={artifacts}/",
-                       f"-timeout={int(4 * float(spec['case_timeout_s']) + 60)}",
+                       f"-timeout={int(4 * spec.case_timeout_s + 60)}",
                        "-rss_limit_mb=8192", "-print_final_stats=1", "-close_fd_mask=0"]
                 if runs is not None:
                     cmd.append(f"-runs={runs}")
@@ -140,7 +140,7 @@ def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
                 reader = pump(proc.stdout, log)
                 per[name].update(status="started", note="")
                 try:
-                    code = proc.wait(timeout=remaining + 2 * float(spec["case_timeout_s"]) + 30)
+                    code = proc.wait(timeout=remaining + 2 * spec.case_timeout_s + 30)
                 except subprocess.TimeoutExpired:
                     proc.send_signal(signal.SIGINT)
                     try:
@@ -192,12 +192,13 @@ def _atheris_worker(spec: dict[str, Any], status: _Status) -> None:
     data["stopped"] = "examples" if max_examples is not None and all(reached.values()) else "budget"
 
 
-def _collect_harness(spec: dict[str, Any], name: str, hdir: Path, data: dict[str, Any], execs: int,
+def _collect_harness(spec: WorkerSpec | Mapping[str, Any], name: str, hdir: Path, data: dict[str, Any], execs: int,
                      cov: dict[str, int], seen: set[str]) -> None:
     """The harness' counters into the worker's status. `examples` are the inputs the harness
     judged: its own count once it has skipped inputs past the deadline (it writes that count at
     its first skip, and judges nothing after), else libFuzzer's executions (the harness writes
     its count at most once a second, and libFuzzer exits without a last write)."""
+    out = WorkerSpec.coerce(spec).out
     hs = _read_json(hdir / "harness-status.json")
     counters = hs.get("counters", {})
     per = data.setdefault("per_harness", {})
@@ -217,10 +218,10 @@ def _collect_harness(spec: dict[str, Any], name: str, hdir: Path, data: dict[str
     for fid in hs.get("finding_ids", []):
         if fid not in seen:
             seen.add(fid)
-            data["findings"].append({"id": fid, "path": str(Path(spec["out"]) / "findings" / fid)})
+            data["findings"].append({"id": fid, "path": str(Path(out) / "findings" / fid)})
 
 
-def _harness_artifact_finding(spec: dict[str, Any], name: str, art: Path, settings: Any, data: dict[str, Any],
+def _harness_artifact_finding(spec: WorkerSpec, name: str, art: Path, settings: Any, data: dict[str, Any],
                               seen: set[str]) -> None:
     """A libFuzzer artifact means the harness process itself died or hung (not the candidate,
     which runs in the executor): replay it in a subprocess to see how, and file a finding."""
@@ -230,7 +231,7 @@ def _harness_artifact_finding(spec: dict[str, Any], name: str, art: Path, settin
     raw = art.read_bytes()
     env = dict(os.environ)
     env.update(dataclasses.replace(settings, findings_dir=None, status_path=None).to_env())
-    limit = 4 * float(spec["case_timeout_s"]) + 60
+    limit = 4 * spec.case_timeout_s + 60
     try:
         proc = subprocess.run([sys.executable, "-m", "kimi_oracle.fuzzers.atheris_entry", name, "--replay", str(art)],
                               capture_output=True, timeout=limit, env=env)
@@ -242,7 +243,7 @@ def _harness_artifact_finding(spec: dict[str, Any], name: str, art: Path, settin
     kind = TIMEOUT if prefix == "timeout" else CRASH  # libFuzzer's artifact prefix -> our check
     message = f"the {name} harness process itself {'hung' if kind == TIMEOUT else 'died'} on this input " \
               f"(libFuzzer {prefix}; {how})"
-    path = write_harness_finding(Path(spec["out"]), name, raw, kind, message, tail, spec, settings)
+    path = write_harness_finding(Path(spec.out), name, raw, kind, message, tail, spec, settings)
     data["harness_crashes"] = data.get("harness_crashes", 0) + 1
     if path.name not in seen:
         seen.add(path.name)
@@ -250,11 +251,13 @@ def _harness_artifact_finding(spec: dict[str, Any], name: str, art: Path, settin
 
 
 def write_harness_finding(out: Path, name: str, raw: bytes, kind: str, message: str, detail: str,
-                          spec: dict[str, Any], settings: Any) -> Path:
-    """A finding for an input that killed the harness process (no verdict, maybe no image)."""
+                          spec: WorkerSpec | Mapping[str, Any], settings: Any) -> Path:
+    """A finding for an input that killed the harness process (no verdict, maybe no image).
+    `spec` may be the worker's spec or a dict of its keys."""
     from kimi_oracle.fuzzers.harnesses import FUZZ_INPUT_FILE, fuzz_input_record
     from kimi_oracle.results.report import Finding, write_finding
 
+    spec = WorkerSpec.coerce(spec)
     config = _base_config(spec)
     images: list[Any] = []
     params: list[Any] = []
@@ -262,15 +265,15 @@ def write_harness_finding(out: Path, name: str, raw: bytes, kind: str, message: 
         from kimi_oracle.fuzzers.harnesses import structured_case
 
         try:
-            case, _ = structured_case(raw, config, shard=tuple(spec["shard"]))
+            case, _ = structured_case(raw, config, shard=spec.shard)
             config = case.config
             images = case.make_images()
             params = [p.to_dict() for p in case.images]
         except Exception:
             images, params = [], []
     # Without images the raw input's digest names the finding (report.Finding.id).
-    finding = Finding(check=kind, message=message, candidate=spec["candidate"], config=config, images=images,
-                      params=params, tolerance=spec["tolerance"], engine="atheris",
+    finding = Finding(check=kind, message=message, candidate=spec.candidate, config=config, images=images,
+                      params=params, tolerance=spec.tolerance, engine="atheris",
                       stats={"exception": message, "traceback": detail}, raw_inputs=[] if images else [raw],
                       extra={"fuzz_input": fuzz_input_record(name, raw), "harness_level": True})
     return write_finding(out, finding, extra_files={FUZZ_INPUT_FILE: raw})

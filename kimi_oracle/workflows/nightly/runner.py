@@ -20,13 +20,14 @@ from kimi_oracle.core.defaults import fresh_seed
 from kimi_oracle.core.errors import (
     EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, KimiOracleError,
 )
-from kimi_oracle.core.files import utc_now, write_json
+from kimi_oracle.core.files import utc_now
 from kimi_oracle.workflows import nightly_planner
 from kimi_oracle.workflows.nightly.common import (
     CampaignOptions, CampaignResult, DiskFullError, LOCK_NAME, OutInUseError, _count_db, _os_error,
     atheris_available, derive_seed,
 )
 from kimi_oracle.workflows.nightly.processes import CappedLog, _Worker, _close_log, _reap_group, _signal_group, pump
+from kimi_oracle.workflows.nightly.spec import WorkerSpec
 from kimi_oracle.workflows.nightly.summary import _summarize, write_summary
 
 
@@ -275,32 +276,17 @@ def _launch(opts: CampaignOptions, engine: str, budget: float, index: int, seed:
     if wdir.exists():
         shutil.rmtree(wdir, ignore_errors=True)
     wdir.mkdir(parents=True)
-    spec = {
-        "engine": engine,
-        "worker": index,
-        "budget_s": budget,
-        "candidate": opts.candidate,
-        "profile": opts.profile,
-        "config_path": str(opts.config_path) if opts.config_path else None,
-        "tolerance": opts.tolerance,
-        "case_timeout_s": opts.case_timeout_s,
-        "memory_limit_mb": opts.memory_limit_mb,
-        "vary_config": opts.vary_config,
-        "shard": list(opts.shard),
-        "seed": derive_seed(seed, opts.shard, index),
-        "out": str(opts.out),
-        "corpus": str(opts.corpus),
-        "db": str(opts.db),
-        "work": str(wdir),
-        "max_findings": opts.max_findings,
-        "harnesses": list(opts.harnesses),
-        "max_examples": opts.max_examples,
-        "shrink": opts.shrink,
-        "log_limit_mb": opts.log_limit_mb,
-        "runner_pid": os.getpid(),
-    }
+    spec = WorkerSpec(
+        engine=engine, worker=index, budget_s=budget, candidate=opts.candidate, profile=opts.profile,
+        config_path=str(opts.config_path) if opts.config_path else None, tolerance=opts.tolerance,
+        case_timeout_s=opts.case_timeout_s, memory_limit_mb=opts.memory_limit_mb, vary_config=opts.vary_config,
+        shard=tuple(opts.shard), seed=derive_seed(seed, opts.shard, index), out=str(opts.out),
+        corpus=str(opts.corpus), db=str(opts.db), work=str(wdir), max_findings=opts.max_findings,
+        harnesses=tuple(opts.harnesses), max_examples=opts.max_examples, shrink=opts.shrink,
+        log_limit_mb=opts.log_limit_mb, runner_pid=os.getpid(),
+    )
     w = _Worker(index, engine, budget, wdir / "spec.json", wdir / "status.json", wdir / "worker.log")
-    write_json(w.spec_path, spec)
+    spec.write(w.spec_path)
     env = dict(os.environ)
     # Through a pipe, so that the log keeps only its tail however much the candidate prints.
     w.log = CappedLog(w.log_path, int(opts.log_limit_mb * 2**20))

@@ -14,9 +14,9 @@ from typing import Any, Sequence
 
 from kimi_oracle.core import interrupts
 from kimi_oracle.core.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, KimiOracleError
-from kimi_oracle.workflows.nightly.common import _os_error, _read_json, derive_seed
+from kimi_oracle.workflows.nightly.common import _os_error, derive_seed
 from kimi_oracle.workflows.nightly.libfuzzer import _atheris_worker
-from kimi_oracle.workflows.nightly.spec import _Status, _base_config
+from kimi_oracle.workflows.nightly.spec import WorkerSpec, _Status, _base_config
 
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -32,21 +32,21 @@ def _finding_folders(out: Path) -> set[str]:
 
 def worker_main(spec_path: str) -> int:
     """Entry of a worker subprocess."""
-    spec = _read_json(Path(spec_path))
+    spec = WorkerSpec.read(Path(spec_path))
     # SIGINT (the runner stopping it) and SIGTERM: recorded and raised, checked again at every
     # example (fuzz() re-raises a swallowed one); and the worker ends when the runner does.
     interrupts.install()
     from kimi_oracle.fuzzers.sandbox import die_with_parent
 
     die_with_parent(signal.SIGTERM)
-    if spec.get("runner_pid") and os.getppid() != spec["runner_pid"]:
+    if spec.runner_pid and os.getppid() != spec.runner_pid:
         return EXIT_INTERRUPTED  # the runner ended before this worker started
-    out = Path(spec["out"])
+    out = Path(spec.out)
     before = _finding_folders(out)
-    status = _Status(Path(spec["work"]) / "status.json", spec["engine"])
+    status = _Status(Path(spec.work) / "status.json", spec.engine)
     try:
         status.write(force=True)
-        if spec["engine"] == "hypothesis":
+        if spec.engine == "hypothesis":
             _hypothesis_worker(spec, status)
         else:
             _atheris_worker(spec, status)
@@ -91,7 +91,7 @@ def _worker_error(status: "_Status", exc: BaseException | str) -> int:
     return EXIT_ERROR
 
 
-def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
+def _hypothesis_worker(spec: WorkerSpec, status: _Status) -> None:
     """One `fuzz()` run for the worker's budget (or --max-examples). fuzz() itself searches on
     after each failure (new seeds, the groups found so far masked), replays the persistent
     database first and keys its findings with `grouping.finding_key`: its findings are reported
@@ -100,18 +100,18 @@ def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
     from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 
     config = _base_config(spec)
-    deadline = time.monotonic() + float(spec["budget_s"])
-    out = Path(spec["out"])
-    max_examples = spec.get("max_examples")
-    candidate = IsolatedCandidate(spec["candidate"], timeout_s=float(spec["case_timeout_s"]),
-                                  memory_limit_mb=spec.get("memory_limit_mb"))
+    deadline = time.monotonic() + spec.budget_s
+    out = Path(spec.out)
+    max_examples = spec.max_examples
+    candidate = IsolatedCandidate(spec.candidate, timeout_s=spec.case_timeout_s,
+                                  memory_limit_mb=spec.memory_limit_mb)
     candidate.start()
     # hypothesis writes a database entry to a temporary file and renames it into place: keep
     # that file on the database's filesystem so the rename is atomic (set after the executor's
     # fork server exists: its socket lives in the default temporary directory).
     import tempfile
 
-    db_tmp = Path(spec["db"]).parent / f".{Path(spec['db']).name}.tmp"
+    db_tmp = Path(spec.db).parent / f".{Path(spec.db).name}.tmp"
     db_tmp.mkdir(parents=True, exist_ok=True)
     tempfile.tempdir = str(db_tmp)
     data = status.data
@@ -132,9 +132,9 @@ def _hypothesis_worker(spec: dict[str, Any], status: _Status) -> None:
     try:
         # A fuzz budget covers shrinking and publishing: fuzz() ends within what is left of ours.
         options = FuzzOptions(examples=max_examples, budget_s=max(deadline - time.monotonic(), 0.0),
-                              seed=derive_seed(spec["seed"], tuple(spec["shard"]), spec["worker"]),
-                              tolerance=spec["tolerance"], vary_config=bool(spec["vary_config"]),
-                              shrink=bool(spec.get("shrink", True)), db_dir=Path(spec["db"]), tile_share=TILE_SHARE)
+                              seed=derive_seed(spec.seed, spec.shard, spec.worker),
+                              tolerance=spec.tolerance, vary_config=spec.vary_config,
+                              shrink=spec.shrink, db_dir=Path(spec.db), tile_share=TILE_SHARE)
         run = fuzz(candidate, config, options, out_dir=out, on_example=live)
         for finding in run.findings:
             data["findings"].append({"id": finding.id, "path": str(finding.path), "kind": finding.check,
