@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -49,147 +50,213 @@ def _feed_stats(stats: dict[str, int], line: str) -> None:
         stats["inited"] = int(m.group(1))  # runs spent replaying the starting corpus
 
 
+@dataclass
+class _Atheris:
+    """One atheris worker's run: its spec, status and what its harnesses share."""
+
+    spec: WorkerSpec
+    status: _Status
+    deadline: float
+    dict_path: Path
+    log_limit: int
+    seen_findings: set[str] = field(default_factory=set)
+    # interpreter start, imports and instrumentation before libFuzzer's clock starts
+    overhead: float = 4.0
+
+
+@dataclass
+class _HarnessRun:
+    """One harness' libFuzzer runs: its folders and counters."""
+
+    name: str
+    hdir: Path
+    settings: Any
+    env: dict[str, str]
+    slice_end: float
+    cov: dict[str, int] = field(default_factory=dict)
+    execs_total: int = 0
+    generated: int = 0  # inputs libFuzzer made, beyond its replays of the starting corpus
+    reached: bool = False
+    run_no: int = 0
+    last_code: int | None = None
+
+    @property
+    def new_dir(self) -> Path:
+        return self.hdir / "new"
+
+    @property
+    def start_dir(self) -> Path:
+        return self.hdir / "start"
+
+    @property
+    def artifacts(self) -> Path:
+        return self.hdir / "artifacts"
+
+
 def _atheris_worker(spec: WorkerSpec, status: _Status) -> None:
-    from kimi_oracle.fuzzers.harnesses import HarnessSettings
+    """libFuzzer over each harness in turn, each for its share of the budget (or --max-examples)."""
     from kimi_oracle.inputs import corpus as corpus_mod
 
     work = Path(spec.work)
     harnesses = list(spec.harnesses)
-    shard = spec.shard
-    deadline = time.monotonic() + spec.budget_s
-    log_limit = int(spec.log_limit_mb * 2**20)
+    run = _Atheris(spec, status, deadline=time.monotonic() + spec.budget_s, dict_path=work / "png_jpeg.dict",
+                   log_limit=int(spec.log_limit_mb * 2**20))
     data = status.data
     data.update(restarts=0, harness_crashes=0, duplicates=0, rejected=0, coverage={}, execs=0)
     per = data.setdefault("per_harness", {})
     for name in harnesses:
         per[name] = {"status": "not run", "note": "not started", "examples": 0, "execs": 0}
-    dict_path = work / "png_jpeg.dict"
-    atomic_write_text(dict_path, corpus_mod.dictionary_text())
-    seen_findings: set[str] = set()
+    atomic_write_text(run.dict_path, corpus_mod.dictionary_text())
     t0 = time.monotonic()
-    total = spec.budget_s
-    max_examples = spec.max_examples
     reached: dict[str, bool] = {}
-    overhead = 4.0  # interpreter start, imports and instrumentation before libFuzzer's clock starts
     for position, name in enumerate(harnesses):
-        slice_end = t0 + total * (position + 1) / len(harnesses)
-        hdir = work / name
-        new_dir = hdir / "new"
-        start_dir = hdir / "start"
-        artifacts = hdir / "artifacts"
-        for d in (new_dir, start_dir, artifacts):
-            d.mkdir(parents=True, exist_ok=True)
-        persistent = Path(spec.corpus) / name
-        for path in corpus_mod.shard_entries(corpus_mod.entries(persistent), shard):
-            try:
-                os.link(path, start_dir / path.name)
-            except OSError:
-                shutil.copyfile(path, start_dir / path.name)
-        settings = HarnessSettings(
-            candidate=spec.candidate, profile=spec.profile, config_path=spec.config_path,
-            tolerance=spec.tolerance, isolate=True, case_timeout_s=spec.case_timeout_s,
-            shard=shard, findings_dir=spec.out, status_path=str(hdir / "harness-status.json"),
-            max_findings=spec.max_findings, vary_config=spec.vary_config,
-            minimize_s=HarnessSettings.minimize_s if spec.shrink else 0.0,
-            memory_limit_mb=spec.memory_limit_mb,
-        )
-        env = dict(os.environ)
-        env.update(settings.to_env())
-        cov: dict[str, int] = {}
-        execs_total = 0
-        generated = 0  # inputs libFuzzer made, beyond its replays of the starting corpus
+        h = _start_harness(run, name, work / name, slice_end=t0 + spec.budget_s * (position + 1) / len(harnesses))
         reached[name] = False
-        run_no = 0
-        last_code: int | None = None
         per[name]["note"] = "no time left in its share of the budget"
         try:
-            while True:
-                remaining = min(slice_end, deadline) - time.monotonic() - overhead
-                if remaining < 1.0:
-                    break
-                runs = None
-                if max_examples is not None:
-                    if generated >= int(max_examples):
-                        reached[name] = True
-                        break
-                    # -runs counts the replay of the starting corpus too: N inputs beyond it.
-                    corpus_files = sum(1 for d in (new_dir, start_dir) for p in d.iterdir() if p.is_file())
-                    runs = corpus_files + int(max_examples) - generated
-                log_path = hdir / f"libfuzzer-{run_no}.log"
-                env["KIMI_FUZZ_DEADLINE"] = repr(time.time() + (min(slice_end, deadline) - time.monotonic()))
-                known_artifacts = {p.name for p in artifacts.iterdir()}
-                cmd = [sys.executable, "-m", "kimi_oracle.fuzzers.atheris_entry", name, str(new_dir), str(start_dir),
-                       f"-max_total_time={max(1, int(remaining))}",
-                       f"-seed={derive_seed(spec.seed, shard, spec.worker, run_no) % 2**31 or 1}",
-                       f"-artifact_prefix={artifacts}/",
-                       f"-timeout={int(4 * spec.case_timeout_s + 60)}",
-                       "-rss_limit_mb=8192", "-print_final_stats=1", "-close_fd_mask=0"]
-                if runs is not None:
-                    cmd.append(f"-runs={runs}")
-                if name == "decoder":
-                    cmd += [f"-dict={dict_path}", "-max_len=65536"]
-                else:
-                    cmd += ["-max_len=256"]
-                launched = time.monotonic()
-                stats: dict[str, int] = {}
-                # libFuzzer's output, and the candidate's (its executor inherits it), through a
-                # pipe into a log that keeps its tail; the counters are read from every line.
-                log = CappedLog(log_path, log_limit, on_line=lambda line, st=stats: _feed_stats(st, line))
-                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, env=env)
-                reader = pump(proc.stdout, log)
-                per[name].update(status="started", note="")
-                try:
-                    code = proc.wait(timeout=remaining + 2 * spec.case_timeout_s + 30)
-                except subprocess.TimeoutExpired:
-                    proc.send_signal(signal.SIGINT)
-                    try:
-                        code = proc.wait(10)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        code = proc.wait()
-                except KeyboardInterrupt:
-                    proc.send_signal(signal.SIGINT)
-                    try:
-                        proc.wait(10)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                    raise
-                finally:
-                    reader.join(15.0)
-                    execs_total += stats.get("execs", 0)
-                    generated += max(0, stats.get("execs", 0) - stats.get("inited", 0))
-                    for k in ("cov", "ft", "corpus_entries"):
-                        if k in stats:
-                            cov[k] = max(cov.get(k, 0), stats[k])
-                    _collect_harness(spec, name, hdir, data, execs_total, cov, seen_findings)
-                    status.write(force=True)
-                last_code = code
-                run_no += 1
-                if code == 0 and runs is not None and stats.get("execs", 0) >= runs:
-                    reached[name] = True
-                if code == 0:
-                    overhead = max(1.0, time.monotonic() - launched - max(1, int(remaining)))
-                new_artifacts = [p for p in artifacts.iterdir() if p.name not in known_artifacts]
-                for art in new_artifacts:
-                    _harness_artifact_finding(spec, name, art, settings, data, seen_findings)
-                status.write(force=True)
-                if code == 0 or not new_artifacts:
-                    break
-                data["restarts"] += 1
+            _fuzz_harness(run, h)
         finally:
-            added = corpus_mod.merge(new_dir, persistent)
-            data.setdefault("corpus_added", {})[name] = added
-            _collect_harness(spec, name, hdir, data, execs_total, cov, seen_findings)
-            h = per[name]
-            if h["examples"] > 0:
-                h["status"], h["note"] = "ran", ""
-            elif run_no:
-                h["status"] = "not run"
-                h["note"] = (f"libFuzzer exited with {last_code} before judging any input "
-                             f"(see {hdir / 'libfuzzer-0.log'})")
-            status.write(force=True)
-    data["stopped"] = "examples" if max_examples is not None and all(reached.values()) else "budget"
+            _end_harness(run, h)
+        reached[name] = h.reached
+    data["stopped"] = "examples" if spec.max_examples is not None and all(reached.values()) else "budget"
+
+
+def _start_harness(run: _Atheris, name: str, hdir: Path, slice_end: float) -> _HarnessRun:
+    """The harness' folders, its starting corpus (this shard's share) and its settings."""
+    from kimi_oracle.fuzzers.harnesses import HarnessSettings
+    from kimi_oracle.inputs import corpus as corpus_mod
+
+    spec = run.spec
+    for d in (hdir / "new", hdir / "start", hdir / "artifacts"):
+        d.mkdir(parents=True, exist_ok=True)
+    persistent = Path(spec.corpus) / name
+    for path in corpus_mod.shard_entries(corpus_mod.entries(persistent), spec.shard):
+        try:
+            os.link(path, hdir / "start" / path.name)
+        except OSError:
+            shutil.copyfile(path, hdir / "start" / path.name)
+    settings = HarnessSettings(
+        candidate=spec.candidate, profile=spec.profile, config_path=spec.config_path,
+        tolerance=spec.tolerance, isolate=True, case_timeout_s=spec.case_timeout_s,
+        shard=spec.shard, findings_dir=spec.out, status_path=str(hdir / "harness-status.json"),
+        max_findings=spec.max_findings, vary_config=spec.vary_config,
+        minimize_s=HarnessSettings.minimize_s if spec.shrink else 0.0,
+        memory_limit_mb=spec.memory_limit_mb,
+    )
+    env = dict(os.environ)
+    env.update(settings.to_env())
+    return _HarnessRun(name, hdir, settings, env, slice_end)
+
+
+def _fuzz_harness(run: _Atheris, h: _HarnessRun) -> None:
+    """libFuzzer runs on one harness until its time (or example count) is used, restarted after
+    a run that left new crash artifacts."""
+    spec, data = run.spec, run.status.data
+    while True:
+        remaining = min(h.slice_end, run.deadline) - time.monotonic() - run.overhead
+        if remaining < 1.0:
+            break
+        runs = None
+        if spec.max_examples is not None:
+            if h.generated >= int(spec.max_examples):
+                h.reached = True
+                break
+            # -runs counts the replay of the starting corpus too: N inputs beyond it.
+            corpus_files = sum(1 for d in (h.new_dir, h.start_dir) for p in d.iterdir() if p.is_file())
+            runs = corpus_files + int(spec.max_examples) - h.generated
+        h.env["KIMI_FUZZ_DEADLINE"] = repr(time.time() + (min(h.slice_end, run.deadline) - time.monotonic()))
+        known_artifacts = {p.name for p in h.artifacts.iterdir()}
+        launched = time.monotonic()
+        code, stats = _libfuzzer_run(run, h, _libfuzzer_cmd(run, h, remaining, runs), remaining)
+        h.last_code = code
+        h.run_no += 1
+        if code == 0 and runs is not None and stats.get("execs", 0) >= runs:
+            h.reached = True
+        if code == 0:
+            run.overhead = max(1.0, time.monotonic() - launched - max(1, int(remaining)))
+        new_artifacts = [p for p in h.artifacts.iterdir() if p.name not in known_artifacts]
+        for art in new_artifacts:
+            _harness_artifact_finding(spec, h.name, art, h.settings, data, run.seen_findings)
+        run.status.write(force=True)
+        if code == 0 or not new_artifacts:
+            break
+        data["restarts"] += 1
+
+
+def _libfuzzer_cmd(run: _Atheris, h: _HarnessRun, remaining: float, runs: int | None) -> list[str]:
+    """The command line of one libFuzzer run on harness `h`."""
+    spec = run.spec
+    cmd = [sys.executable, "-m", "kimi_oracle.fuzzers.atheris_entry", h.name, str(h.new_dir), str(h.start_dir),
+           f"-max_total_time={max(1, int(remaining))}",
+           f"-seed={derive_seed(spec.seed, spec.shard, spec.worker, h.run_no) % 2**31 or 1}",
+           f"-artifact_prefix={h.artifacts}/",
+           f"-timeout={int(4 * spec.case_timeout_s + 60)}",
+           "-rss_limit_mb=8192", "-print_final_stats=1", "-close_fd_mask=0"]
+    if runs is not None:
+        cmd.append(f"-runs={runs}")
+    if h.name == "decoder":
+        cmd += [f"-dict={run.dict_path}", "-max_len=65536"]
+    else:
+        cmd += ["-max_len=256"]
+    return cmd
+
+
+def _libfuzzer_run(run: _Atheris, h: _HarnessRun, cmd: list[str], remaining: float) -> tuple[int, dict[str, int]]:
+    """One libFuzzer run, waited for (stopped with SIGINT past its time, or on Ctrl-C); its
+    counters go into `h` and the worker's status whatever happens. Returns (exit code, stats)."""
+    stats: dict[str, int] = {}
+    # libFuzzer's output, and the candidate's (its executor inherits it), through a
+    # pipe into a log that keeps its tail; the counters are read from every line.
+    log = CappedLog(h.hdir / f"libfuzzer-{h.run_no}.log", run.log_limit,
+                    on_line=lambda line, st=stats: _feed_stats(st, line))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, env=h.env)
+    reader = pump(proc.stdout, log)
+    run.status.data["per_harness"][h.name].update(status="started", note="")
+    try:
+        code = proc.wait(timeout=remaining + 2 * run.spec.case_timeout_s + 30)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
+    finally:
+        reader.join(15.0)
+        h.execs_total += stats.get("execs", 0)
+        h.generated += max(0, stats.get("execs", 0) - stats.get("inited", 0))
+        for k in ("cov", "ft", "corpus_entries"):
+            if k in stats:
+                h.cov[k] = max(h.cov.get(k, 0), stats[k])
+        _collect_harness(run.spec, h.name, h.hdir, run.status.data, h.execs_total, h.cov, run.seen_findings)
+        run.status.write(force=True)
+    return code, stats
+
+
+def _end_harness(run: _Atheris, h: _HarnessRun) -> None:
+    """New corpus entries into the persistent corpus; the harness' last counters and status."""
+    from kimi_oracle.inputs import corpus as corpus_mod
+
+    data = run.status.data
+    added = corpus_mod.merge(h.new_dir, Path(run.spec.corpus) / h.name)
+    data.setdefault("corpus_added", {})[h.name] = added
+    _collect_harness(run.spec, h.name, h.hdir, data, h.execs_total, h.cov, run.seen_findings)
+    entry = data["per_harness"][h.name]
+    if entry["examples"] > 0:
+        entry["status"], entry["note"] = "ran", ""
+    elif h.run_no:
+        entry["status"] = "not run"
+        entry["note"] = (f"libFuzzer exited with {h.last_code} before judging any input "
+                         f"(see {h.hdir / 'libfuzzer-0.log'})")
+    run.status.write(force=True)
 
 
 def _collect_harness(spec: WorkerSpec | Mapping[str, Any], name: str, hdir: Path, data: dict[str, Any], execs: int,

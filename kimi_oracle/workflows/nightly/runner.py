@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -160,66 +161,43 @@ def run_campaign(opts: CampaignOptions, *, progress: Callable[[str], None] | Non
         lock.release()
 
 
-def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[str]) -> CampaignResult:
-    started_wall = utc_now()
-    started = time.monotonic()
-    out = opts.out
-    errors: list[str] = []
-    engine_info: dict[str, dict[str, Any]] = {}
-    stopped = "budget"
-    seed = opts.seed if opts.seed is not None else fresh_seed()
-    engines = list(opts.engines)
-    findings_root = out / "findings"
-    existing: set[str] = set()
-    corpus_before: dict[str, int] = {}
-    db_before = _count_db(opts.db)
-    workers: list[_Worker] = []
+@dataclass
+class _Campaign:
+    """What the runner gathers during a campaign, for its summary."""
+
+    started_wall: str
+    started: float
+    seed: int
+    engines: list[str]
+    db_before: int
+    errors: list[str] = field(default_factory=list)
+    engine_info: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stopped: str = "budget"
+    existing: set[str] = field(default_factory=set)
+    corpus_before: dict[str, int] = field(default_factory=dict)
+    workers: list[_Worker] = field(default_factory=list)
     config: PreprocessConfig | None = None
     planner_info: dict[str, Any] | None = None
+
+
+def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[str]) -> CampaignResult:
+    run = _Campaign(started_wall=utc_now(), started=time.monotonic(),
+                    seed=opts.seed if opts.seed is not None else fresh_seed(), engines=list(opts.engines),
+                    db_before=_count_db(opts.db))
+    workers = run.workers
     try:
-        work = out / "work"
-        work.mkdir(exist_ok=True)
-        findings_root.mkdir(exist_ok=True)
-        existing = {p.name for p in findings_root.iterdir() if p.is_dir()}
-        if "atheris" in engines and not atheris_available():
-            engines.remove("atheris")
-            note = "atheris is not installed (pip install 'kimi-oracle[fuzz]')"
-            engine_info["atheris"] = {"status": "unavailable", "note": note, "examples": 0}
-            if opts.engines_explicit:
-                errors.append(note)
-        try:
-            config = PreprocessConfig.resolve(opts.profile, opts.config_path)
-        except KimiOracleError as exc:
-            errors.append(f"configuration: {exc}")
-        if opts.planner is not None and not errors:
-            try:  # before the campaign: a misspelt --planner is an error now, not after it
-                nightly_planner.validate(opts.planner, opts.budget_s)
-            except KimiOracleError as exc:
-                errors.append(f"planner: {exc}")
-        if "atheris" in engines:
-            corpus_before = prepare_corpus(opts.corpus, opts.harnesses)
-        opts.db.mkdir(parents=True, exist_ok=True)
-        phases = plan_jobs(engines, opts.jobs, opts.budget_s) if engines and not errors else []
-        index = 0
-        for phase in phases:
-            batch = []
-            for engine, budget in phase:
-                w = _launch(opts, engine, budget, index, seed, work)
-                workers.append(w)
-                say(f"worker {index}: {engine} for {budget:.0f} s (pid {w.proc.pid if w.proc else '?'})")
-                batch.append(w)
-                index += 1
-            _wait(batch, opts)
-        if opts.planner is not None and not errors and config is not None:
-            left = max(opts.budget_s - (time.monotonic() - started), opts.case_timeout_s)
-            planner_info = nightly_planner.run(opts.planner, opts.planner_sizes, config, seed, opts.vary_config, out,
-                                               opts.case_timeout_s, left)
+        work = _prepare(opts, run)
+        _run_phases(opts, run, work, say)
+        if opts.planner is not None and not run.errors and run.config is not None:
+            left = max(opts.budget_s - (time.monotonic() - run.started), opts.case_timeout_s)
+            run.planner_info = nightly_planner.run(opts.planner, opts.planner_sizes, run.config, run.seed,
+                                                   opts.vary_config, opts.out, opts.case_timeout_s, left)
     except KeyboardInterrupt:
-        stopped = "interrupted"
+        run.stopped = "interrupted"
         say("interrupted: stopping workers and writing the summary")
         _interrupt([w for w in workers if w.proc is not None and w.returncode is None], opts)
     except OSError as exc:  # a full disk (or an unwritable --out) while preparing or launching
-        errors.append(f"cannot write under {out}: {_os_error(exc)}")
+        run.errors.append(f"cannot write under {opts.out}: {_os_error(exc)}")
         _interrupt([w for w in workers if w.proc is not None and w.returncode is None], opts)
     except BaseException:  # an unexpected error of the runner itself: no worker outlives it
         for w in workers:
@@ -233,26 +211,76 @@ def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[s
             _reap_group(w)
             _close_log(w)
         if pending():
-            stopped = "interrupted"
-        summary = _summarize(opts, config, engines, workers, engine_info, errors, stopped, seed, started_wall,
-                             started, existing, corpus_before, db_before)
+            run.stopped = "interrupted"
+        summary = _summarize(opts, config=run.config, engines=run.engines, workers=workers,
+                             engine_info=run.engine_info, errors=run.errors, stopped=run.stopped, seed=run.seed,
+                             started_wall=run.started_wall, started=run.started, existing=run.existing,
+                             corpus_before=run.corpus_before, db_before=run.db_before)
         summary["notes"] = notes + summary.get("notes", [])
-        if planner_info is not None:
-            summary["planner"] = planner_info
-        if stopped == "interrupted":
-            code = EXIT_TERMINATED if _terminated() else EXIT_INTERRUPTED
-        elif summary["errors"]:
-            code = EXIT_ERROR
-        elif summary["findings"] or nightly_planner.failed(planner_info):
-            code = EXIT_FINDINGS
-        else:
-            code = EXIT_OK
+        if run.planner_info is not None:
+            summary["planner"] = run.planner_info
+        code = _exit_code(summary, run.stopped, run.planner_info)
         summary["exit_code"] = code
         try:
-            write_summary(out, summary)
+            write_summary(opts.out, summary)
         except OSError as exc:
-            raise DiskFullError(_not_written(out, exc, summary)) from None
-    return CampaignResult(summary, code, out)
+            raise DiskFullError(_not_written(opts.out, exc, summary)) from None
+    return CampaignResult(summary, code, opts.out)
+
+
+def _prepare(opts: CampaignOptions, run: _Campaign) -> Path:
+    """Folders, engines available, the configuration, the planner spec and the corpus, before
+    any worker starts; what is wrong goes into `run.errors`. Returns the work folder."""
+    work = opts.out / "work"
+    work.mkdir(exist_ok=True)
+    findings_root = opts.out / "findings"
+    findings_root.mkdir(exist_ok=True)
+    run.existing = {p.name for p in findings_root.iterdir() if p.is_dir()}
+    if "atheris" in run.engines and not atheris_available():
+        run.engines.remove("atheris")
+        note = "atheris is not installed (pip install 'kimi-oracle[fuzz]')"
+        run.engine_info["atheris"] = {"status": "unavailable", "note": note, "examples": 0}
+        if opts.engines_explicit:
+            run.errors.append(note)
+    try:
+        run.config = PreprocessConfig.resolve(opts.profile, opts.config_path)
+    except KimiOracleError as exc:
+        run.errors.append(f"configuration: {exc}")
+    if opts.planner is not None and not run.errors:
+        try:  # before the campaign: a misspelt --planner is an error now, not after it
+            nightly_planner.validate(opts.planner, opts.budget_s)
+        except KimiOracleError as exc:
+            run.errors.append(f"planner: {exc}")
+    if "atheris" in run.engines:
+        run.corpus_before = prepare_corpus(opts.corpus, opts.harnesses)
+    opts.db.mkdir(parents=True, exist_ok=True)
+    return work
+
+
+def _run_phases(opts: CampaignOptions, run: _Campaign, work: Path, say: Callable[[str], None]) -> None:
+    """Launch the planned workers phase by phase, each phase waited for."""
+    phases = plan_jobs(run.engines, opts.jobs, opts.budget_s) if run.engines and not run.errors else []
+    index = 0
+    for phase in phases:
+        batch = []
+        for engine, budget in phase:
+            w = _launch(opts, engine, budget, index, run.seed, work)
+            run.workers.append(w)
+            say(f"worker {index}: {engine} for {budget:.0f} s (pid {w.proc.pid if w.proc else '?'})")
+            batch.append(w)
+            index += 1
+        _wait(batch, opts)
+
+
+def _exit_code(summary: dict[str, Any], stopped: str, planner_info: dict[str, Any] | None) -> int:
+    """130/143 interrupted, 2 harness errors, 1 findings (or a failed planner), else 0."""
+    if stopped == "interrupted":
+        return EXIT_TERMINATED if _terminated() else EXIT_INTERRUPTED
+    if summary["errors"]:
+        return EXIT_ERROR
+    if summary["findings"] or nightly_planner.failed(planner_info):
+        return EXIT_FINDINGS
+    return EXIT_OK
 
 
 def _terminated() -> bool:

@@ -92,11 +92,12 @@ def collect_findings(out: Path, reported: Sequence[tuple[str, dict[str, Any]]], 
     return findings
 
 
-def _summarize(opts: CampaignOptions, config: PreprocessConfig | None, engines: list[str], workers: list[_Worker],
-               engine_info: dict[str, Any], errors: list[str], stopped: str, seed: int, started_wall: str,
-               started: float, existing: set[str], corpus_before: dict[str, int], db_before: int) -> dict[str, Any]:
-    from kimi_oracle.inputs import corpus as corpus_mod
-
+def _summarize(opts: CampaignOptions, *, config: PreprocessConfig | None, engines: list[str],
+               workers: list[_Worker], engine_info: dict[str, Any], errors: list[str], stopped: str, seed: int,
+               started_wall: str, started: float, existing: set[str], corpus_before: dict[str, int],
+               db_before: int) -> dict[str, Any]:
+    """The summary object of a campaign: the workers' status files merged per engine, the
+    findings collected, the counts; `errors` and `engine_info` are added to in place."""
     reported: list[tuple[str, dict[str, Any]]] = []
     # "examples" when every worker ran its --max-examples; "budget" otherwise (or "interrupted").
     reached = bool(workers) and opts.max_examples is not None
@@ -104,83 +105,18 @@ def _summarize(opts: CampaignOptions, config: PreprocessConfig | None, engines: 
         engine_info.setdefault(engine, {"status": "ran", "workers": 0, "examples": 0, "budget_s": 0.0})
     for w in workers:
         st = _read_json(w.status_path)
-        info = engine_info[w.engine]
-        info["workers"] = info.get("workers", 0) + 1
-        info["budget_s"] = round(info.get("budget_s", 0.0) + w.budget_s, 3)
-        info["examples"] = info.get("examples", 0) + int(st.get("examples", 0))
-        for key in ("calls", "rejected", "restarts", "duplicates", "candidate_crashes",
-                    "candidate_timeouts", "harness_crashes", "skipped_hanging", "execs"):
-            if key in st:
-                info[key] = info.get(key, 0) + int(st[key])
-        for name, h in (st.get("per_harness") or {}).items():
-            # Per harness: inputs judged (`examples`), libFuzzer's executions (`execs`, which
-            # count inputs skipped past the deadline too), and whether it ran at all.
-            merged_h = info.setdefault("harnesses", {}).setdefault(name, {"status": "not run", "examples": 0,
-                                                                         "execs": 0})
-            for key in ("examples", "execs", "skipped_past_deadline", "rejected", "duplicates"):
-                merged_h[key] = merged_h.get(key, 0) + int(h.get(key, 0))
-            if h.get("status") == "ran" or merged_h["status"] != "ran" and h.get("status"):
-                merged_h["status"] = h.get("status")
-            if h.get("note") and merged_h["status"] != "ran":
-                merged_h["note"] = h["note"]
-        if w.log is not None and w.log.dropped:
-            info.setdefault("log_dropped_bytes", {})[str(w.log_path)] = w.log.dropped
-        cov = st.get("coverage") or {}
-        if cov:
-            merged = info.setdefault("coverage", {})
-            for k, v in cov.items():
-                if isinstance(v, dict):
-                    sub = merged.setdefault(k, {})
-                    for kk, vv in v.items():
-                        sub[kk] = max(sub.get(kk, 0), vv) if isinstance(vv, (int, float)) else vv
-                elif isinstance(v, (int, float)):
-                    merged[k] = max(merged.get(k, 0), v)
-        behaviours = set(info.get("_behaviours", [])) | set(st.get("behaviours", []))
-        info["_behaviours"] = sorted(behaviours)
-        if st.get("error"):
-            errors.append(f"{w.engine} worker {w.index}: {st['error']}")
-            info["status"] = "error"
-        elif w.returncode not in (0, None) and not w.killed and stopped != "interrupted":
-            # (Ctrl-C may reach a worker before it has written anything: not a harness error.)
-            said = last_line(w.log_path)
-            errors.append(f"{w.engine} worker {w.index} exited with {w.returncode}"
-                          f"{'' if st else ' without a status'}: {said or 'no output'} (log: {w.log_path})")
-            info["status"] = "error"
+        _merge_worker(engine_info[w.engine], w, st, errors, stopped)
         if st.get("stopped") == "interrupted":
             stopped = "interrupted"
         if st.get("stopped") != "examples" or w.killed:
             reached = False
-        if w.killed:
-            info["killed_workers"] = info.get("killed_workers", 0) + 1
         reported += [(w.engine, f) for f in st.get("findings", [])]
     if reached and stopped == "budget":
         stopped = "examples"
     findings = collect_findings(opts.out, reported, existing, errors)
     for engine, info in engine_info.items():
-        if info.get("status") == "ran" and not info.get("workers"):
-            info["status"] = "not run"  # (an error before the campaign: nothing was launched)
-        elif info.get("status") == "ran" and not info.get("examples") and stopped != "interrupted":
-            # An engine that judged no input found nothing because it looked at nothing: an error.
-            info["status"] = "judged nothing"
-            errors.append(f"{engine}: its worker(s) judged no input in {info.get('budget_s', 0):.0f} s: "
-                          "nothing was checked (see its log and the harness notes)")
-        for name, h in (info.get("harnesses") or {}).items():
-            if h["status"] != "ran" and stopped != "interrupted" and info.get("status") == "ran":
-                info.setdefault("notes", []).append(f"the {name} harness did not run: {h.get('note', 'no input judged')}")
-        behaviours = info.pop("_behaviours", None)
-        if behaviours:
-            info.setdefault("coverage", {})["behaviours"] = len(behaviours)
-        info.setdefault("coverage", None if not behaviours else info.get("coverage"))
-        info["findings"] = sum(1 for f in findings.values() if f["engine"] == engine)
-    if "atheris" in engine_info and corpus_before:
-        after = {name: len(corpus_mod.entries(opts.corpus / name)) for name in corpus_before}
-        engine_info["atheris"]["corpus"] = {
-            name: {"before": corpus_before[name], "after": after[name], "added": after[name] - corpus_before[name]}
-            for name in corpus_before
-        }
-    if "hypothesis" in engine_info:
-        engine_info["hypothesis"]["database"] = {"path": str(opts.db), "entries_before": db_before,
-                                                 "entries_after": _count_db(opts.db)}
+        _finish_engine(engine, info, findings, errors, stopped)
+    _corpus_and_database(opts, engine_info, corpus_before, db_before)
     ordered = sorted(findings.values(), key=lambda f: (FINDING_KINDS.index(f["kind"]), f["id"]))
     counts = {k: 0 for k in FINDING_KINDS}
     for f in ordered:
@@ -213,6 +149,94 @@ def _summarize(opts: CampaignOptions, config: PreprocessConfig | None, engines: 
         "errors": errors,
         "versions": versions(),
     }
+
+
+def _merge_worker(info: dict[str, Any], w: _Worker, st: dict[str, Any], errors: list[str], stopped: str) -> None:
+    """One worker's status `st` into its engine's `info`; its harness error (if any) into `errors`."""
+    _merge_counters(info, w, st)
+    if st.get("error"):
+        errors.append(f"{w.engine} worker {w.index}: {st['error']}")
+        info["status"] = "error"
+    elif w.returncode not in (0, None) and not w.killed and stopped != "interrupted":
+        # (Ctrl-C may reach a worker before it has written anything: not a harness error.)
+        said = last_line(w.log_path)
+        errors.append(f"{w.engine} worker {w.index} exited with {w.returncode}"
+                      f"{'' if st else ' without a status'}: {said or 'no output'} (log: {w.log_path})")
+        info["status"] = "error"
+    if w.killed:
+        info["killed_workers"] = info.get("killed_workers", 0) + 1
+
+
+def _merge_counters(info: dict[str, Any], w: _Worker, st: dict[str, Any]) -> None:
+    """A worker's counters, harnesses, dropped log bytes, coverage and behaviours into `info`."""
+    info["workers"] = info.get("workers", 0) + 1
+    info["budget_s"] = round(info.get("budget_s", 0.0) + w.budget_s, 3)
+    info["examples"] = info.get("examples", 0) + int(st.get("examples", 0))
+    for key in ("calls", "rejected", "restarts", "duplicates", "candidate_crashes",
+                "candidate_timeouts", "harness_crashes", "skipped_hanging", "execs"):
+        if key in st:
+            info[key] = info.get(key, 0) + int(st[key])
+    for name, h in (st.get("per_harness") or {}).items():
+        # Per harness: inputs judged (`examples`), libFuzzer's executions (`execs`, which
+        # count inputs skipped past the deadline too), and whether it ran at all.
+        merged_h = info.setdefault("harnesses", {}).setdefault(name, {"status": "not run", "examples": 0,
+                                                                     "execs": 0})
+        for key in ("examples", "execs", "skipped_past_deadline", "rejected", "duplicates"):
+            merged_h[key] = merged_h.get(key, 0) + int(h.get(key, 0))
+        if h.get("status") == "ran" or merged_h["status"] != "ran" and h.get("status"):
+            merged_h["status"] = h.get("status")
+        if h.get("note") and merged_h["status"] != "ran":
+            merged_h["note"] = h["note"]
+    if w.log is not None and w.log.dropped:
+        info.setdefault("log_dropped_bytes", {})[str(w.log_path)] = w.log.dropped
+    cov = st.get("coverage") or {}
+    if cov:
+        merged = info.setdefault("coverage", {})
+        for k, v in cov.items():
+            if isinstance(v, dict):
+                sub = merged.setdefault(k, {})
+                for kk, vv in v.items():
+                    sub[kk] = max(sub.get(kk, 0), vv) if isinstance(vv, (int, float)) else vv
+            elif isinstance(v, (int, float)):
+                merged[k] = max(merged.get(k, 0), v)
+    behaviours = set(info.get("_behaviours", [])) | set(st.get("behaviours", []))
+    info["_behaviours"] = sorted(behaviours)
+
+
+def _finish_engine(engine: str, info: dict[str, Any], findings: dict[str, dict[str, Any]], errors: list[str],
+                   stopped: str) -> None:
+    """An engine's status, harness notes, coverage and finding count, once every worker is merged."""
+    if info.get("status") == "ran" and not info.get("workers"):
+        info["status"] = "not run"  # (an error before the campaign: nothing was launched)
+    elif info.get("status") == "ran" and not info.get("examples") and stopped != "interrupted":
+        # An engine that judged no input found nothing because it looked at nothing: an error.
+        info["status"] = "judged nothing"
+        errors.append(f"{engine}: its worker(s) judged no input in {info.get('budget_s', 0):.0f} s: "
+                      "nothing was checked (see its log and the harness notes)")
+    for name, h in (info.get("harnesses") or {}).items():
+        if h["status"] != "ran" and stopped != "interrupted" and info.get("status") == "ran":
+            info.setdefault("notes", []).append(f"the {name} harness did not run: {h.get('note', 'no input judged')}")
+    behaviours = info.pop("_behaviours", None)
+    if behaviours:
+        info.setdefault("coverage", {})["behaviours"] = len(behaviours)
+    info.setdefault("coverage", None if not behaviours else info.get("coverage"))
+    info["findings"] = sum(1 for f in findings.values() if f["engine"] == engine)
+
+
+def _corpus_and_database(opts: CampaignOptions, engine_info: dict[str, Any], corpus_before: dict[str, int],
+                         db_before: int) -> None:
+    """The persistent corpus' and hypothesis database's sizes before and after, per engine."""
+    from kimi_oracle.inputs import corpus as corpus_mod
+
+    if "atheris" in engine_info and corpus_before:
+        after = {name: len(corpus_mod.entries(opts.corpus / name)) for name in corpus_before}
+        engine_info["atheris"]["corpus"] = {
+            name: {"before": corpus_before[name], "after": after[name], "added": after[name] - corpus_before[name]}
+            for name in corpus_before
+        }
+    if "hypothesis" in engine_info:
+        engine_info["hypothesis"]["database"] = {"path": str(opts.db), "entries_before": db_before,
+                                                 "entries_after": _count_db(opts.db)}
 
 
 def coverage_text(cov: dict[str, Any] | None) -> str:
