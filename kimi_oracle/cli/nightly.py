@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,6 +18,9 @@ from kimi_oracle.cli.common import (
 from kimi_oracle.cli.fuzz import TOLERANCE_HELP
 from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK, KimiOracleError
 from kimi_oracle.core.text import safe_text
+
+if TYPE_CHECKING:  # (no torch at CLI start)
+    from kimi_oracle.workflows.nightly import CampaignResult
 
 
 class _UsageError(KimiOracleError):
@@ -97,7 +101,7 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
     config = resolve_config(profile, config_path)
     from kimi_oracle.fuzzers.harnesses import parse_shard
     from kimi_oracle.oracle.kinds import Tolerance
-    from kimi_oracle.workflows.nightly import CampaignOptions, coverage_text, run_campaign
+    from kimi_oracle.workflows.nightly import CampaignOptions, run_campaign
 
     setup_interpret(interpret)
     names = tuple(e.strip() for e in engines.split(",") if e.strip())
@@ -120,6 +124,23 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
                f"jobs {jobs}", err=True)
     result = run_campaign(options, progress=lambda msg: click.echo(f"  {msg}", err=True))
     s = result.summary
+    _print_result(result)
+    # (summary.json and junit.xml carry the planner's results and the campaign's exit code)
+    code = result.exit_code
+    if engine_spec is not None and code in (0, 1):
+        code = max(code, _nightly_engine(engine_spec, config, max_examples or NIGHTLY_SCENARIOS, s.get("seed"),
+                                         tolerance, result.out, case_timeout))
+    raise SystemExit(code)
+
+
+NIGHTLY_SCENARIOS = 2000
+
+
+def _print_result(result: CampaignResult) -> None:
+    """The campaign's engines, harnesses, notes, findings and errors, as the terminal shows them."""
+    from kimi_oracle.workflows.nightly import coverage_text
+
+    s = result.summary
     for name, info in s["engines"].items():
         cov_text = f", coverage {coverage_text(info.get('coverage'))}" if info.get("coverage") else ""
         click.echo(f"{name}: {info.get('status')}, {info.get('examples', 0)} examples{cov_text}, "
@@ -138,15 +159,6 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
     click.echo(f"{len(s['findings'])} finding(s); stopped: {s['stopped']}; summary: {result.out / 'summary.md'}")
     for line in (s.get("planner") or {}).get("lines") or []:
         click.echo(safe_text(line))  # (the planner's own exception text)
-    # (summary.json and junit.xml carry the planner's results and the campaign's exit code)
-    code = result.exit_code
-    if engine_spec is not None and code in (0, 1):
-        code = max(code, _nightly_engine(engine_spec, config, max_examples or NIGHTLY_SCENARIOS, s.get("seed"),
-                                         tolerance, result.out, case_timeout))
-    raise SystemExit(code)
-
-
-NIGHTLY_SCENARIOS = 2000
 
 
 def _nightly_engine(spec: str, config, scenarios: int, seed, tolerance: str, out: Path, case_timeout: float) -> int:

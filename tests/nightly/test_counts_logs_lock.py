@@ -56,8 +56,10 @@ def test_a_harness_that_did_not_run_says_so(tmp_path):
         "decoder": {"status": "not run", "note": "no time left in its share of the budget", "examples": 0,
                     "execs": 0}}}
     (tmp_path / "findings").mkdir()
-    summary = nightly._summarize(opts, None, ["atheris"], [_worker(tmp_path, 0, "atheris", status)], {}, [],
-                                 "budget", 1, "start", time.monotonic(), set(), {}, 0)
+    summary = nightly._summarize(opts, config=None, engines=["atheris"],
+                                 workers=[_worker(tmp_path, 0, "atheris", status)], engine_info={}, errors=[],
+                                 stopped="budget", seed=1, started_wall="start", started=time.monotonic(),
+                                 existing=set(), corpus_before={}, db_before=0)
     info = summary["engines"]["atheris"]
     assert info["examples"] == 40
     assert info["harnesses"]["decoder"]["status"] == "not run"
@@ -75,8 +77,9 @@ def test_a_worker_that_exits_non_zero_is_an_error_naming_its_last_line(tmp_path)
     w.returncode = 2
     w.log_path.write_text("starting\nerror: disk full: No space left on device (ENOSPC); already written: 0\n")
     errors: list = []
-    nightly._summarize(opts, None, ["hypothesis"], [w], {}, errors, "budget", 1, "start", time.monotonic(),
-                       set(), {}, 0)
+    nightly._summarize(opts, config=None, engines=["hypothesis"], workers=[w], engine_info={}, errors=errors,
+                       stopped="budget", seed=1, started_wall="start", started=time.monotonic(), existing=set(),
+                       corpus_before={}, db_before=0)
     assert len(errors) == 1 and "exited with 2" in errors[0] and "disk full" in errors[0]
 
 
