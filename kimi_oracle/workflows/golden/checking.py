@@ -142,6 +142,40 @@ def _compute(kind: str, profile: str, candidate: str | Callable | None, select: 
     return record(kind, profile, candidate)
 
 
+def _open_for(selection: list[tuple[str, str]], candidate: str | Callable | None, case_timeout_s: float,
+              memory_limit_mb: int | None) -> tuple[str, Callable | None, Callable[[], None]]:
+    """The candidate's label, callable and closer: opened only when a pixel file is selected."""
+    if any(kind == "pixels" for kind, _ in selection):
+        return open_candidate(candidate, case_timeout_s=case_timeout_s, memory_limit_mb=memory_limit_mb)
+    # grids do not run a candidate
+    return (candidate if isinstance(candidate, str) else "reference"), None, lambda: None
+
+
+def _check_file(kind: str, profile: str, gdir: Path, fn: Callable | None, select: CaseFilter | None,
+                hung: dict[str, str], contents: Mapping[str, bytes | None], integrity: Mapping[str, str],
+                *, diagnose: bool) -> FileReport:
+    """One golden file recomputed and compared with the bytes read before any candidate ran."""
+    partial = select is not None and kind == "pixels"
+    new = _compute(kind, profile, fn if kind == "pixels" else None, select, hung)
+    name = manifest.relative_name(kind, profile)
+    file_report, _ = _compare(kind, profile, golden_path(gdir, kind, profile), new, partial, contents[name])
+    if name in integrity:
+        file_report.problems.append(integrity[name])
+    if diagnose and kind == "pixels" and fn is not None:
+        _diagnose_changes(file_report, profile, fn)
+    return file_report
+
+
+def _stop_interrupted(report: GoldenReport, planned: int, out: Path | None) -> None:
+    """Ctrl-C / SIGTERM: the report says so and is written, then `CheckInterrupted` is raised."""
+    report.stopped = "interrupted"
+    report.messages.append(f"interrupted: {len(report.files)} of {planned} golden files compared")
+    report.warnings = _pillow_warning(report.files)
+    if out is not None:
+        write_report(report, out)
+    raise CheckInterrupted(report) from None
+
+
 def check(
     golden_dir: Path | str | None = None,
     candidate: str | Callable | None = None,
@@ -174,34 +208,19 @@ def check(
     # compares with these bytes, checked against the manifest `golden regen --accept` wrote.
     contents = manifest.read_goldens(gdir, [manifest.relative_name(k, p) for k, p in selection])
     integrity = manifest.verify(gdir, contents)
-    close: Callable[[], None] = lambda: None
-    if any(kind == "pixels" for kind, _ in selection):
-        label, fn, close = open_candidate(candidate, case_timeout_s=case_timeout_s, memory_limit_mb=memory_limit_mb)
-    else:  # grids do not run a candidate
-        label, fn = (candidate if isinstance(candidate, str) else "reference"), None
+    label, fn, close = _open_for(selection, candidate, case_timeout_s, memory_limit_mb)
     report = GoldenReport(label, gdir, command="check", planned=len(selection))
     hung: dict[str, str] = {}  # mode classes the candidate timed out on, over all profiles
     try:
         for kind, profile in selection:
-            partial = select is not None and kind == "pixels"
-            new = _compute(kind, profile, fn if kind == "pixels" else None, select, hung)
-            name = manifest.relative_name(kind, profile)
-            file_report, _ = _compare(kind, profile, golden_path(gdir, kind, profile), new, partial, contents[name])
-            if name in integrity:
-                file_report.problems.append(integrity[name])
-            if diagnose and kind == "pixels" and fn is not None and label != "reference":
-                _diagnose_changes(file_report, profile, fn)
+            file_report = _check_file(kind, profile, gdir, fn, select, hung, contents, integrity,
+                                      diagnose=diagnose and label != "reference")
             report.files.append(file_report)
             if out is not None:
                 _write_obtained(file_report, out, report.messages)
     except KeyboardInterrupt:
         close()
-        report.stopped = "interrupted"
-        report.messages.append(f"interrupted: {len(report.files)} of {len(selection)} golden files compared")
-        report.warnings = _pillow_warning(report.files)
-        if out is not None:
-            write_report(report, out)
-        raise CheckInterrupted(report) from None
+        _stop_interrupted(report, len(selection), out)
     finally:
         close()
         _rewritten(report, gdir, contents)
