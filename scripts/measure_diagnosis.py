@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from kimi_oracle.core.config import PreprocessConfig  # noqa: E402
-from kimi_oracle.fuzzers import fuzzing  # noqa: E402
+from kimi_oracle.fuzzers import cases, fuzzing, settle  # noqa: E402
 from kimi_oracle.oracle import diagnosis  # noqa: E402
 from kimi_oracle.oracle.candidates import Candidate, load_candidate  # noqa: E402
 
@@ -45,7 +45,7 @@ def main() -> int:
         finally:
             timings.append(time.perf_counter() - t0)
 
-    fuzzing.finding_diagnosis = timed
+    settle.finding_diagnosis = cases.finding_diagnosis = timed  # where fuzz() and finding_from diagnose
     print("| candidate | planted | findings | root causes found (levels ≥ 1) | float rounding only | "
           "attribution per finding (median / max ms) | run s |")
     print("|---|---|---|---|---|---|---|")

@@ -20,6 +20,7 @@ from PIL import Image
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
 from kimi_oracle.core.images import pack_raw, unpack_raw
+from kimi_oracle.core.lifecycle import Started
 from kimi_oracle.core.tokenizer import Tokenizer
 from kimi_oracle.fuzzers.sandbox import _context, _hidden_main, candidate_threads, die_with_parent, signal_name
 from kimi_oracle.oracle.checks import CRASH, TIMEOUT
@@ -93,7 +94,7 @@ def _serve(conn: Any, spec: str, base: PreprocessConfig) -> None:
         conn.send_bytes(pickle.dumps(reply))
 
 
-class LocalEngine:
+class LocalEngine(Started):
     """An engine factory run in this process (no isolation)."""
 
     def __init__(self, factory: EngineFactory, base: PreprocessConfig):
@@ -116,17 +117,14 @@ class LocalEngine:
         """One image prepared and encoded alone in a fresh engine."""
         return alone_rows(self.factory, Tokenizer(), config, img, path)
 
+    def start(self) -> None:
+        """Nothing to start."""
+
     def close(self) -> None:
         """Nothing to stop."""
 
-    def __enter__(self) -> "LocalEngine":
-        return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-
-class IsolatedEngine:
+class IsolatedEngine(Started):
     """An engine in an executor process, restarted after a death or a hang."""
 
     def __init__(self, spec: str, base: PreprocessConfig, *, timeout_s: float = 60.0, start_timeout_s: float = 120.0):
@@ -219,12 +217,6 @@ class IsolatedEngine:
             self._proc.join(1.0)
         self._kill()
 
-    def __enter__(self) -> "IsolatedEngine":
-        self.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 __all__ = ["EngineCrash", "EngineDied", "EngineRaised", "EngineTimeout", "IsolatedEngine", "LocalEngine"]

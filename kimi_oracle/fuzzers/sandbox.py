@@ -1,4 +1,7 @@
-"""Run a candidate in a worker subprocess, so that its segfault, abort, OOM or hang is a finding.
+"""Run a candidate in a worker subprocess, so that its segfault, abort, OOM or hang is a finding (parent side).
+
+The executor's side (serve, answer, time, limit memory) is `fuzzers.executor`, the failures are
+`fuzzers.crashes`; their names stay importable from here.
 
 `IsolatedCandidate(spec)` behaves like `candidates.Candidate` (it is one), but every call is
 sent to a long-lived executor process. When the executor dies (a signal, `os.abort()`,
@@ -23,7 +26,6 @@ without the transfer of images and results), for the gate's A/B timing.
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import multiprocessing
 import os
 import shutil
@@ -36,19 +38,23 @@ import types
 from pathlib import Path
 from typing import Any, Sequence
 
-import torch
 from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT_S, START_TIMEOUT_S
 from kimi_oracle.core.errors import BackendError, CandidateError
-from kimi_oracle.core import memory
 from kimi_oracle.core.activity import Activity
-from kimi_oracle.core.images import alpha_class, pack_raw, resize_class, unpack_raw
+from kimi_oracle.core.images import alpha_class, pack_raw, resize_class
+from kimi_oracle.core.lifecycle import Started
 from kimi_oracle.core.result import PreprocessResult
-from kimi_oracle.fuzzers.confine import absolute_spec, confine, output_tail, settle_output
+from kimi_oracle.fuzzers.confine import output_tail
+# The executor side and the failures live in their own modules; their names stay importable here.
+from kimi_oracle.fuzzers.crashes import (CallTimedOut, CandidateDied, CandidateRaised,  # noqa: F401
+                                         CandidateTimeout, ProcessDied, _RemoteCrash, signal_name)
+from kimi_oracle.fuzzers.executor import (_answer, _limit_memory, _pack_tensor, _serve,  # noqa: F401
+                                          _timed, _unpack_tensor, candidate_threads, die_with_parent)
 from kimi_oracle.oracle.candidates import Candidate, CandidateCrash
-from kimi_oracle.oracle.checks import CRASH, TIMEOUT
+from kimi_oracle.oracle.checks import CRASH
 
 # Modules the fork server imports once, so that forked executors start warm.
 PRELOAD = ["numpy", "PIL.Image", "torch", "kimi_oracle.pipelines.reference", "kimi_oracle.oracle.candidates", "kimi_oracle.fuzzers.sandbox"]
@@ -59,233 +65,6 @@ _CONTEXT: Any = None
 
 # The end of a candidate's output (fuzzers.confine's log) kept with a crash or a timeout.
 OUTPUT_KEPT = 2000
-
-
-class ProcessDied(Exception):
-    """Stand-in exception type for an executor that died: its name is what reports show."""
-
-
-class CallTimedOut(Exception):
-    """Stand-in exception type for an executor that did not answer in time."""
-
-
-class _RemoteCrash(CandidateCrash):
-    """A CandidateCrash rebuilt from fields sent by the executor (or made up by the parent)."""
-
-    check = CRASH
-
-    def __init__(self, spec: str, exc_type: str, message: str, tb: str, **details: Any):
-        Exception.__init__(self, f"candidate {spec!r} raised {exc_type}: {message}")
-        self.spec = spec
-        self.exc_type = exc_type
-        self.exc_message = message
-        self.traceback = tb
-        self.details = details
-
-
-class CandidateRaised(_RemoteCrash):
-    """The candidate raised a Python exception inside the executor."""
-
-
-class CandidateDied(_RemoteCrash):
-    """The executor process died during the call (signal, abort, exit, OOM kill)."""
-
-
-class CandidateTimeout(_RemoteCrash):
-    """The executor did not answer within the per-call timeout and was killed."""
-
-    check = TIMEOUT
-
-
-def signal_name(returncode: int | None) -> str:
-    """`SIGABRT` for -6, `exit status 3` for 3, `unknown` for None."""
-    if returncode is None:
-        return "unknown"
-    if returncode < 0:
-        try:
-            return signal.Signals(-returncode).name
-        except ValueError:
-            return f"signal {-returncode}"
-    return f"exit status {returncode}"
-
-
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
-    """Ask the kernel to send `sig` to this process when its parent ends (Linux; elsewhere
-    nothing). A process whose parent already ended gets `sig` at once."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        parent = os.getppid()
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-        if os.getppid() != parent or parent == 1:  # the parent ended before the request
-            os.kill(os.getpid(), sig)
-    except (OSError, AttributeError):  # pragma: no cover - no libc prctl
-        pass
-
-
-# ---------------------------------------------------------------------------------------------
-# images and tensors across the pipe
-
-
-def _pack_tensor(t: torch.Tensor) -> tuple[str, tuple[int, ...], bytes]:
-    t = t.detach().cpu().contiguous()
-    return str(t.dtype).replace("torch.", ""), tuple(t.shape), t.reshape(-1).view(torch.uint8).numpy().tobytes()
-
-
-def _unpack_tensor(packed: tuple[str, tuple[int, ...], bytes]) -> torch.Tensor:
-    dtype_name, shape, data = packed
-    dtype = getattr(torch, dtype_name)
-    if not data:
-        return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
-
-
-# ---------------------------------------------------------------------------------------------
-# the executor (child side)
-
-
-_DEFAULT_THREADS: int | None = None  # torch's own intra-op thread count in this executor
-
-
-def candidate_threads() -> int:
-    """Intra-op torch threads of a candidate's executor: KIMI_ORACLE_CANDIDATE_THREADS, default 1."""
-    value = os.environ.get("KIMI_ORACLE_CANDIDATE_THREADS", "").strip()
-    return int(value) if value.isdigit() and int(value) > 0 else 1
-
-
-def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None, workdir: str | None = None) -> None:
-    # Ctrl-C in a terminal reaches the whole process group: the executor must not turn it into
-    # a "crash"; its parent stops it.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # The parent of an executor is the fork server, which ends when the process that uses the
-    # candidate ends (however it ends): a hanging executor must not outlive it.
-    die_with_parent(signal.SIGKILL)
-    fault_file = open(fault_path, "w")
-    if workdir is not None:
-        # Its own working directory and its own capped output log (fuzzers.confine): a relative
-        # spec path is resolved first, against the directory the command was started in.
-        load_spec = absolute_spec(spec)
-        confine(workdir)
-    else:
-        load_spec = spec
-    faulthandler.enable(file=fault_file, all_threads=True)
-    # The parent sends SIGUSR1 before killing a hung executor: dump where it hangs.
-    faulthandler.register(signal.SIGUSR1, file=fault_file, all_threads=True, chain=False)
-    memory.bound_heap_growth()  # a reused executor judges many inputs of many sizes
-    if memory_limit_mb:
-        _limit_memory(memory_limit_mb)
-    # One intra-op torch thread for the oracle's calls unless KIMI_ORACLE_CANDIDATE_THREADS says
-    # otherwise: on 2 cores (or a busy CI runner) torch's thread pool made one small eager call
-    # many times dearer (docs/measurements.md), and a verdict does not depend on it. The gate's
-    # timed calls (`_timed`) run with torch's own default, as the candidate runs in production.
-    global _DEFAULT_THREADS
-    _DEFAULT_THREADS = torch.get_num_threads()
-    torch.set_num_threads(candidate_threads())
-    from kimi_oracle.oracle.candidates import load_candidate
-
-    try:
-        candidate = load_candidate(load_spec)
-        candidate.spec = spec  # (reports name the spec as the user gave it)
-    except (CandidateError, BackendError) as exc:
-        conn.send(("error", type(exc).__name__, str(exc)))
-        return
-    except Exception as exc:  # an import that fails in an unexpected way is still a load error
-        conn.send(("error", "CandidateError", f"candidate {spec!r} cannot be loaded: {type(exc).__name__}: {exc}"))
-        return
-    try:
-        accepts = candidate.accepts
-    except CandidateError as exc:  # a bad kimi_oracle_input declaration
-        conn.send(("error", "CandidateError", str(exc)))
-        return
-    conn.send(("ready", candidate.description, accepts))
-    timing: tuple[Any, list[Image.Image]] | None = None  # (key, images) of the last timed input
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        if msg is None:
-            return
-        began = time.monotonic()
-        reply = _answer(candidate, spec, msg, timing)
-        if workdir is not None and reply[0] != "ok":
-            settle_output()  # (what it printed before failing is in its log before the answer goes)
-        if msg[0] == "time":
-            timing = reply[1]
-            reply = reply[0]
-        # Every answer carries the span this process worked on it (time.monotonic is one
-        # system-wide clock): the gate's overhead is the time no candidate and no reference works.
-        conn.send((reply, (began, time.monotonic())))
-
-
-def _answer(candidate: Candidate, spec: str, msg: tuple, timing: Any) -> tuple:
-    """The executor's answer to one request (for "time": the answer and the timing images kept)."""
-    if msg[0] == "time":
-        _, key, packed_images, config = msg
-        if packed_images is not None or timing is None or timing[0] != key:
-            timing = (key, [unpack_raw(p) for p in packed_images or ()])
-        return _timed(candidate, spec, timing[1], config), timing
-    _, packed_images, config, *rest = msg
-    if rest:  # the input form chosen by the caller (oracle.input_forms)
-        candidate.input_form = rest[0]
-    # An image opened from a file arrives as its bytes and is opened again here (frames,
-    # EXIF, ICC intact): the candidate receives what it would receive in-process.
-    images = [unpack_raw(p) for p in packed_images]
-    try:
-        out = candidate(images, config)
-    except CandidateCrash as exc:
-        # A failed self-check names its own check (grid_mismatch, feature_length) and stats.
-        return ("raised", exc.exc_type, exc.exc_message, exc.traceback,
-                getattr(exc, "check", CRASH), getattr(exc, "stats", None))
-    except (CandidateError, BackendError) as exc:
-        return ("error", type(exc).__name__, str(exc))
-    except BaseException as exc:  # noqa: BLE001 - SystemExit or a custom BaseException: told apart by type
-        crash = CandidateCrash(spec, exc)
-        return ("raised", crash.exc_type, crash.exc_message, crash.traceback)
-    return ("ok", _pack_tensor(out.pixel_values), _pack_tensor(out.grid_thws))
-
-
-def _timed(candidate: Candidate, spec: str, images: list[Image.Image], config: PreprocessConfig) -> tuple:
-    """One call of the candidate's own function on `images` (not copied, as a caller would pass
-    them), timed here: the candidate's time without the transfer. CUDA work is waited for."""
-    from kimi_oracle.oracle.candidates import as_result
-
-    judging_threads = torch.get_num_threads()
-    torch.set_num_threads(_DEFAULT_THREADS or judging_threads)
-    try:
-        t0 = time.perf_counter()
-        out = candidate.func(images, config)
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.synchronize()
-        elapsed = time.perf_counter() - t0
-        as_result(out, spec)  # a timing of something that is not a result means nothing
-    except (CandidateError, BackendError) as exc:
-        return ("error", type(exc).__name__, str(exc))
-    except BaseException as exc:  # noqa: BLE001 - the candidate's failure, told apart by type
-        crash = CandidateCrash(spec, exc)
-        return ("raised", crash.exc_type, crash.exc_message, crash.traceback)
-    finally:
-        torch.set_num_threads(judging_threads)
-    return ("timed", elapsed)
-
-
-def _limit_memory(limit_mb: int) -> None:
-    import resource
-
-    # Address space already mapped (torch maps a lot) plus the allowance.
-    try:
-        with open("/proc/self/statm") as fh:
-            pages = int(fh.read().split()[0])
-        base = pages * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        base = 0
-    limit = base + int(limit_mb) * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
 
 @contextlib.contextmanager
 def _hidden_main() -> Any:
@@ -317,7 +96,7 @@ def _context() -> Any:
 # the parent side
 
 
-class IsolatedCandidate(Candidate):
+class IsolatedCandidate(Started, Candidate):
     """A candidate whose every call runs in an executor subprocess (restarted after a crash)."""
 
     def __init__(self, spec: str, *, timeout_s: float = DEFAULT_CASE_TIMEOUT_S, memory_limit_mb: int | None = None,
@@ -406,13 +185,6 @@ class IsolatedCandidate(Candidate):
             self._proc.join(1.0)
         self._kill()
         self._cleanup()
-
-    def __enter__(self) -> "IsolatedCandidate":
-        self.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __del__(self) -> None:  # pragma: no cover - best effort
         try:

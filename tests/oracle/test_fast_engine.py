@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.fuzzers import fuzzing
+from kimi_oracle.fuzzers import fuzzing, search
 from kimi_oracle.fuzzers.fuzzing import FuzzOptions, _seed_database, fuzz
 from kimi_oracle.inputs.draw import (TILE_SIDES, ChoiceSource, DrawOptions,
                                      RandomSource, ReplayError, derive,
@@ -84,7 +84,7 @@ class _Recorder:
             self.cases.append(case)
             return case
 
-        monkeypatch.setattr(fuzzing, "draw_fuzz_case", spy)
+        monkeypatch.setattr(search, "draw_fuzz_case", spy)
 
 
 def _wide_fails(images, config):
@@ -131,7 +131,7 @@ def test_invariances_run_on_every_fourth_example(monkeypatch):
         flags.append(invariance)
         return Verdict(None, "ok", {})
 
-    monkeypatch.setattr(fuzzing, "evaluate", fake_evaluate)
+    monkeypatch.setattr(search, "evaluate", fake_evaluate)
     fuzz("reference", K3, FuzzOptions(examples=10, seed=1))
     assert flags == [i % 4 == 0 for i in range(10)]
     flags.clear()
@@ -149,7 +149,7 @@ def test_tile_share_reaches_the_search(monkeypatch):
         sizes.append([img.size for img in images])
         return Verdict(None, "ok", {})
 
-    monkeypatch.setattr(fuzzing, "evaluate", fake_evaluate)
+    monkeypatch.setattr(search, "evaluate", fake_evaluate)
     monkeypatch.setattr(fuzzing.FuzzCase, "make_images", lambda case: [_Size(p.size) for p in case.images])
     fuzz("reference", K3, FuzzOptions(examples=20, seed=3, tile_share=0.1))
     tiles = [i for i, batch in enumerate(sizes) if len(batch) == 1 and set(batch[0]) <= set(TILE_SIDES)]

@@ -11,7 +11,7 @@ import pytest
 from kimi_oracle.cli import main
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError
-from kimi_oracle.fuzzers import fuzzing, publishing
+from kimi_oracle.fuzzers import fuzzing, publishing, settle
 from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
 from kimi_oracle.oracle.candidates import Candidate
 from kimi_oracle.pipelines import reference
@@ -56,7 +56,7 @@ def diagnoses(monkeypatch):
         return real(check, stats, images, config, expected=expected, actual=actual)
 
     counting.clock = None
-    monkeypatch.setattr(fuzzing, "finding_diagnosis", counting)
+    monkeypatch.setattr(settle, "finding_diagnosis", counting)
     return counting, made
 
 
@@ -122,7 +122,7 @@ def test_findings_are_all_on_disk_when_fuzz_returns_and_a_write_error_is_raised(
     def full_disk(out_dir, finding):
         raise InputError("no space left on device")
 
-    monkeypatch.setattr(fuzzing, "write_finding", full_disk)
+    monkeypatch.setattr(settle, "write_finding", full_disk)
     with pytest.raises(InputError, match="no space left"):
         fuzz(Candidate("off", _half_level_off), CONFIG,
              FuzzOptions(examples=30, seed=3, max_side=40, invariance=False, shrink=False), out_dir=tmp_path / "b")

@@ -174,9 +174,9 @@ def preprocess(
     config: PreprocessConfig,
     *,
     device: str | torch.device | None = None,
-    out_dtype: torch.dtype = torch.float32,
     chunk_bytes: int | None = None,
     out_device: str | torch.device | None = None,
+    out_dtype: torch.dtype = torch.float32,
     tiles: Tiles | None = None,
 ) -> PreprocessResult:
     """The checkpoint's preprocessing with Pillow-exact kernels: same bytes as the reference.

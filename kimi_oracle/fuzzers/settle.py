@@ -1,0 +1,141 @@
+"""The fuzz engine's settle stage: each group shrunk, saved and published as a finding."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Collection
+
+from PIL import Image
+
+from kimi_oracle.core.levels import is_sub_level
+from kimi_oracle.fuzzers.cases import _Record, finding_from
+from kimi_oracle.fuzzers.shrink import _HarnessAbort
+from kimi_oracle.oracle.checks import FINDING_KINDS, PIXEL_MISMATCH
+from kimi_oracle.oracle.diagnosis import finding_diagnosis
+from kimi_oracle.results.report import Finding, write_finding
+
+
+class _Settling:
+    """The engine's settle stages (mixed into `fuzzers.search._Engine`)."""
+
+    def save(self, group: str) -> None:
+        record = self.records[group]
+        if self.database is None or record.saved or not record.choices:
+            return
+        from hypothesis.database import choices_to_bytes
+
+        self.database.save(self.db_key, choices_to_bytes(list(record.choices)))
+
+    def finding(self, record: _Record) -> Finding:
+        case = record.case  # fresh images: the candidate may have altered the ones it was given
+        images = case.make_images()
+        return finding_from(record.verdict, self.candidate.spec, case.config, images,
+                            params=[p.to_dict() for p in case.images], tolerance=str(self.tol),
+                            seed=self.run.seed, example=record.example,
+                            diagnosis=self.diagnosis(record, images), assume=self.options.assume)
+
+    def diagnosis(self, record: _Record, images: list[Image.Image]) -> dict[str, Any]:
+        """The diagnosis fields of a record's finding (`fuzzers.publishing.Publisher.diagnose`;
+        fuzz_pair: always a new one)."""
+        budget = None if self.eager_diagnosis else self.budget
+        return self.publisher.diagnose(record.verdict, images, record.case.config, (self.db_key, record.choices),
+                                       budget, functools.partial(finding_diagnosis, assume=self.options.assume)
+                                       if self.options.assume else finding_diagnosis)
+
+    def publish(self, group: str, past_end: bool = False) -> None:
+        """The group's finding (and, when shrinking lost root causes, its first case's), written.
+        `past_end`: the settle's time is spent."""
+        run, out_dir = self.run, self.out_dir
+        began = self.clock()
+        record = self.records[group]
+        first = self.first_cases.pop(group, None)
+        if record.finding is None and not record.shrunk and first is not None and first.finding is not None and past_end:
+            # Past the budget, a simpler case met later (not one the shrink found) is not
+            # diagnosed anew: the first case, diagnosed when it was met, is the finding.
+            record = first
+        finding = record.finding if record.finding is not None else self.finding(record)
+        finding.extra["group"] = group
+        seen = self.seen.get(group, {})
+        finding.hits = max(1, int(seen.get("hits", 1)))
+        if seen.get("max") is not None and finding.max_levels is not None:
+            finding.max_levels_seen = max(float(seen["max"]), float(finding.max_levels))
+        if out_dir is not None:
+            self.publisher.writer.submit(write_finding, out_dir, finding)
+        run.findings.append(finding)
+        # The first case of a key was attributed when it was met (fuzz(): now, while the
+        # diagnosis share lasts): root causes that shrinking lost (a small opaque image cannot
+        # show straight alpha) are a finding of their own, with that unshrunk case as its repro.
+        if (first is not None and first is not record and first.finding is None and finding.check == PIXEL_MISMATCH
+                and self.options.shrink and not self.eager_diagnosis and not self.diagnosis_spent()):
+            first.finding = self.finding(first)
+        if (first is not None and first is not record and first.finding is not None
+                and finding.check == PIXEL_MISMATCH and self.options.shrink):
+            extra_finding = first.finding
+            lost = _lost_causes(finding, extra_finding)
+            if lost:
+                extra_finding.key = f"{group}{{{'+'.join(lost)}}}"
+                extra_finding.extra["group"] = extra_finding.key
+                extra_finding.extra["unshrunk"] = "root causes the shrunk case of " + group + " does not show"
+                extra_finding.hits = finding.hits
+                extra_finding.max_levels_seen = finding.max_levels_seen
+                if out_dir is not None:
+                    self.publisher.writer.submit(write_finding, out_dir, extra_finding)
+                run.findings.append(extra_finding)
+        self.publisher.costs.append(self.clock() - began)
+
+    def settle(self, shrink: bool = True, until: float | None = None, keep: Collection[str] = ()) -> None:
+        """Shrink (unless off, interrupted or replayed from the database), save and publish every
+        group in report order; the time left until `until` (default: the budget's end) is shared
+        among the groups still to go, each given its share minus the time publishing one has
+        taken on average. Groups in `keep` are published as they were met (not shrunk)."""
+        run = self.run
+        end = until if until is not None else self.start + self.budget if self.budget is not None else None
+        order = {c: i for i, c in enumerate(FINDING_KINDS)}
+        groups = sorted(self.records, key=lambda g: (order.get(g.split("[")[0], 99), self.records[g].example, g))
+        abort: _HarnessAbort | None = None
+        for k, group in enumerate(groups):
+            shrinkable = (shrink and self.options.shrink and abort is None and run.stopped != "interrupted"
+                          and not self.records[group].saved and group not in keep)
+            if shrinkable:
+                deadline = None
+                if end is not None:
+                    # Publishing (diagnosis, files) cannot stop half-way: every group still to go
+                    # keeps the average publishing time so far; the rest is shared for shrinking.
+                    # The first case's diagnosis time stands for each group's publishing time.
+                    now = self.clock()
+                    to_shrink = [g for g in groups[k:] if g not in keep]
+                    reserve = (sum(self.first_cases.get(g, self.records[g]).cost for g in to_shrink)
+                               if self.eager_diagnosis
+                               else len(to_shrink) * self.publisher.estimate() + self.publisher.backlog())
+                    deadline = now + (end - now - reserve) / len(to_shrink)
+                try:
+                    if deadline is None or deadline > self.clock():
+                        with self.publisher.times.shrinking.span():
+                            self.shrink(group, deadline)
+                except _HarnessAbort as exc:
+                    abort = exc
+                except KeyboardInterrupt:
+                    run.stopped = "interrupted"
+            self.save(group)
+            # (a kept group's finding is its first case, diagnosed when it was met)
+            self.publish(group, past_end=group in keep or (end is not None and self.clock() >= end))
+        self.published.update(self.records)
+        self.records.clear()
+        if abort is not None:
+            raise abort
+
+
+def _lost_causes(shrunk: Finding, first: Finding) -> list[str]:
+    """Root causes of a key's first case that its shrunk case does not show: not merely an
+    equally good alternative (a tie the diagnosis recorded as equivalent) and accounting for at
+    least one level there."""
+    from kimi_oracle.results.report import cause_levels
+
+    def ties(f: Finding) -> set[str]:
+        explained = (f.attribution or {}).get("explained") or []
+        return {c for e in explained for c in (e.get("equivalent") or [])}
+
+    known = set(shrunk.root_causes) | ties(shrunk) | ties(first)
+    levels = cause_levels(first)
+    return [c for c in first.root_causes
+            if c not in known and c != "unexplained" and not is_sub_level(levels.get(c, (0.0, 0.0))[0])]
