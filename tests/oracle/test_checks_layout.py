@@ -23,7 +23,7 @@ PUBLIC = [
     "levels_of", "locate", "pixel_stats", "same_output", "self_check", "source_range",
     "ulp_distance", "update_digest",
 ]
-ALSO_IMPORTED = ["shape_dtype_problems", "_describe"]  # workflows/golden.py, oracle/candidates.py
+ALSO_IMPORTED = ["shape_dtype_problems", "_describe"]  # workflows/golden/candidates.py, oracle/candidates.py
 
 
 def test_the_package_has_several_modules():
