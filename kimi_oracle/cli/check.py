@@ -55,31 +55,11 @@ def check_cmd(paths: tuple[Path, ...], candidate_spec: str, profile: str | None,
     An image the checkpoint rejects is still given to the candidate: a result is an
     `accepts_invalid` finding (reported; exit 1 only with --strict), a raise agrees.
     """
-    from rich.table import Table
-
     from kimi_oracle.core.files import utc_now, versions
-    from kimi_oracle.core.images import decode, read_file
     from kimi_oracle.results.report import finding_summary, root_cause_rows
 
     config = resolve_config(profile, config_path)
-    files, skipped = _expand(paths)
-    for line in skipped[:20]:
-        click.echo(f"skipped: {line}", err=True)
-    if len(skipped) > 20:
-        click.echo(f"skipped: ... and {len(skipped) - 20} more (all listed in --json)", err=True)
-    if not files:
-        raise InputError("no image files found", source=" ".join(str(p) for p in paths))
-    loaded: list[tuple[str, Any, bytes | None]] = []
-    errors: list[str] = []
-    for path in files:
-        try:
-            raw = read_file(path)
-            loaded.append((str(path), decode(raw, name=str(path)), raw))
-        except InputError as exc:
-            errors.append(str(exc))
-    if not loaded:  # refused before the candidate starts (and before torch is imported)
-        more = f" (and {len(errors) - 1} more unreadable)" if len(errors) > 1 else ""
-        raise InputError(f"no readable image: {errors[0]}{more}")
+    loaded, errors, skipped = _load(paths)
     setup_interpret(interpret)
     from kimi_oracle.fuzzers.fuzzing import check_images
 
@@ -90,15 +70,7 @@ def check_cmd(paths: tuple[Path, ...], candidate_spec: str, profile: str | None,
     findings, rows = checked.findings, checked.rows
     elapsed = time.monotonic() - started
     console = stdout_console()
-    table = Table(title=rich_text(f"kimi-oracle check: {candidate.spec} vs reference ({config.describe()}, "
-                                  f"tolerance {tolerance})"), title_justify="left")
-    for column in ("image", "size", "mode", "result", "detail"):
-        table.add_column(column, overflow="fold")
-    for r in rows:
-        result = Text(r["result"], style="green" if r["result"] == "ok" else "red")
-        name = Path(r["image"]).name if r["size"] != "batch" else r["image"]
-        table.add_row(rich_text(name), r["size"], rich_text(r["mode"]), result, rich_text(r["detail"]))
-    console.print(table)
+    _print_rows(console, candidate.spec, config, tolerance, rows)
     print_findings_table("findings per check", findings, FINDING_KINDS, {}, f"{len(rows)} row(s), "
                           f"{len(findings)} finding(s), {len(errors)} unreadable, {elapsed:.1f} s", strict)
     for line in errors:
@@ -119,6 +91,47 @@ def check_cmd(paths: tuple[Path, ...], candidate_spec: str, profile: str | None,
     if failing([f.check for f in findings], strict):
         return EXIT_FINDINGS
     return EXIT_ERROR if errors else EXIT_OK
+
+
+def _load(paths: Sequence[Path]) -> tuple[list[tuple[str, Any, bytes | None]], list[str], list[str]]:
+    """The images read and decoded (name, image, bytes), the unreadable ones' errors and what the
+    folder scan skipped; InputError (exit 2) when nothing is readable, before the candidate starts."""
+    from kimi_oracle.core.images import decode, read_file
+
+    files, skipped = _expand(paths)
+    for line in skipped[:20]:
+        click.echo(f"skipped: {line}", err=True)
+    if len(skipped) > 20:
+        click.echo(f"skipped: ... and {len(skipped) - 20} more (all listed in --json)", err=True)
+    if not files:
+        raise InputError("no image files found", source=" ".join(str(p) for p in paths))
+    loaded: list[tuple[str, Any, bytes | None]] = []
+    errors: list[str] = []
+    for path in files:
+        try:
+            raw = read_file(path)
+            loaded.append((str(path), decode(raw, name=str(path)), raw))
+        except InputError as exc:
+            errors.append(str(exc))
+    if not loaded:  # refused before the candidate starts (and before torch is imported)
+        more = f" (and {len(errors) - 1} more unreadable)" if len(errors) > 1 else ""
+        raise InputError(f"no readable image: {errors[0]}{more}")
+    return loaded, errors, skipped
+
+
+def _print_rows(console: Any, spec: str, config: Any, tolerance: str, rows: Sequence[dict[str, Any]]) -> None:
+    """One table row per image (and batch check) judged."""
+    from rich.table import Table
+
+    table = Table(title=rich_text(f"kimi-oracle check: {spec} vs reference ({config.describe()}, "
+                                  f"tolerance {tolerance})"), title_justify="left")
+    for column in ("image", "size", "mode", "result", "detail"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        result = Text(r["result"], style="green" if r["result"] == "ok" else "red")
+        name = Path(r["image"]).name if r["size"] != "batch" else r["image"]
+        table.add_row(rich_text(name), r["size"], rich_text(r["mode"]), result, rich_text(r["detail"]))
+    console.print(table)
 
 
 def _expand(paths: Sequence[Path]) -> tuple[list[Path], list[str]]:

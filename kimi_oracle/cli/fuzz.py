@@ -119,15 +119,9 @@ def fuzz_cmd(candidate_spec: str | None, planner_spec: str | None, planner_sizes
     checkpoint rejects are reported, not failed.
     """
     if engine_spec is not None:
-        if candidate_spec is not None or planner_spec is not None or budget is not None:
-            raise click.UsageError("--engine fuzzes a request layer for --examples scenarios; give it without "
-                                   "--candidate, --planner or --budget")
-        from kimi_oracle.cli.engine_fuzz import run_fuzz
-
-        return run_fuzz(engine_spec, resolve_config(profile, config_path), examples=examples, seed=seed,
-                        mixed_configs=mixed_configs, pixels=pixels, tolerance=tolerance, shrink=not no_shrink,
-                        out_dir=out_dir, json_path=json_path, junit_path=junit_path,
-                        markdown_path=markdown_path, case_timeout=case_timeout)
+        return _engine_fuzz(engine_spec, candidate_spec, planner_spec, budget, profile, config_path, examples, seed,
+                            mixed_configs, pixels, tolerance, no_shrink, out_dir, json_path, junit_path,
+                            markdown_path, case_timeout)
     if mixed_configs or pixels or markdown_path is not None:
         raise click.UsageError("--mixed-configs, --pixels and --markdown go with --engine")
     if candidate_spec is None and planner_spec is None:
@@ -139,6 +133,60 @@ def fuzz_cmd(candidate_spec: str | None, planner_spec: str | None, planner_sizes
         return _planner_only(planner_spec, planner_sizes, config, seed, fixed_config, json_path, junit_path,
                              case_timeout, parse_duration(budget) if budget else None)
     budget_s = parse_duration(budget) if budget else None
+    mode_list = _parse_modes(modes)
+    # Here, after the usage checks: a usage error or a bad config imports no torch.
+    setup_interpret(interpret)
+    from kimi_oracle.fuzzers.fuzzing import FuzzOptions
+
+    options = FuzzOptions(
+        examples=examples, budget_s=budget_s, seed=seed, tolerance=tolerance, vary_config=not fixed_config,
+        max_images=max_images, max_side=max_side, modes=mode_list, invariance=not no_invariance,
+        shrink=not no_shrink, hypothesis_profile=hypothesis_profile, split_by_mode=group_by == "mode",
+        keep_searching=not stop_early, db_dir=db_dir if db_dir is not None else out_dir / "hypothesis-db",
+        assume=assume)
+    started = time.monotonic()
+    candidate = open_with_form(candidate_spec, case_timeout, memory_limit_mb, input_form, budget_s)
+    with candidate:
+        run = _fuzz_with_progress(candidate, config, options, out_dir, budget_s, examples, started)
+    summary = run.summary()
+    planner_report = None
+    if planner_spec is not None and run.stopped != "interrupted":
+        planner_report = _planner_after(planner_spec, planner_sizes, config, run.seed, fixed_config, case_timeout,
+                                        budget_s, started)
+        summary["planner"] = planner_report.to_dict()
+    summary["strict"] = strict
+    write_outputs(summary, run.findings, FINDING_KINDS, "kimi-oracle fuzz", json_path, junit_path, run.elapsed_s)
+    _print_fuzz_run(run, summary, planner_report, candidate.spec, config, tolerance, fixed_config, strict, out_dir)
+    return _fuzz_exit_code(run, strict, planner_report)
+
+
+def _engine_fuzz(engine_spec: str, candidate_spec: str | None, planner_spec: str | None, budget: str | None,
+                 profile: str | None, config_path: Path | None, examples: int | None, seed: int | None,
+                 mixed_configs: bool, pixels: bool, tolerance: str, no_shrink: bool, out_dir: Path,
+                 json_path: Path | None, junit_path: Path | None, markdown_path: Path | None,
+                 case_timeout: float) -> int:
+    """`fuzz --engine`: a request layer fuzzed on drawn scenarios (cli/engine_fuzz.py)."""
+    if candidate_spec is not None or planner_spec is not None or budget is not None:
+        raise click.UsageError("--engine fuzzes a request layer for --examples scenarios; give it without "
+                               "--candidate, --planner or --budget")
+    from kimi_oracle.cli.engine_fuzz import run_fuzz
+
+    return run_fuzz(engine_spec, resolve_config(profile, config_path), examples=examples, seed=seed,
+                    mixed_configs=mixed_configs, pixels=pixels, tolerance=tolerance, shrink=not no_shrink,
+                    out_dir=out_dir, json_path=json_path, junit_path=junit_path,
+                    markdown_path=markdown_path, case_timeout=case_timeout)
+
+
+def _planner_after(spec: str, sizes: int | None, config: PreprocessConfig, seed: int | None, fixed_config: bool,
+                   case_timeout: float, budget_s: float | None, started: float) -> Any:
+    """The planner fuzzed after the candidate, within what the fuzz run left of the budget (a case
+    timeout at least)."""
+    left = None if budget_s is None else max(budget_s - (time.monotonic() - started), case_timeout)
+    return _run_planner(spec, sizes, config, seed, fixed_config, case_timeout, left)
+
+
+def _parse_modes(modes: str | None) -> tuple[str, ...]:
+    """`--modes M1,M2` as a tuple of known modes (all of them when not given)."""
     mode_list = tuple(MODES)
     if modes:
         mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
@@ -146,25 +194,20 @@ def fuzz_cmd(candidate_spec: str | None, planner_spec: str | None, planner_sizes
         if bad or not mode_list:
             raise click.BadParameter(f"unknown mode(s) {', '.join(bad) or '(none)'}; known: {', '.join(MODES)}",
                                      param_hint="--modes")
-    # Here, after the usage checks: a usage error or a bad config imports no torch.
-    setup_interpret(interpret)
-    from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
+    return mode_list
 
-    options = FuzzOptions(
-        examples=examples, budget_s=budget_s, seed=seed, tolerance=tolerance, vary_config=not fixed_config,
-        max_images=max_images, max_side=max_side, modes=mode_list, invariance=not no_invariance,
-        shrink=not no_shrink, hypothesis_profile=hypothesis_profile,
-        split_by_mode=group_by == "mode", keep_searching=not stop_early,
-        db_dir=db_dir if db_dir is not None else out_dir / "hypothesis-db", assume=assume,
-    )
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+def _fuzz_with_progress(candidate: Any, config: PreprocessConfig, options: Any, out_dir: Path,
+                        budget_s: float | None, examples: int | None, started: float) -> Any:
+    """The fuzz run, with a progress bar on stderr when it is a terminal (by time under a budget alone)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kimi_oracle.fuzzers.fuzzing import fuzz
 
     err = stderr_console()
     total = float(budget_s) if budget_s is not None and examples is None else float(options.max_examples())
     by_time = budget_s is not None and examples is None
-    started = time.monotonic()
-    candidate = open_with_form(candidate_spec, case_timeout, memory_limit_mb, input_form, budget_s)
-    with candidate, Progress(TextColumn("[bold]fuzz[/bold] {task.description}"), BarColumn(),
+    with Progress(TextColumn("[bold]fuzz[/bold] {task.description}"), BarColumn(),
                   TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=err,
                   transient=False, disable=not err.is_terminal) as progress:
         task = progress.add_task(candidate.spec, total=total, detail="")
@@ -181,30 +224,32 @@ def fuzz_cmd(candidate_spec: str | None, planner_spec: str | None, planner_sizes
 
         run = fuzz(candidate, config, options, out_dir=out_dir, on_example=on_example)
         progress.update(task, completed=total, detail=f"{run.examples} examples, {len(run.findings)} finding(s)")
-    summary = run.summary()
-    planner_report = None
-    if planner_spec is not None and run.stopped != "interrupted":
-        # (what the fuzz run left of the budget, a case timeout at least)
-        left = None if budget_s is None else max(budget_s - (time.monotonic() - started), case_timeout)
-        planner_report = _run_planner(planner_spec, planner_sizes, config, run.seed, fixed_config,
-                                      case_timeout, left)
-        summary["planner"] = planner_report.to_dict()
-    summary["strict"] = strict
-    write_outputs(summary, run.findings, FINDING_KINDS, "kimi-oracle fuzz", json_path, junit_path, run.elapsed_s)
+    return run
+
+
+def _print_fuzz_run(run: Any, summary: dict[str, Any], planner_report: Any, spec: str, config: PreprocessConfig,
+                    tolerance: str, fixed_config: bool, strict: bool, out_dir: Path) -> None:
+    """The findings table of a fuzz run with its footer (examples, time, seed, why it stopped), the
+    inferred pipeline and the planner's report."""
     footer = (f"{run.examples} examples ({run.calls} runs incl. shrinking, {run.rejected} rejected) in "
               f"{run.elapsed_s:.1f} s; seed {run.seed}; stopped: {run.stopped}; "
               f"{len(run.findings)} finding(s)" + (f" under {out_dir / 'findings'}" if run.findings else ""))
-    print_findings_table(f"kimi-oracle fuzz: {candidate.spec} vs reference ({config.describe()}, "
-                          f"tolerance {tolerance}, config variation {'off' if fixed_config else 'on'})",
-                          run.findings, FINDING_KINDS, run.first_found, footer, strict)
+    print_findings_table(f"kimi-oracle fuzz: {spec} vs reference ({config.describe()}, "
+                         f"tolerance {tolerance}, config variation {'off' if fixed_config else 'on'})",
+                         run.findings, FINDING_KINDS, run.first_found, footer, strict)
     print_pipeline(summary)
     if planner_report is not None:
         _print_planner(planner_report)
+
+
+def _fuzz_exit_code(run: Any, strict: bool, planner_report: Any) -> int:
+    """130/143 when interrupted, 1 on a failing finding or planner, else 0."""
     if run.stopped == "interrupted":
         click.echo("interrupted: the report covers only the examples that ran", err=True)
         return interrupts.exit_code()
     failed = failing([f.check for f in run.findings], strict)
     return EXIT_FINDINGS if failed or (planner_report is not None and not planner_report.ok) else EXIT_OK
+
 
 
 def _check_outputs(out_dir: Path | None, json_path: Path | None, junit_path: Path | None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.text import Text
@@ -38,9 +39,9 @@ def repro_cmd(finding: Path, candidate_spec: str | None, tolerance: str | None, 
     The candidate runs in a separate process, so a crash or hang is reported, never fatal.
     """
     from kimi_oracle.core.files import write_json
-    from kimi_oracle.fuzzers.fuzzing import finding_from, replay_case
+    from kimi_oracle.fuzzers.fuzzing import replay_case
     from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
-    from kimi_oracle.results.report import finding_lines, read_case
+    from kimi_oracle.results.report import read_case
     from kimi_oracle.results.scenario_report import SCENARIO_FILE
 
     if (finding / SCENARIO_FILE).is_file() or finding.name == SCENARIO_FILE:
@@ -74,24 +75,35 @@ def repro_cmd(finding: Path, candidate_spec: str | None, tolerance: str | None, 
             highlight=False)
         code = EXIT_OK
     else:
-        f = finding_from(verdict, spec, config, images,
-                         params=[e.get("params") for e in case["images"]], tolerance=tol,
-                         engine=case.get("engine", "hypothesis"), seed=case.get("seed"),
-                         sources=[e.get("source") for e in case["images"]])
-        lines = finding_lines(f)
-        head = "still fails" if verdict.check == was else f"fails a different check now (was {was})"
-        console.print(Text.assemble((head, "bold red"), safe_text(f": {lines[0]}")), highlight=False,
-                      soft_wrap=True)
-        for line in lines[1:]:
-            console.print(rich_text("  " + line), soft_wrap=True)
-        if f.root_causes:  # diagnosed now (a fuzz run may have deferred it: its budget's share spent)
-            console.print(rich_text("  root causes: " + ", ".join(f.root_causes)), soft_wrap=True)
+        f = _print_still_failing(console, verdict, case, spec, config, images, tol)
         code = EXIT_FINDINGS
     if json_path is not None:
         write_json(json_path, {"finding": str(directory), "candidate": spec, "was": was,
                                "verdict": verdict.to_dict(), "notes": notes,
                                "root_causes": None if verdict.ok else list(f.root_causes)})
     return code
+
+
+def _print_still_failing(console: Any, verdict: Any, case: dict[str, Any], spec: str, config: Any,
+                         images: Any, tol: str) -> Any:
+    """The finding a failing replay makes now, printed (how it differs from the recorded check), and returned."""
+    from kimi_oracle.fuzzers.fuzzing import finding_from
+    from kimi_oracle.results.report import finding_lines
+
+    was = case.get("check")
+    f = finding_from(verdict, spec, config, images,
+                     params=[e.get("params") for e in case["images"]], tolerance=tol,
+                     engine=case.get("engine", "hypothesis"), seed=case.get("seed"),
+                     sources=[e.get("source") for e in case["images"]])
+    lines = finding_lines(f)
+    head = "still fails" if verdict.check == was else f"fails a different check now (was {was})"
+    console.print(Text.assemble((head, "bold red"), safe_text(f": {lines[0]}")), highlight=False,
+                  soft_wrap=True)
+    for line in lines[1:]:
+        console.print(rich_text("  " + line), soft_wrap=True)
+    if f.root_causes:  # diagnosed now (a fuzz run may have deferred it: its budget's share spent)
+        console.print(rich_text("  root causes: " + ", ".join(f.root_causes)), soft_wrap=True)
+    return f
 
 
 def _refuse_candidate_inside(spec: str, directory: Path) -> None:
