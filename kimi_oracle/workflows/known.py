@@ -215,35 +215,13 @@ def compare_rows(new: Mapping[tuple[str, str], Side], old: Mapping[tuple[str, st
     file every row fails, as every finding does)."""
     out: list[dict[str, Any]] = []
     keys = list(new) + [k for k in (old or {}) if k not in new]
-    confounded: dict[str, set[str]] = {}
-    if old is not None:
-        # A systematic new root cause: `new` (a level or more; OLD does not show it there) in two
-        # mode classes or more. On the inputs where it acts, the other causes' levels are split
-        # with it by the attribution and cannot be compared with OLD's (docs/gate.md).
-        classes: dict[str, int] = {}
-        for (c, m), side in new.items():
-            if side.check == PIXEL_MISMATCH and not is_sub_level(side.max_levels or 0.0) and (c, m) not in old:
-                classes[c] = classes.get(c, 0) + 1
-        # (Not with a known file: it may accept the systematic cause itself, and nothing would
-        # then fail for the causes it excused.)
-        if known is None:
-            confounded = _confounded(new, {c for c, k in classes.items() if k >= 2})
+    confounded = _systematic_confounding(new, old, known)
     for key in keys:
         n, o = new.get(key), (old or {}).get(key)
         check = (n or o).check  # type: ignore[union-attr]
         if old is not None:
             verdict, why = _baseline_verdict(n, o, margin)
-            if verdict in (NEW, WORSE) and n is not None and n.check == PIXEL_MISMATCH and confounded \
-                    and key[0] not in {c for cs in confounded.values() for c in cs}:
-                clear = {i for i in n.inputs if i not in confounded}
-                by = sorted({c for i in n.inputs if i in confounded for c in confounded[i]})
-                if not clear:
-                    verdict, why = KNOWN, (f"seen only on inputs where {', '.join(by)} (new) also acts: not "
-                                           "comparable there, so not judged")
-                elif len(clear) < len(n.inputs):
-                    again, why2 = _baseline_verdict(n.restricted(clear), o, margin)
-                    if again not in (NEW, WORSE):
-                        verdict, why = again, f"{why2} on the {len(clear)} input(s) where no new cause acts"
+            verdict, why = _unconfounded_verdict(key, n, o, margin, confounded, verdict, why)
         else:
             verdict, why = NEW, "no baseline: every divergence fails"
         # (a file never accepts a failure other than a pixel difference, whatever it names)
@@ -255,15 +233,7 @@ def compare_rows(new: Mapping[tuple[str, str], Side], old: Mapping[tuple[str, st
             entry = None
         old_dict = o.to_dict() if o is not None else dict(ABSENT)
         if known is not None and old is None:
-            if n is None:
-                verdict, why = IMPROVED, "gone"
-            elif entry is not None:
-                beyond = entry.beyond(n, margin)
-                if beyond:
-                    verdict, why = WORSE, f"beyond the known limits ({', '.join(beyond)})"
-                else:
-                    verdict, why = KNOWN, "within the known limits"
-            # (not in the known file and no baseline: stays `new`)
+            verdict, why = _known_file_verdict(n, entry, margin, verdict, why)
             if entry is not None:
                 old_dict = entry.as_side()
         elif entry is not None and n is not None and verdict in (NEW, WORSE) and not entry.beyond(n, margin):
@@ -278,14 +248,68 @@ def compare_rows(new: Mapping[tuple[str, str], Side], old: Mapping[tuple[str, st
                     "new": n.to_dict() if n is not None else dict(ABSENT), "verdict": verdict, "fails": fails,
                     "why": why, "stages": stages,
                     "message": (n or o).message})  # type: ignore[union-attr]
-    if known is not None:
-        for entry in known.entries:
-            if not any(entry.covers(*k) for k in new) and old is None:
-                out.append({"root_cause": entry.root_cause, "mode_class": entry.mode_class, "check": PIXEL_MISMATCH,
-                            "old": entry.as_side(), "new": dict(ABSENT), "verdict": IMPROVED, "fails": False,
-                            "why": "in the known file, not shown by NEW", "stages": [], "message": entry.note})
+    if known is not None and old is None:
+        out.extend(_gone_known_rows(new, known))
     out.sort(key=_order)
     return out
+
+
+def _systematic_confounding(new: Mapping[tuple[str, str], Side], old: Mapping[tuple[str, str], Side] | None,
+                            known: "KnownFile | None") -> dict[str, set[str]]:
+    """Input -> the systematic new root causes acting there (none without a baseline, or with a known file)."""
+    if old is None:
+        return {}
+    # A systematic new root cause: `new` (a level or more; OLD does not show it there) in two
+    # mode classes or more. On the inputs where it acts, the other causes' levels are split
+    # with it by the attribution and cannot be compared with OLD's (docs/gate.md).
+    classes: dict[str, int] = {}
+    for (c, m), side in new.items():
+        if side.check == PIXEL_MISMATCH and not is_sub_level(side.max_levels or 0.0) and (c, m) not in old:
+            classes[c] = classes.get(c, 0) + 1
+    # (Not with a known file: it may accept the systematic cause itself, and nothing would
+    # then fail for the causes it excused.)
+    if known is not None:
+        return {}
+    return _confounded(new, {c for c, k in classes.items() if k >= 2})
+
+
+def _unconfounded_verdict(key: tuple[str, str], n: Side | None, o: Side | None, margin: Margin,
+                          confounded: Mapping[str, set[str]], verdict: str, why: str) -> tuple[str, str]:
+    """A failing pixel row judged again on the inputs where no systematic new cause acts (not
+    judged at all when it shows only where one does)."""
+    if verdict in (NEW, WORSE) and n is not None and n.check == PIXEL_MISMATCH and confounded \
+            and key[0] not in {c for cs in confounded.values() for c in cs}:
+        clear = {i for i in n.inputs if i not in confounded}
+        by = sorted({c for i in n.inputs if i in confounded for c in confounded[i]})
+        if not clear:
+            verdict, why = KNOWN, (f"seen only on inputs where {', '.join(by)} (new) also acts: not "
+                                   "comparable there, so not judged")
+        elif len(clear) < len(n.inputs):
+            again, why2 = _baseline_verdict(n.restricted(clear), o, margin)
+            if again not in (NEW, WORSE):
+                verdict, why = again, f"{why2} on the {len(clear)} input(s) where no new cause acts"
+    return verdict, why
+
+
+def _known_file_verdict(n: Side | None, entry: Any, margin: Margin, verdict: str, why: str) -> tuple[str, str]:
+    """A row judged against the known file alone (no baseline): gone, within its limits or beyond."""
+    if n is None:
+        return IMPROVED, "gone"
+    if entry is not None:
+        beyond = entry.beyond(n, margin)
+        if beyond:
+            return WORSE, f"beyond the known limits ({', '.join(beyond)})"
+        return KNOWN, "within the known limits"
+    # (not in the known file and no baseline: stays `new`)
+    return verdict, why
+
+
+def _gone_known_rows(new: Mapping[tuple[str, str], Side], known: "KnownFile") -> list[dict[str, Any]]:
+    """An `improved` row for each known file entry NEW no longer shows."""
+    return [{"root_cause": entry.root_cause, "mode_class": entry.mode_class, "check": PIXEL_MISMATCH,
+             "old": entry.as_side(), "new": dict(ABSENT), "verdict": IMPROVED, "fails": False,
+             "why": "in the known file, not shown by NEW", "stages": [], "message": entry.note}
+            for entry in known.entries if not any(entry.covers(*k) for k in new)]
 
 
 def _baseline_verdict(n: Side | None, o: Side | None, margin: Margin) -> tuple[str, str]:
