@@ -97,7 +97,7 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
     config = resolve_config(profile, config_path)
     from kimi_oracle.fuzzers.harnesses import parse_shard
     from kimi_oracle.oracle.kinds import Tolerance
-    from kimi_oracle.workflows.nightly import CampaignOptions, coverage_text, run_campaign
+    from kimi_oracle.workflows.nightly import CampaignOptions, run_campaign
 
     setup_interpret(interpret)
     names = tuple(e.strip() for e in engines.split(",") if e.strip())
@@ -120,6 +120,21 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
                f"jobs {jobs}", err=True)
     result = run_campaign(options, progress=lambda msg: click.echo(f"  {msg}", err=True))
     s = result.summary
+    _print_campaign(s, result.out)
+    for line in (s.get("planner") or {}).get("lines") or []:
+        click.echo(safe_text(line))  # (the planner's own exception text)
+    # (summary.json and junit.xml carry the planner's results and the campaign's exit code)
+    code = result.exit_code
+    if engine_spec is not None and code in (0, 1):
+        code = max(code, _nightly_engine(engine_spec, config, max_examples or NIGHTLY_SCENARIOS, s.get("seed"),
+                                         tolerance, result.out, case_timeout))
+    raise SystemExit(code)
+
+
+def _print_campaign(s: dict, out: Path) -> None:
+    """What each engine and harness ran, the notes, findings and errors of a campaign's summary."""
+    from kimi_oracle.workflows.nightly import coverage_text
+
     for name, info in s["engines"].items():
         cov_text = f", coverage {coverage_text(info.get('coverage'))}" if info.get("coverage") else ""
         click.echo(f"{name}: {info.get('status')}, {info.get('examples', 0)} examples{cov_text}, "
@@ -135,15 +150,7 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
         click.echo(f"      {str(f['message'])[:160]}")
     for err in s["errors"]:
         click.echo(f"error: {err.splitlines()[0] if err else err}", err=True)
-    click.echo(f"{len(s['findings'])} finding(s); stopped: {s['stopped']}; summary: {result.out / 'summary.md'}")
-    for line in (s.get("planner") or {}).get("lines") or []:
-        click.echo(safe_text(line))  # (the planner's own exception text)
-    # (summary.json and junit.xml carry the planner's results and the campaign's exit code)
-    code = result.exit_code
-    if engine_spec is not None and code in (0, 1):
-        code = max(code, _nightly_engine(engine_spec, config, max_examples or NIGHTLY_SCENARIOS, s.get("seed"),
-                                         tolerance, result.out, case_timeout))
-    raise SystemExit(code)
+    click.echo(f"{len(s['findings'])} finding(s); stopped: {s['stopped']}; summary: {out / 'summary.md'}")
 
 
 NIGHTLY_SCENARIOS = 2000
