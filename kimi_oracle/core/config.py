@@ -178,17 +178,11 @@ class PreprocessConfig:
 
     @classmethod
     def k25(cls) -> "PreprocessConfig":
-        """The Kimi-K2.5 checkpoint's configuration (no background: RGB before resize)."""
-        return cls(
-            patch_size=14,
-            merge_kernel_size=2,
-            in_patch_limit=16384,
-            patch_limit_on_one_side=512,
-            fixed_output_tokens=None,
-            image_mean=(0.5, 0.5, 0.5),
-            image_std=(0.5, 0.5, 0.5),
-            name="k25",
-        )
+        """The Kimi-K2.5 checkpoint's configuration (no background: RGB before resize).
+
+        K3's patch, merge, side limit and mean/std with a quarter of its patch budget."""
+        return dataclasses.replace(cls.k3(), in_patch_limit=16384, transparent_bg_config=None,
+                                   transparent_bg_fill_stage=None, name="k25")
 
     @classmethod
     def k3_small(cls) -> "PreprocessConfig":

@@ -100,51 +100,62 @@ def _encode(img: Image.Image, fmt: str, **params: object) -> bytes:
     return buf.getvalue()
 
 
+# The generated decoder seeds, in order: file name (its extension names the format, as Pillow
+# registers it) and the image's CaseParams (w, h, mode, alpha, content, seed).
+_SEEDS: tuple[tuple[str, int, int, str, str, str, int], ...] = (
+    # PNG: palettes with tRNS (one key entry, and a full alpha table), LA, 16-bit grey, RGB key.
+    ("png_p_trns_key_29x17.png", 29, 17, "P", "key", "edges", 1),
+    ("png_p_trns_table_30x31.png", 30, 31, "P", "checker", "gradient", 2),
+    ("png_p_opaque_57x3.png", 57, 3, "P", "opaque", "edges", 3),
+    ("png_la_gradient_15x28.png", 15, 28, "LA", "gradient", "gradient", 4),
+    ("png_la_single_pixel_1x1.png", 1, 1, "LA", "single_pixel", "flat", 5),
+    ("png_i16_grey_33x13.png", 33, 13, "I;16", "opaque", "gradient", 6),
+    ("png_l_trns_13x7.png", 13, 7, "L", "key", "noise", 7),
+    ("png_rgb_trns_9x27.png", 9, 27, "RGB", "key", "edges", 8),
+    ("png_rgba_checker_28x29.png", 28, 29, "RGBA", "checker", "noise", 9),
+    ("png_rgba_transparent_2x3.png", 2, 3, "RGBA", "transparent", "noise", 10),
+    ("png_1bit_41x5.png", 41, 5, "1", "opaque", "edges", 11),
+    ("png_rgb_wide_300x2.png", 300, 2, "RGB", "opaque", "gradient", 12),
+    # CMYK as JPEG (Adobe APP14, inverted) and as TIFF.
+    ("jpeg_cmyk_23x19.jpg", 23, 19, "CMYK", "opaque", "gradient", 13),
+    ("tiff_cmyk_23x19.tif", 23, 19, "CMYK", "opaque", "gradient", 13),
+    ("jpeg_rgb_57x29.jpg", 57, 29, "RGB", "opaque", "edges", 14),
+    ("jpeg_grey_31x14.jpg", 31, 14, "L", "opaque", "noise", 15),
+    ("jpeg_progressive_17x33.jpg", 17, 33, "RGB", "opaque", "gradient", 16),
+    ("tiff_i16_11x29.tif", 11, 29, "I;16", "opaque", "gradient", 17),
+    ("tiff_f_7x9.tif", 7, 9, "F", "opaque", "noise", 18),
+    ("tiff_la_10x10.tif", 10, 10, "LA", "random", "noise", 19),
+    # GIF with a transparent index, and a plain one.
+    ("gif_trns_27x15.gif", 27, 15, "P", "key", "edges", 20),
+    ("gif_opaque_3x101.gif", 3, 101, "P", "opaque", "noise", 21),
+    # WebP only where this Pillow has it.
+    ("webp_rgba_lossless_29x14.webp", 29, 14, "RGBA", "gradient", "edges", 22),
+    ("webp_rgb_lossy_14x29.webp", 14, 29, "RGB", "opaque", "gradient", 23),
+    ("bmp_rgb_5x3.bmp", 5, 3, "RGB", "opaque", "noise", 24),
+)
+# Save options other than the image's own transparency key (always saved where it has one).
+_SAVE_OPTIONS: dict[str, dict[str, object]] = {
+    "jpeg_cmyk_23x19.jpg": {"quality": 90},
+    "jpeg_rgb_57x29.jpg": {"quality": 75},
+    "jpeg_grey_31x14.jpg": {"quality": 80},
+    "jpeg_progressive_17x33.jpg": {"quality": 85, "progressive": True},
+    "webp_rgba_lossless_29x14.webp": {"lossless": True},
+    "webp_rgb_lossy_14x29.webp": {"quality": 70},
+}
+
+
 def seed_files() -> dict[str, bytes]:
     """name -> bytes of the generated decoder seeds (small, deterministic)."""
     out: dict[str, bytes] = {}
-
-    def img(w: int, h: int, mode: str, alpha: str = "opaque", content: str = "noise", seed: int = 1) -> Image.Image:
-        return make_image(CaseParams(w, h, mode, alpha, content, seed))
-
-    # PNG: palettes with tRNS (one key entry, and a full alpha table), LA, 16-bit grey, RGB key.
-    p_key = img(29, 17, "P", "key", "edges")
-    out["png_p_trns_key_29x17.png"] = _encode(p_key, "PNG", transparency=p_key.info["transparency"])
-    p_table = img(30, 31, "P", "checker", "gradient", 2)
-    out["png_p_trns_table_30x31.png"] = _encode(p_table, "PNG", transparency=p_table.info["transparency"])
-    out["png_p_opaque_57x3.png"] = _encode(img(57, 3, "P", "opaque", "edges", 3), "PNG")
-    out["png_la_gradient_15x28.png"] = _encode(img(15, 28, "LA", "gradient", "gradient", 4), "PNG")
-    out["png_la_single_pixel_1x1.png"] = _encode(img(1, 1, "LA", "single_pixel", "flat", 5), "PNG")
-    out["png_i16_grey_33x13.png"] = _encode(img(33, 13, "I;16", "opaque", "gradient", 6), "PNG")
-    l_key = img(13, 7, "L", "key", "noise", 7)
-    out["png_l_trns_13x7.png"] = _encode(l_key, "PNG", transparency=l_key.info["transparency"])
-    rgb_key = img(9, 27, "RGB", "key", "edges", 8)
-    out["png_rgb_trns_9x27.png"] = _encode(rgb_key, "PNG", transparency=rgb_key.info["transparency"])
-    out["png_rgba_checker_28x29.png"] = _encode(img(28, 29, "RGBA", "checker", "noise", 9), "PNG")
-    out["png_rgba_transparent_2x3.png"] = _encode(img(2, 3, "RGBA", "transparent", "noise", 10), "PNG")
-    out["png_1bit_41x5.png"] = _encode(img(41, 5, "1", "opaque", "edges", 11), "PNG")
-    out["png_rgb_wide_300x2.png"] = _encode(img(300, 2, "RGB", "opaque", "gradient", 12), "PNG")
-    # CMYK as JPEG (Adobe APP14, inverted) and as TIFF.
-    cmyk = img(23, 19, "CMYK", "opaque", "gradient", 13)
-    out["jpeg_cmyk_23x19.jpg"] = _encode(cmyk, "JPEG", quality=90)
-    out["tiff_cmyk_23x19.tif"] = _encode(cmyk, "TIFF")
-    out["jpeg_rgb_57x29.jpg"] = _encode(img(57, 29, "RGB", "opaque", "edges", 14), "JPEG", quality=75)
-    out["jpeg_grey_31x14.jpg"] = _encode(img(31, 14, "L", "opaque", "noise", 15), "JPEG", quality=80)
-    out["jpeg_progressive_17x33.jpg"] = _encode(img(17, 33, "RGB", "opaque", "gradient", 16), "JPEG",
-                                                 quality=85, progressive=True)
-    out["tiff_i16_11x29.tif"] = _encode(img(11, 29, "I;16", "opaque", "gradient", 17), "TIFF")
-    out["tiff_f_7x9.tif"] = _encode(img(7, 9, "F", "opaque", "noise", 18), "TIFF")
-    out["tiff_la_10x10.tif"] = _encode(img(10, 10, "LA", "random", "noise", 19), "TIFF")
-    # GIF with a transparent index, and a plain one.
-    gif = img(27, 15, "P", "key", "edges", 20)
-    out["gif_trns_27x15.gif"] = _encode(gif, "GIF", transparency=gif.info["transparency"])
-    out["gif_opaque_3x101.gif"] = _encode(img(3, 101, "P", "opaque", "noise", 21), "GIF")
-    if features.check("webp"):
-        out["webp_rgba_lossless_29x14.webp"] = _encode(img(29, 14, "RGBA", "gradient", "edges", 22), "WEBP",
-                                                       lossless=True)
-        out["webp_rgb_lossy_14x29.webp"] = _encode(img(14, 29, "RGB", "opaque", "gradient", 23), "WEBP",
-                                                   quality=70)
-    out["bmp_rgb_5x3.bmp"] = _encode(img(5, 3, "RGB", "opaque", "noise", 24), "BMP")
+    extensions = Image.registered_extensions()
+    webp = features.check("webp")
+    for name, *params in _SEEDS:
+        fmt = extensions[os.path.splitext(name)[1]]
+        if fmt == "WEBP" and not webp:
+            continue
+        img = make_image(CaseParams(*params))
+        key = {"transparency": img.info["transparency"]} if "transparency" in img.info else {}
+        out[name] = _encode(img, fmt, **key, **_SAVE_OPTIONS.get(name, {}))
     return out
 
 

@@ -364,11 +364,28 @@ def is_engine(obj: Any) -> bool:
     return not inspect.isroutine(obj) and callable(getattr(obj, "preprocess", None))
 
 
+def stripped_spec(spec: Any, empty: str) -> str:
+    """`spec` without surrounding blanks; CandidateError(`empty`) when it is no string or blank."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise CandidateError(empty)
+    return spec.strip()
+
+
+def named_function(obj: Any, what: str, spec: str, function: str,
+                   describe: Callable[[Any], str] = _describe) -> Any:
+    """`obj`, resolved from a `what` spec, when it is a callable that is no module; else a
+    CandidateError saying to name its `function` (module:function) or what it is instead."""
+    if inspect.ismodule(obj):
+        raise CandidateError(f"{what} {spec!r}: module {obj.__name__} has no {function} function; "
+                             "name the function (module:function)")
+    if not callable(obj):
+        raise CandidateError(f"{what} {spec!r}: {describe(obj)} is not callable")
+    return obj
+
+
 def load_candidate(spec: str) -> Candidate:
     """Resolve a spec string to a callable candidate, or raise CandidateError."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise CandidateError(f"empty candidate spec; give a built-in ({', '.join(BUILTINS)}), {_SPEC_FORMS}")
-    spec = spec.strip()
+    spec = stripped_spec(spec, f"empty candidate spec; give a built-in ({', '.join(BUILTINS)}), {_SPEC_FORMS}")
     if spec in BUILTINS:
         module_name, attr, description = BUILTINS[spec]
         try:
@@ -387,14 +404,9 @@ def load_candidate(spec: str) -> Candidate:
         plan = getattr(obj, "plan", None)
         return Candidate(spec, obj.preprocess, first_doc_line(obj.preprocess) or first_doc_line(obj),
                          plan if callable(plan) else None)
-    if inspect.ismodule(obj):
-        raise CandidateError(f"candidate {spec!r}: module {obj.__name__} has no preprocess function; "
-                             "name the function (module:function)")
-    if not callable(obj):
-        raise CandidateError(f"candidate {spec!r}: {_describe(obj)} is not callable")
-    return Candidate(spec, obj, first_doc_line(obj))
+    return Candidate(spec, named_function(obj, "candidate", spec, "preprocess"), first_doc_line(obj))
 
 
 __all__ = ["BUILTINS", "ENGINE_PLAN_KEYS", "ENTRY_POINT_GROUP", "PLAN_FIELDS", "Candidate", "CandidateCrash", "DeferredCall", "PlanShape",
            "SelfCheckFailed", "as_plan", "as_result", "entry_points", "first_doc_line", "is_engine", "load_candidate",
-           "resolve"]
+           "named_function", "resolve", "stripped_spec"]

@@ -30,7 +30,7 @@ from PIL import Image
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
 from kimi_oracle.core.tokenizer import Tokenizer
-from kimi_oracle.oracle.candidates import first_doc_line, resolve
+from kimi_oracle.oracle.candidates import first_doc_line, resolve, stripped_spec
 from kimi_oracle.pipelines.request_contract import Step
 
 ENGINE_ENTRY_POINT_GROUP = "kimi_oracle.engines"
@@ -82,9 +82,7 @@ def _resolve(spec: str) -> Any:
 
 def load_engine(spec: str) -> EngineFactory:
     """Resolve an engine spec to its factory, or raise CandidateError (exit 2)."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise CandidateError(f"empty engine spec; give {_SPEC_FORMS}")
-    spec = spec.strip()
+    spec = stripped_spec(spec, f"empty engine spec; give {_SPEC_FORMS}")
     if spec in ENGINE_BUILTINS:
         module_name, attr, description = ENGINE_BUILTINS[spec]
         return EngineFactory(spec, getattr(importlib.import_module(module_name), attr), description)

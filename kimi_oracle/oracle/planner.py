@@ -38,7 +38,9 @@ from kimi_oracle.oracle.candidates import (
     PlanShape,
     as_plan,
     first_doc_line,
+    named_function,
     resolve,
+    stripped_spec,
 )
 
 PLANNER_MISMATCH = "planner_mismatch"
@@ -98,10 +100,8 @@ CALL_WATCH: CallWatch | None = None
 
 def load_planner(spec: str) -> Planner:
     """Resolve a planner spec, or raise CandidateError."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise CandidateError("empty planner spec; give reference, a built-in engine, an entry point, "
-                             "package.module:function, path/to/file.py:function or a module with plan()")
-    spec = spec.strip()
+    spec = stripped_spec(spec, "empty planner spec; give reference, a built-in engine, an entry point, "
+                         "package.module:function, path/to/file.py:function or a module with plan()")
     if spec in PLANNER_BUILTINS or spec in BUILTINS:
         module_name, attr, description = PLANNER_BUILTINS.get(spec) or (BUILTINS[spec][0], "plan", BUILTINS[spec][2])
         try:
@@ -116,12 +116,8 @@ def load_planner(spec: str) -> Planner:
     if not inspect.isroutine(obj) and callable(getattr(obj, "plan", None)):
         pre = getattr(obj, "preprocess", None)
         return Planner(spec, obj.plan, first_doc_line(obj.plan) or first_doc_line(obj), pre if callable(pre) else None)
-    if inspect.ismodule(obj):
-        raise CandidateError(f"planner {spec!r}: module {obj.__name__} has no plan function; "
-                             "name the function (module:function)")
-    if not callable(obj):
-        raise CandidateError(f"planner {spec!r}: {type(obj).__name__} is not callable")
-    return Planner(spec, obj, first_doc_line(obj))
+    func = named_function(obj, "planner", spec, "plan", describe=lambda o: type(o).__name__)
+    return Planner(spec, func, first_doc_line(obj))
 
 
 # ---------------------------------------------------------------------------------------------

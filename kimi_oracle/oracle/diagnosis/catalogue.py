@@ -9,7 +9,7 @@ public output (JSON, JUnit, Markdown, the gate's `--known` file); docs/diagnosis
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from PIL import Image
 
@@ -88,6 +88,68 @@ def _fixed(*variants: Variant) -> Callable[[PreprocessConfig], Sequence[Variant]
     return lambda config: variants
 
 
+def _swapping(step: str, named: Mapping[str, Callable]) -> tuple[Variant, ...]:
+    """One variant per name -> function: each puts its function in the `step` field of `Steps`."""
+    return tuple(Variant(name, (lambda f: lambda s: s.replace(**{step: f}))(f)) for name, f in named.items())
+
+
+# The variants that each put another function in one step, by name (the names are public ids).
+_NORMALIZERS: dict[str, Callable] = {
+    "x*scale+bias": normalizers.NORMALIZE_SCALE_BIAS,
+    "addcmul(bias,x,scale)": normalizers.NORMALIZE_FUSED,
+    "addcmul(bias,x,scale), float64 constants": normalizers.NORMALIZE_FUSED_FLOAT64_CONSTANTS,
+    "(x/255-mean)/std": normalizers.NORMALIZE_DIVIDE,
+    "(x/255-mean)*(1/std)": normalizers.NORMALIZE_RECIPROCAL,
+    "(x-255*mean)/(255*std)": normalizers.NORMALIZE_FUSED_255,
+    "bfloat16": normalizers.NORMALIZE_BFLOAT16,
+    "float16": normalizers.NORMALIZE_FLOAT16,
+}
+
+_RESAMPLERS: dict[str, Callable] = {
+    "torch-bicubic-antialias": resamplers.torch_bicubic_antialias,
+    "torch-bicubic": resamplers.torch_bicubic_no_antialias,
+    "torch-bicubic-antialias-truncated": resamplers.torch_bicubic_antialias_truncated,
+    "torch-bicubic-truncated": resamplers.torch_bicubic_truncated,
+    "torch-bicubic-antialias-half-up": resamplers.torch_bicubic_antialias_half_up,
+    "uint8-aa": resamplers.torch_uint8_bicubic_antialias,
+    "uint8-aa-bilinear": resamplers.torch_uint8_bilinear_antialias,
+    "bicubic-a-0.75-antialias": resamplers.bicubic_a075_antialias,
+    "pillow-bilinear": resamplers.pillow_bilinear,
+    "pillow-nearest": resamplers.pillow_nearest,
+    "opencv-area": resamplers.opencv_area,
+}
+
+_BLENDS: dict[str, Callable] = {
+    "round-half-even": modes.blend_rounded,
+    "round-half-up": modes.blend_half_up,
+    "integer-rounded": modes.blend_integer_rounded,
+    "integer-truncated": modes.blend_integer_truncated,
+    "float64": modes.blend_float64,
+}
+
+_PADS: dict[str, Callable] = {
+    "pad-top-left": layout.pad_top_left,
+    "pad-background": layout.pad_background,
+    "pad-white": layout.pad_white,
+    "pad-after-normalize": layout.pad_after_normalize,
+}
+
+_PATCH_ORDERS: dict[str, Callable] = {
+    "channels-last": layout.patches_channels_last,
+    "patches-column-major": layout.patches_column_major,
+    "patch-transposed": layout.patches_transposed,
+    "channels-bgr": layout.patches_bgr,
+}
+
+
+def _before_pipeline(cause_id: str, meaning: str, named: Mapping[str, Callable[[Image.Image], Image.Image]],
+                     touches: Touches) -> RootCause:
+    """A family whose variants change the image before the pipeline (at decode: orientation,
+    frame, decoder, alpha): one variant per name -> function, enabling by nature."""
+    return RootCause(cause_id, meaning, _fixed(*(Variant(name, _prepared(f)) for name, f in named.items())), touches,
+                     enabling=True)
+
+
 # Modes the checkpoint resizes in their own domain and engines convert first. "P" and "1"
 # belong to palette-bicubic, "RGBA" needs no conversion.
 CONVERTED_FIRST = frozenset(Image.MODES) - {"P", "1", "RGBA", "RGBa", "La"}
@@ -111,48 +173,32 @@ def _fill_stage_variants(config: PreprocessConfig) -> tuple[Variant, ...]:
 
 
 CATALOGUE: tuple[RootCause, ...] = (
-    RootCause(
+    _before_pipeline(
         "exif-orientation",
         "the EXIF orientation applied (ImageOps.exif_transpose) where the checkpoint ignores it; a "
         "transposing orientation of a non-square image is a grid_mismatch instead",
-        _fixed(Variant("exif_transpose", _prepared(request.exif_transposed))),
+        {"exif_transpose": request.exif_transposed},
         lambda img, p, config, steps: request.exif_orientation(img) != 1,
-        enabling=True,
     ),
-    RootCause(
+    _before_pipeline(
         "animation-frame",
         "another frame of an animation than the one Pillow opens on (frame 0), which the checkpoint uses",
-        _fixed(
-            Variant("last-frame", _prepared(request.frame_taker(-1))),
-            Variant("frame-1", _prepared(request.frame_taker(1))),
-            Variant("frame-2", _prepared(request.frame_taker(2))),
-        ),
+        {"last-frame": request.frame_taker(-1), "frame-1": request.frame_taker(1), "frame-2": request.frame_taker(2)},
         lambda img, p, config, steps: getattr(img, "n_frames", 1) > 1,
-        enabling=True,
     ),
-    RootCause(
+    _before_pipeline(
         "decoder",
         "pixels that differ only by decoding the file: another JPEG colour conversion, IDCT or chroma "
         "upsampling (by elimination when no decoder variant matches a lossy file)",
-        _fixed(Variant("jpeg-pillow-ycbcr-to-rgb", _prepared(request.jpeg_pillow_ycbcr))),
+        {"jpeg-pillow-ycbcr-to-rgb": request.jpeg_pillow_ycbcr},
         lambda img, p, config, steps: request.is_jpeg(img),
-        enabling=True,
     ),
     RootCause(
         "normalize-float",
         "normalization done in float32 arithmetic in another order or fused (x·scale+bias, addcmul, "
         "(x/255−mean)/std, (x−255·mean)/(255·std)) or cast to a half type, instead of the checkpoint's "
         "table; differs by less than one level",
-        _fixed(*(Variant(name, (lambda f: lambda s: s.replace(normalize=f))(f)) for name, f in (
-            ("x*scale+bias", normalizers.NORMALIZE_SCALE_BIAS),
-            ("addcmul(bias,x,scale)", normalizers.NORMALIZE_FUSED),
-            ("addcmul(bias,x,scale), float64 constants", normalizers.NORMALIZE_FUSED_FLOAT64_CONSTANTS),
-            ("(x/255-mean)/std", normalizers.NORMALIZE_DIVIDE),
-            ("(x/255-mean)*(1/std)", normalizers.NORMALIZE_RECIPROCAL),
-            ("(x-255*mean)/(255*std)", normalizers.NORMALIZE_FUSED_255),
-            ("bfloat16", normalizers.NORMALIZE_BFLOAT16),
-            ("float16", normalizers.NORMALIZE_FLOAT16),
-        ))),
+        _fixed(*_swapping("normalize", _NORMALIZERS)),
         lambda img, p, config, steps: True,
         reference="float64-then-float32 table",
     ),
@@ -160,19 +206,7 @@ CATALOGUE: tuple[RootCause, ...] = (
         "resample-float",
         "8-bit images resized by another resampler than Pillow's fixed-point bicubic (torch's float32 "
         "or uint8 bicubic, another rounding, bilinear, nearest, area, a = −0.75)",
-        _fixed(*(Variant(name, (lambda f: lambda s: s.replace(resample=f))(f)) for name, f in (
-            ("torch-bicubic-antialias", resamplers.torch_bicubic_antialias),
-            ("torch-bicubic", resamplers.torch_bicubic_no_antialias),
-            ("torch-bicubic-antialias-truncated", resamplers.torch_bicubic_antialias_truncated),
-            ("torch-bicubic-truncated", resamplers.torch_bicubic_truncated),
-            ("torch-bicubic-antialias-half-up", resamplers.torch_bicubic_antialias_half_up),
-            ("uint8-aa", resamplers.torch_uint8_bicubic_antialias),
-            ("uint8-aa-bilinear", resamplers.torch_uint8_bilinear_antialias),
-            ("bicubic-a-0.75-antialias", resamplers.bicubic_a075_antialias),
-            ("pillow-bilinear", resamplers.pillow_bilinear),
-            ("pillow-nearest", resamplers.pillow_nearest),
-            ("opencv-area", resamplers.opencv_area),
-        ))),
+        _fixed(*_swapping("resample", _RESAMPLERS)),
         lambda img, p, config, steps: _resized(img, p) and _eight_bit_resize(img, config, steps),
         reference="pillow-bicubic",
     ),
@@ -205,24 +239,20 @@ CATALOGUE: tuple[RootCause, ...] = (
         lambda img, p, config, steps: _resized(img, p) and (img.mode != "RGB" or "transparency" in img.info),
         enabling=True,
     ),
-    RootCause(
+    _before_pipeline(
         "flatten-white",
         "transparency pasted onto white (as vLLM's rgba_to_rgb) or black before the resize, instead of "
         "the config's background at its fill stage, or no composite at all without a background",
-        _fixed(
-            Variant("paste-on-white", _prepared(modes.flattened_on_white)),
-            Variant("alpha-composite-on-white", _prepared(modes.alpha_composited_on_white)),
-            Variant("paste-on-black", _prepared(modes.flattened_on_black)),
-        ),
+        {"paste-on-white": modes.flattened_on_white, "alpha-composite-on-white": modes.alpha_composited_on_white,
+         "paste-on-black": modes.flattened_on_black},
         lambda img, p, config, steps: has_alpha(img),
-        enabling=True,
     ),
     RootCause(
         "transparency-key",
         "a transparency key honoured where the checkpoint ignores it, or ignored where it honours it",
         _fixed(
-            Variant("key-ignored", lambda s: s.replace(convert=modes.convert_ignoring_key)),
-            Variant("key-honoured", lambda s: s.replace(convert=modes.convert_honouring_key)),
+            *_swapping("convert", {"key-ignored": modes.convert_ignoring_key,
+                                   "key-honoured": modes.convert_honouring_key}),
             # As engines that convert at decode time do: RGB with a key becomes RGBA first.
             Variant("key-honoured-before-resize",
                     lambda s: s.replace(convert=modes.convert_honouring_key, convert_first=s.convert_first | {"RGB"})),
@@ -230,24 +260,17 @@ CATALOGUE: tuple[RootCause, ...] = (
         lambda img, p, config, steps: "transparency" in img.info,
         enabling=True,
     ),
-    RootCause(
+    _before_pipeline(
         "alpha-dropped",
         "the alpha discarded at decode (convert(\"RGB\") before anything else): no composite, and the "
         "hidden colours of transparent pixels resized as they are",
-        _fixed(Variant("convert-rgb", _prepared(modes.alpha_dropped))),
+        {"convert-rgb": modes.alpha_dropped},
         lambda img, p, config, steps: has_alpha(img),
-        enabling=True,
     ),
     RootCause(
         "composite-rounding",
         "the composite rounded or truncated differently",
-        _fixed(
-            Variant("round-half-even", lambda s: s.replace(composite=modes.blend_rounded)),
-            Variant("round-half-up", lambda s: s.replace(composite=modes.blend_half_up)),
-            Variant("integer-rounded", lambda s: s.replace(composite=modes.blend_integer_rounded)),
-            Variant("integer-truncated", lambda s: s.replace(composite=modes.blend_integer_truncated)),
-            Variant("float64", lambda s: s.replace(composite=modes.blend_float64)),
-        ),
+        _fixed(*_swapping("composite", _BLENDS)),
         lambda img, p, config, steps: _composited(img, config),
     ),
     RootCause(
@@ -261,23 +284,13 @@ CATALOGUE: tuple[RootCause, ...] = (
     RootCause(
         "pad",
         "padding with another value or on other sides",
-        _fixed(
-            Variant("pad-top-left", lambda s: s.replace(pad=layout.pad_top_left)),
-            Variant("pad-background", lambda s: s.replace(pad=layout.pad_background)),
-            Variant("pad-white", lambda s: s.replace(pad=layout.pad_white)),
-            Variant("pad-after-normalize", lambda s: s.replace(pad=layout.pad_after_normalize)),
-        ),
+        _fixed(*_swapping("pad", _PADS)),
         lambda img, p, config, steps: bool(p.pad_w or p.pad_h),
     ),
     RootCause(
         "patch-order",
         "patches or channels in another order",
-        _fixed(
-            Variant("channels-last", lambda s: s.replace(patchify=layout.patches_channels_last)),
-            Variant("patches-column-major", lambda s: s.replace(patchify=layout.patches_column_major)),
-            Variant("patch-transposed", lambda s: s.replace(patchify=layout.patches_transposed)),
-            Variant("channels-bgr", lambda s: s.replace(patchify=layout.patches_bgr)),
-        ),
+        _fixed(*_swapping("patchify", _PATCH_ORDERS)),
         lambda img, p, config, steps: True,
     ),
 )
