@@ -17,6 +17,8 @@ from kimi_oracle.core.errors import EXIT_ERROR, KimiOracleError
 COMMAND_MODULES = (
     "kimi_oracle.cli.explain",
     "kimi_oracle.cli.fuzz",
+    "kimi_oracle.cli.repro",
+    "kimi_oracle.cli.check",
     "kimi_oracle.cli.golden",
     "kimi_oracle.cli.nightly",
     "kimi_oracle.cli.bench",
