@@ -7,14 +7,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kimi_oracle.cli.common import (
-    interpret_option,
-    isolation_options,
-    parse_duration,
-    profile_options,
-    resolve_config,
-    setup_interpret,
-)
+from kimi_oracle.cli.common import (interpret_option, isolation_options, parse_duration, profile_options,
+                                    resolve_config, setup_interpret)
 from kimi_oracle.cli.fuzz import TOLERANCE_HELP
 from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK, KimiOracleError
 from kimi_oracle.core.text import safe_text
