@@ -15,16 +15,12 @@ from pathlib import Path
 import pytest
 
 from kimi_oracle.cli import main
+from cli_run import exit_code_of as run_cli
 from kimi_oracle.core.errors import CandidateError
 from kimi_oracle.oracle.engines import ENGINE_ENTRY_POINT_GROUP, load_engine
 
 HERE = Path(__file__).resolve().parent
 
-
-def run_cli(*args) -> int:
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-    return int(exc.value.code)
 
 
 def test_held_out_adapter_passes_through_the_cli(tmp_path, capsys):

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
-from kimi_oracle.cli import main
+from cli_run import exit_code_of
 
 
 def run_cli(capsys, *args) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
+    code = exit_code_of(*args)
     out = capsys.readouterr()
-    return int(exc.value.code), out.out, out.err
+    return code, out.out, out.err

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_oracle.cli import main
+from cli_run import exit_code_of as run_cli
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.fuzzers.fuzzing import evaluate
 from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
@@ -42,11 +42,6 @@ BEHAVIOURS = {
     "hang": ("timeout", "CallTimedOut"),
 }
 
-
-def run_cli(*args) -> int:
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-    return int(exc.value.code)
 
 
 def _wait_for(predicate, proc: subprocess.Popen, what: str) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_oracle.cli import main
+from cli_run import exit_code_of as run_cli
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
 from kimi_oracle.fuzzers.sandbox import CandidateTimeout
@@ -71,11 +71,6 @@ def test_a_hang_met_only_while_shrinking_still_ends_in_findings(tmp_path):
     run = fuzz(HangsOnPalette(after=1), PreprocessConfig.resolve("k3-small"), _options(), out_dir=tmp_path)
     assert run.findings and {f.check for f in run.findings} <= {"timeout", "pixel_mismatch", "crash"}
 
-
-def run_cli(*args) -> int:
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-    return int(exc.value.code)
 
 
 @pytest.mark.slow

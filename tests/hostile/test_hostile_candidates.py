@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from kimi_oracle.cli import main
+from cli_run import exit_code_of as run_cli
 
 HERE = Path(__file__).resolve().parent
 HOSTILE = HERE / "hostile_candidates.py"
@@ -34,11 +34,6 @@ BEHAVIOURS = {
     "thread_left_running": ("crash", "left a thread running"),
 }
 
-
-def run_cli(*args) -> int:
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-    return int(exc.value.code)
 
 
 # Four behaviours run in the default suite; the others (the same paths with another signal or

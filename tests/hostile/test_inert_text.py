@@ -11,15 +11,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from kimi_oracle.cli import main
+from cli_run import exit_code_of as run_cli
 
 NASTY = "[/x] [enforce fail at alloc_cpu.cpp:72] [bold]not bold[/bold] \x01\x1b[31m \udcff end"
 
-
-def run_cli(*args) -> int:
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-    return int(exc.value.code)
 
 
 @pytest.fixture

@@ -12,18 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from kimi_oracle.cli import main
+from cli_run import exit_code_of as run_cli
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
 from kimi_oracle.oracle.candidates import load_candidate
 
 PLANTED = str(Path(__file__).resolve().parents[1] / "mutants" / "planted.py")
 
-
-def run_cli(*args) -> int:
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-    return int(exc.value.code)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 import torch
 from PIL import Image, ImageOps
 
-from kimi_oracle.cli import main
+from cli_run import exit_code_of as run_cli
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
 from kimi_oracle.core.images import encoded_bytes, pack_raw, unpack_raw
@@ -229,11 +229,6 @@ def test_a_pil_candidate_gets_the_file_with_its_frames_and_exif():
     verdict = evaluate(Candidate("frames", candidate), [img], RESIZING, invariance=False)
     assert got == [(2, 6)] and img.tell() == 0 and verdict.check == "pixel_mismatch"
 
-
-def run_cli(*args) -> int:
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-    return int(exc.value.code)
 
 
 def test_fuzz_runs_a_bytes_candidate_with_input_form_bytes(tmp_path, capsys):

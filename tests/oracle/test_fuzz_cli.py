@@ -9,18 +9,13 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from kimi_oracle.cli import main
+from cli_run import exit_code_of as run_cli
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
 from kimi_oracle.inputs.generators import CaseParams, make_image
 
 PLANTED = str(Path(__file__).resolve().parents[1] / "mutants" / "planted.py")
 
-
-def run_cli(*args: str) -> int:
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-    return int(exc.value.code)
 
 
 def test_reference_fuzzes_clean(tmp_path, capsys):
