@@ -9,7 +9,8 @@ import click
 from rich.text import Text
 
 from kimi_oracle.cli.common import interpret_option, setup_interpret
-from kimi_oracle.cli.differential import duration_callback, input_form_option, stdout_console, tolerance_callback
+from kimi_oracle.cli.differential import (duration_callback, input_form_option, open_with_form, stdout_console,
+                                          tolerance_callback)
 from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT
 from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK, InputError
 from kimi_oracle.core.text import rich_text, safe_text
@@ -40,7 +41,6 @@ def repro_cmd(finding: Path, candidate_spec: str | None, tolerance: str | None, 
     """
     from kimi_oracle.core.files import write_json
     from kimi_oracle.fuzzers.fuzzing import replay_case
-    from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
     from kimi_oracle.results.report import read_case
     from kimi_oracle.results.scenario_report import SCENARIO_FILE
 
@@ -58,13 +58,8 @@ def repro_cmd(finding: Path, candidate_spec: str | None, tolerance: str | None, 
     console = stdout_console()
     origin = "--candidate" if candidate_spec else "recorded in case.json"
     console.print(rich_text(f"candidate: {spec} ({origin})"), highlight=False)
-    candidate = IsolatedCandidate(spec, timeout_s=case_timeout)
-    try:
-        candidate.start()
-        candidate.use_input_form(input_form)
+    with open_with_form(spec, case_timeout, None, input_form) as candidate:
         verdict, images, config, notes = replay_case(case, directory, candidate, tolerance=tolerance)
-    finally:
-        candidate.close()
     for note in notes:
         console.print(rich_text(f"note: {note}"))
     was = case.get("check")

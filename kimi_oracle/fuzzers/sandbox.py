@@ -50,9 +50,9 @@ from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.fuzzers.confine import output_tail
 # The executor side and the failures live in their own modules; their names stay importable here.
 from kimi_oracle.fuzzers.crashes import (CallTimedOut, CandidateDied, CandidateRaised,  # noqa: F401
-                                         CandidateTimeout, ProcessDied, _RemoteCrash, signal_name)
-from kimi_oracle.fuzzers.executor import (_answer, _limit_memory, _pack_tensor, _serve,  # noqa: F401
-                                          _timed, _unpack_tensor, candidate_threads, die_with_parent)
+                                         CandidateTimeout, ProcessDied, signal_name)
+from kimi_oracle.fuzzers.executor import (_answer, _serve, _unpack_tensor,  # noqa: F401
+                                          candidate_threads, die_with_parent)
 from kimi_oracle.oracle.candidates import Candidate, CandidateCrash
 from kimi_oracle.oracle.checks import CRASH
 

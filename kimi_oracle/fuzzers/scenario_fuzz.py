@@ -89,11 +89,11 @@ def evaluate(runner: Any, scenario: Scenario, options: ScenarioFuzzOptions, tabl
     return found
 
 
-def shrink(runner: Any, scenario: Scenario, check: str, options: ScenarioFuzzOptions,
+def shrink(runner: Any, scenario: Scenario, found: list[RequestFinding], options: ScenarioFuzzOptions,
            budget: list[int]) -> tuple[Scenario, list[RequestFinding]]:
-    """The smallest scenario (greedy, one step at a time) whose first check is still `check`."""
-    best = scenario
-    found = evaluate(runner, scenario, options)
+    """The smallest scenario (greedy, one step at a time) whose first check is still that of
+    `found`, the findings `scenario` already gave."""
+    best, check = scenario, found[0].check
     improved = True
     while improved and budget[0] > 0:
         improved = False
@@ -164,7 +164,7 @@ def _search(runner: Any, base: PreprocessConfig, options: ScenarioFuzzOptions, d
             original = len(scenario.requests)
             if options.shrink:
                 budget = [options.max_shrink_runs]
-                scenario, found = shrink(runner, scenario, check, options, budget)
+                scenario, found = shrink(runner, scenario, found, options, budget)
                 run.runs += options.max_shrink_runs - budget[0]
             if check == PIXEL_MISMATCH:
                 diagnose(found[0])

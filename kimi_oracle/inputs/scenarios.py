@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping
 
 from PIL import Image
 
@@ -268,10 +268,4 @@ def draw_scenario(source: Source, base: PreprocessConfig, options: ScenarioOptio
     return Scenario(configs, tuple(table), requests, tuple(cuts), dp_size, framing, order, repeat)
 
 
-def scenario_sizes(scenario: Scenario) -> Sequence[tuple[int, int]]:
-    """Each table image's (width, height)."""
-    return [p.size for p in scenario.images]
-
-
-__all__ = ["SCENARIO_VERSION", "Scenario", "ScenarioOptions", "ScenarioRequest", "TEXTS", "draw_scenario",
-           "scenario_sizes"]
+__all__ = ["SCENARIO_VERSION", "Scenario", "ScenarioOptions", "ScenarioRequest", "TEXTS", "draw_scenario"]

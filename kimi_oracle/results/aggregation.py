@@ -61,7 +61,7 @@ def root_cause_rows(findings: Iterable[Finding | Mapping[str, Any]]) -> list[dic
             row["findings"] += 1
             if isinstance(top, (int, float)):
                 row["max_levels"] = max(row["max_levels"] or 0.0, float(top))
-                if not float_rounding(cause, top, e, is_sub_level(top)):
+                if not float_rounding(cause, top, e):
                     row["float_rounding_only"] = False
             else:
                 row["float_rounding_only"] = e["check"] == PIXEL_MISMATCH and row["float_rounding_only"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from kimi_oracle.core.explanation import DEFERRED, EXPLAINED, PARTLY_EXPLAINED, UNEXPLAINED
+from kimi_oracle.core.levels import is_sub_level
 
 # The family whose variants are float rounding of the normalization.
 FLOAT_ROUNDING_FAMILY = "normalize-float"
@@ -51,10 +52,11 @@ def reproduced(entry: Mapping[str, Any]) -> bool:
     return entry.get("residual_max_levels") == 0 and entry.get("explanation", EXPLAINED) == EXPLAINED
 
 
-def float_rounding(cause: str, top: float, entry: Mapping[str, Any], sub_level: bool) -> bool:
+def float_rounding(cause: str, top: float, entry: Mapping[str, Any]) -> bool:
     """A root-cause row's share of a finding is float rounding only: a normalization variant,
-    under one level, on a finding it reproduces (an unexplained sub-level difference is not)."""
-    return sub_level and cause == FLOAT_ROUNDING_FAMILY and reproduced(entry)
+    under one level (`top`, the finding's largest difference), on a finding it reproduces (an
+    unexplained sub-level difference is not)."""
+    return is_sub_level(top) and cause == FLOAT_ROUNDING_FAMILY and reproduced(entry)
 
 
 __all__ = ["FLOAT_ROUNDING_FAMILY", "explanation_fields", "explanation_line", "float_rounding", "reproduced"]
