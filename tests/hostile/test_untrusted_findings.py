@@ -121,7 +121,7 @@ def test_a_candidate_inside_the_folder_is_never_imported(finding, capsys, tmp_pa
         def f(images, config):
             raise SystemExit(0)
     """))
-    for spec in (str(finding / "evil.py") + ":f", "evil.py:f"):
+    for spec in (str(finding / "evil.py") + ":f", "evil.py:f", "evil.py", str(finding / "evil.py")):
         _edit(finding, lambda c, spec=spec: c.update(candidate=spec))
         code, _, err = _repro(finding, capsys)
         assert code == 2 and "inside the finding folder" in err
