@@ -106,7 +106,7 @@ def test_reference_compositing_rgba_by_bands_is_the_spec(monkeypatch, size, patt
     cfg = dataclasses.replace(cfg, transparent_bg_config=dataclasses.replace(cfg.transparent_bg_config, pattern=pattern))
     calls: list[int] = []
     real = fused.patches_from_composite
-    monkeypatch.setattr(fused, "patches_from_composite", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(fused, "patches_from_composite", lambda *a, **k: calls.append(1) or real(*a, **k))
     got = reference.preprocess([img], cfg, threads=1)
     want_pixels, want_grids = spec_preprocess([img], cfg.to_hf_json())
     assert calls, "the RGBA image was not composited by bands"

@@ -6,6 +6,7 @@ background and reshape/transpose patchify), never from kimi_oracle's own code.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 
 import numpy as np
@@ -37,11 +38,17 @@ def tiny_bands(monkeypatch):
     monkeypatch.setattr(fused, "_COMPOSITE_ROWS", 3)
 
 
+# "same": the checkpoint's 0.5 / 0.5 (one affine form for every channel); "affine-per-channel":
+# a form per channel; "per-channel": CLIP's, which no affine form gives (the tables' lookups).
+NORMS = {"same": ((0.5,) * 3, (0.5,) * 3), "affine-per-channel": ((0.0, 0.5, 0.5), (1.0, 0.5, 0.25)),
+         "per-channel": (CLIP_MEAN, CLIP_STD)}
+
+
 @pytest.mark.parametrize("patch", [14, 15, 16])  # 15: an odd number of levels per patch channel
-@pytest.mark.parametrize("norm", ["same", "per-channel"])
+@pytest.mark.parametrize("norm", list(NORMS))
 @pytest.mark.parametrize("mode", ["RGB", "RGBA", "LA", "P+transparency"])
 def test_band_edges_patch_sizes_and_tables(tiny_bands, patch, norm, mode):
-    mean, std = ((0.5,) * 3, (0.5,) * 3) if norm == "same" else (CLIP_MEAN, CLIP_STD)
+    mean, std = NORMS[norm]
     cfg = dataclasses.replace(PreprocessConfig.k3(), patch_size=patch, image_mean=mean, image_std=std)
     _same_bytes([make(mode, 71, 47, seed=4), make(mode, 2 * patch, 4 * patch, seed=5)], cfg)
 
@@ -54,6 +61,19 @@ def test_composite_over_many_default_bands(bg, stage):
     cfg = dataclasses.replace(PreprocessConfig.k3(), transparent_bg_config=bg, transparent_bg_fill_stage=stage,
                               image_mean=CLIP_MEAN, image_std=CLIP_STD)
     _same_bytes([make("RGBA", 90, 700, seed=6)], cfg)
+
+
+def test_the_affine_form_is_taken_only_where_it_is_the_table_on_every_level():
+    # The checkpoint's table is level / 127.5 - 1 exactly (hand: round32(v/255)·2 - 1); CLIP's
+    # is not affine in float32 on every level; a table changed at one level has no form.
+    checkpoint = reference.normalization_lut(PreprocessConfig.k3())
+    assert fused.affine_forms(checkpoint) == ((np.float32(127.5), np.float32(1.0)),) * 3
+    clip = reference.normalization_lut(dataclasses.replace(PreprocessConfig.k3(), image_mean=CLIP_MEAN,
+                                                           image_std=CLIP_STD))
+    assert fused.affine_forms(clip) is None
+    nudged = checkpoint.copy()
+    nudged[1, 77] = np.nextafter(nudged[1, 77], np.float32(2))
+    assert fused.affine_forms(nudged) is None
 
 
 def test_blend_table_is_the_blend_of_every_level_alpha_and_background():
@@ -77,6 +97,28 @@ def test_threads_give_the_same_bytes_and_bad_counts_are_refused():
     for bad in (0, -1, True, 1.5, "2"):
         with pytest.raises(InputError, match="threads"):
             reference.preprocess(images, cfg, threads=bad)
+
+
+@pytest.mark.parametrize("mode", ["RGB", "RGBA"])
+def test_the_bands_of_one_image_run_on_the_threads_with_the_same_bytes(tiny_bands, monkeypatch, mode):
+    # One image of 6 patch rows, one per band: threads=3 gives three runs of two bands to a
+    # pool of three threads (which thread runs a run is the pool's affair), and the bytes are
+    # the spec's; threads=1 makes no pool.
+    runs = []
+
+    class Pool(concurrent.futures.ThreadPoolExecutor):
+        def map(self, fn, *iterables, **kwargs):
+            parts = [list(part) for part in iterables[0]]
+            runs.append((self._max_workers, parts))
+            return super().map(fn, parts, **kwargs)
+
+    monkeypatch.setattr(fused, "ThreadPoolExecutor", Pool)
+    image = make(mode, 90, 70, seed=8)  # padded to 112 x 84: 6 patch rows
+    _same_bytes([image], PreprocessConfig.k3(), threads=3)
+    assert runs == [(3, [[0, 1], [2, 3], [4, 5]])]
+    runs.clear()
+    _same_bytes([image], PreprocessConfig.k3(), threads=1)
+    assert runs == []
 
 
 def test_a_lazily_opened_image_is_read_once_before_the_threads(tmp_path):
