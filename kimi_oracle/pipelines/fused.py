@@ -221,8 +221,32 @@ def _plane_items(tiles: np.ndarray, c: int, plane: np.ndarray, ps: int) -> bool:
         return False
     k, gw = tiles.shape[:2]
     item = np.dtype(f"V{ps}")
-    np.copyto(tiles.reshape(k, gw, 3, ps * ps)[:, :, c].view(item),
-              plane.view(item).reshape(k, ps, gw).transpose(0, 2, 1))
+    dst = tiles.reshape(k, gw, 3, ps * ps)
+    if not np.may_share_memory(dst, tiles):  # (tiles, a run of whole patches: never a copy)
+        raise AssertionError("internal: the tiles of a band are not one array")
+    np.copyto(dst[:, :, c].view(item), plane.view(item).reshape(k, ps, gw).transpose(0, 2, 1))
+    return True
+
+
+def _planes_into_tiles(tiles: np.ndarray, src: Sequence[np.ndarray], w: int, ps: int, edge: list[np.ndarray]) -> bool:
+    # A band of whole patch rows, src its three planes (k·p, w) with contiguous rows, into tiles
+    # (k, gw, 3, p, p): the whole patch columns straight from the planes, the others (the one w
+    # ends in, and any past it) through a zero-padded buffer of their width. False: nothing
+    # written.
+    if any(plane.strides[1] != 1 for plane in src):
+        return False
+    k, gw = tiles.shape[:2]
+    full = w // ps
+    if full:
+        for c in range(3):
+            _plane_items(tiles[:, :full], c, src[c][:, : full * ps], ps)
+    if full < gw:
+        if not edge:
+            edge.append(np.zeros((3, k * ps, (gw - full) * ps), dtype=np.uint8))
+        part = edge[0][:, : k * ps]
+        part[:, :, : w - full * ps] = [plane[:, full * ps: w] for plane in src]
+        for c in range(3):
+            _plane_items(tiles[:, full:], c, part[c], ps)
     return True
 
 
@@ -235,12 +259,13 @@ def patches_from_plane_rows(planes: Callable[[int, int], Sequence[np.ndarray]], 
 
     def make_fill() -> Callable[[np.ndarray, int], None]:
         pad_buf: list[np.ndarray] = []
+        edge: list[np.ndarray] = []
 
         def fill(tiles: np.ndarray, y0: int) -> None:
             k = tiles.shape[0]
             n = max(0, min(h, y0 + k * ps) - y0)
             src = planes(y0, y0 + n) if n else ()
-            if n == k * ps and w == padded_w and all(_plane_items(tiles, c, src[c], ps) for c in range(3)):
+            if n == k * ps and _planes_into_tiles(tiles, src, w, ps, edge):
                 return
             if not pad_buf:
                 pad_buf.append(np.zeros((3, k * ps, padded_w), dtype=np.uint8))

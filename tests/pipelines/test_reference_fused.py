@@ -50,7 +50,9 @@ NORMS = {"same": ((0.5,) * 3, (0.5,) * 3), "affine-per-channel": ((0.0, 0.5, 0.5
 def test_band_edges_patch_sizes_and_tables(tiny_bands, patch, norm, mode):
     mean, std = NORMS[norm]
     cfg = dataclasses.replace(PreprocessConfig.k3(), patch_size=patch, image_mean=mean, image_std=std)
-    _same_bytes([make(mode, 71, 47, seed=4), make(mode, 2 * patch, 4 * patch, seed=5)], cfg)
+    # 71 wide: one patch column part image, part padding; 57 (p = 14): one such and one all padding
+    images = [make(mode, 71, 47, seed=4), make(mode, 57, 30, seed=6), make(mode, 2 * patch, 4 * patch, seed=5)]
+    _same_bytes(images, cfg)
 
 
 @pytest.mark.parametrize("bg", [TransparentBgConfig("chessboard", 5, False, 250, 40), TransparentBgConfig("gray")],
