@@ -25,14 +25,16 @@ from kimi_oracle.workflows.gate.timing import BaselineCrash
 from kimi_oracle.workflows.known import aggregate, compare_rows
 
 
-def stage_modules() -> tuple[ModuleType, ...]:
-    """The stage modules of this package, in their `ORDER`: every module that names its place
-    (`NAME`, `ORDER`, `COMPARED`) and has `run(ctx) -> Stage`. A new stage is one new module."""
+def stage_modules(folder: Path = Path(__file__).parent, package: str = __package__) -> tuple[ModuleType, ...]:
+    """The stage modules of `package` (this one; its `folder`), in their `ORDER`: every module that
+    names its place (`NAME`, `ORDER`, `COMPARED`) and has `run(ctx) -> Stage`. A new stage is one
+    new module."""
     found = []
-    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
-        module = importlib.import_module(f"{__package__}.{info.name}")
+    for info in pkgutil.iter_modules([str(folder)]):
+        module = importlib.import_module(f"{package}.{info.name}")
         if hasattr(module, "NAME"):
-            if not (isinstance(module.ORDER, int) and isinstance(module.COMPARED, bool) and callable(module.run)):
+            order, compared, run = (getattr(module, k, None) for k in ("ORDER", "COMPARED", "run"))
+            if not (isinstance(order, int) and isinstance(compared, bool) and callable(run)):
                 raise TypeError(f"{module.__name__}: a stage needs ORDER (int), COMPARED (bool) and run(ctx)")
             found.append(module)
     found.sort(key=lambda m: m.ORDER)
