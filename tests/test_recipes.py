@@ -15,6 +15,7 @@ import pytest
 from kimi_oracle.oracle import kinds
 from kimi_oracle.oracle.candidates import BUILTINS
 from kimi_oracle.oracle.diagnosis import CATALOGUE, table
+from kimi_oracle.oracle.diagnosis.catalogue import DOC_ROWS
 from kimi_oracle.results.aggregation import cause_meaning
 from kimi_oracle.workflows.gate import run as gate_run
 
@@ -56,8 +57,9 @@ def test_the_files_the_recipes_name_exist():
 # -- a root cause -------------------------------------------------------------------------------
 
 def test_every_root_cause_brings_its_suitable_input_and_docs_row():
-    missing = [c.id for c in CATALOGUE if c.suitable is None or not c.checkpoint_does or not c.variants_doc]
+    missing = [c.id for c in CATALOGUE if c.suitable is None or not all(DOC_ROWS.get(c.id, ("", "")))]
     assert missing == []
+    assert list(DOC_ROWS) == [c.id for c in CATALOGUE]  # no row of a family that is gone, in order
 
 
 def test_the_docs_catalogue_table_is_the_catalogues():

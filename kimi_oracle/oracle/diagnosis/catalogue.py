@@ -95,10 +95,6 @@ class RootCause:
     # An input on which each variant changes the output (None only while a family is drafted:
     # the tests then fail).
     suitable: Suitable | None = field(default=None, compare=False)
-    # Its row of the catalogue table in docs/diagnosis.md (rendered by `diagnosis.table`): what
-    # the checkpoint does, and the variants in words.
-    checkpoint_does: str = ""
-    variants_doc: str = ""
 
     def variant(self, config: PreprocessConfig, name: str) -> Variant:
         """The variant called `name` under `config` (KeyError when there is none)."""
@@ -182,11 +178,11 @@ _PATCH_ORDERS: dict[str, Callable] = {
 
 
 def _before_pipeline(cause_id: str, meaning: str, named: Mapping[str, Callable[[Image.Image], Image.Image]],
-                     touches: Touches, suitable: Suitable, **doc: str) -> RootCause:
+                     touches: Touches, suitable: Suitable) -> RootCause:
     """A family whose variants change the image before the pipeline (at decode: orientation,
     frame, decoder, alpha): one variant per name -> function, enabling by nature."""
     return RootCause(cause_id, meaning, _fixed(*(Variant(name, _prepared(f)) for name, f in named.items())), touches,
-                     enabling=True, suitable=suitable, **doc)
+                     enabling=True, suitable=suitable)
 
 
 # Modes the checkpoint resizes in their own domain and engines convert first. "P" and "1"
@@ -195,6 +191,10 @@ CONVERTED_FIRST = frozenset(Image.MODES) - {"P", "1", "RGBA", "RGBa", "La"}
 ALL_MODES = frozenset(Image.MODES)
 # Modes whose conversion to RGB commutes with the resize (unless a transparency key is set).
 _COMMUTING = frozenset({"RGB", "L", "LA"})
+
+
+# The images with alpha that every resize and decode variant of alpha changes (RGBA and LA).
+_ALPHA_IMAGES = (_image("RGBA", alpha="random"), _image("LA", alpha="random"))
 
 
 def _other_stage(config: PreprocessConfig) -> str:
@@ -219,8 +219,6 @@ CATALOGUE: tuple[RootCause, ...] = (
         {"exif_transpose": request.exif_transposed},
         lambda img, p, config, steps: request.exif_orientation(img) != 1,
         Suitable(tuple(_image(w=40, h=40, seed=o, container="png", orientation=o) for o in (2, 3, 6))),
-        checkpoint_does="ignored",
-        variants_doc="`exif_transpose`",
     ),
     _before_pipeline(
         "animation-frame",
@@ -229,8 +227,6 @@ CATALOGUE: tuple[RootCause, ...] = (
         lambda img, p, config, steps: getattr(img, "n_frames", 1) > 1,
         Suitable((_image("P", 40, 30, seed=0, container="gif", frames=3, disposal=1),
                   _image("RGBA", 40, 30, "random", seed=0, container="png", frames=3))),
-        checkpoint_does="frame 0",
-        variants_doc="`last-frame`, `frame-1`, `frame-2`",
     ),
     _before_pipeline(
         "decoder",
@@ -239,8 +235,6 @@ CATALOGUE: tuple[RootCause, ...] = (
         {"jpeg-pillow-ycbcr-to-rgb": request.jpeg_pillow_ycbcr},
         lambda img, p, config, steps: request.is_jpeg(img),
         Suitable((_image(w=40, h=30, seed=0, container="jpeg"), _image(w=40, h=30, seed=0, container="jpeg-444"))),
-        checkpoint_does="libjpeg's colour conversion",
-        variants_doc="`jpeg-pillow-ycbcr-to-rgb`; `by-elimination` (a lossy file nothing else moves)",
     ),
     RootCause(
         "normalize-float",
@@ -252,13 +246,6 @@ CATALOGUE: tuple[RootCause, ...] = (
         reference="float64-then-float32 table",
         # CLIP's statistics: float orders disagree with the table somewhere
         suitable=Suitable((_image(w=28, h=28),), (CLIP_STATISTICS,), levels=UNDER_ONE_LEVEL),
-        checkpoint_does="float64-then-float32 table",
-        variants_doc=("`x*scale+bias` (float32, scale = 1/(255·std), bias = −mean/std), `addcmul(bias,x,scale)` (one "
-                      "rounding, as `torch.addcmul` on CPU and a fused multiply-add), `addcmul(bias,x,scale), float64"
-                      " constants` (scale and bias computed in float64 and stored as float32, as SGLang 0.5.23 and "
-                      "the `sglang-0.5.23` model do), `(x/255-mean)/std` (torchvision's rescale then normalize), "
-                      "`(x/255-mean)*(1/std)`, `(x-255*mean)/(255*std)` (the rescale folded into the statistics), "
-                      "`bfloat16`, `float16` (the checkpoint's values cast to a half type and back) — sub-level"),
     ),
     RootCause(
         "resample-float",
@@ -268,25 +255,13 @@ CATALOGUE: tuple[RootCause, ...] = (
         lambda img, p, config, steps: _resized(img, p) and _eight_bit_resize(img, config, steps),
         reference="pillow-bicubic",
         suitable=Suitable((_image(),)),
-        checkpoint_does="`pillow-bicubic`",
-        variants_doc=("`torch-bicubic-antialias` (float32 `F.interpolate`, antialias, round half to even, clamp), "
-                      "`torch-bicubic` (no antialias, a = −0.75: OpenCV's INTER_CUBIC arithmetic in float), "
-                      "`torch-bicubic-antialias-truncated`, `torch-bicubic-truncated`, "
-                      "`torch-bicubic-antialias-half-up` (`floor(y + 0.5)`), `uint8-aa` (torch's uint8 antialiased "
-                      "bicubic: `F.interpolate` on a uint8 tensor, what torchvision's `resize` runs on uint8 images; "
-                      "a port of Pillow's filter, one level apart from it on a few values), `uint8-aa-bilinear` "
-                      "(torchvision's default bilinear on uint8), `bicubic-a-0.75-antialias` (Pillow's placement with"
-                      " a = −0.75, float), `pillow-bilinear`, `pillow-nearest`, `opencv-area` (INTER_AREA: pixel-area"
-                      " averaging, in float)"),
     ),
     RootCause(
         "alpha-straight",
         "images with alpha resized without premultiplying, so hidden colours bleed",
         _fixed(Variant("straight-alpha", lambda s: s.replace(straight_alpha=True))),
         lambda img, p, config, steps: _resized(img, p) and has_alpha(img) and _eight_bit_resize(img, config, steps),
-        suitable=Suitable((_image("RGBA", alpha="random"), _image("LA", alpha="random"))),
-        checkpoint_does="premultiplied",
-        variants_doc="`straight-alpha`: RGBA / LA resampled without premultiplying",
+        suitable=Suitable(_ALPHA_IMAGES),
     ),
     RootCause(
         "palette-bicubic",
@@ -295,8 +270,6 @@ CATALOGUE: tuple[RootCause, ...] = (
         lambda img, p, config, steps: _resized(img, p) and img.mode in ("P", "1"),
         enabling=True,
         suitable=Suitable((_image("P"), _image("1"))),
-        checkpoint_does="NEAREST for P / 1",
-        variants_doc="`palette-converted-first`: P and 1 converted to RGB (RGBA when transparent) before the resize",
     ),
     RootCause(
         "convert-before-resize",
@@ -308,9 +281,6 @@ CATALOGUE: tuple[RootCause, ...] = (
         enabling=True,
         suitable=Suitable(tuple(_image(m, alpha="random" if m == "PA" else "opaque")
                                 for m in ("CMYK", "I;16", "PA", "YCbCr", "LAB", "I", "F")), each_image=True),
-        checkpoint_does="resized in the source mode",
-        variants_doc=("`converted-first`: every other mode but RGBA converted to RGB / RGBA before the resize "
-                      "(16-bit, I, F, CMYK, YCbCr, LAB, PA, L or RGB with a transparency key)"),
     ),
     RootCause(
         "fill-stage",
@@ -319,10 +289,6 @@ CATALOGUE: tuple[RootCause, ...] = (
         lambda img, p, config, steps: _resized(img, p) and (img.mode != "RGB" or "transparency" in img.info),
         enabling=True,
         suitable=Suitable((_image("RGBA", alpha="random"),)),
-        checkpoint_does="the config's stage",
-        variants_doc=("`fill-<other stage>`; when the other stage is after the resize also "
-                      "`fill-after_resize-decoded-to-rgb` (every mode converted first, as engines that decode to "
-                      "RGB(A))"),
     ),
     _before_pipeline(
         "flatten-white",
@@ -332,9 +298,6 @@ CATALOGUE: tuple[RootCause, ...] = (
          "paste-on-black": modes.flattened_on_black},
         lambda img, p, config, steps: has_alpha(img),
         Suitable((_image("RGBA", alpha="random"), _image("P", alpha="key"))),
-        checkpoint_does="the config's background",
-        variants_doc=("`paste-on-white` (vLLM's rgba_to_rgb), `alpha-composite-on-white`, `paste-on-black` (a canvas "
-                      "made with `Image.new(\"RGB\", size)`) — before the resize"),
     ),
     RootCause(
         "transparency-key",
@@ -349,9 +312,6 @@ CATALOGUE: tuple[RootCause, ...] = (
         lambda img, p, config, steps: "transparency" in img.info,
         enabling=True,
         suitable=Suitable((_image("P", 28, 28, "key"), _image("RGB", 28, 28, "key")), ({},)),
-        checkpoint_does="as Pillow's `convert`",
-        variants_doc=("`key-ignored` (only an \"A\" band composites), `key-honoured` (RGB with a key composited), "
-                      "`key-honoured-before-resize` (RGB with a key converted to RGBA at decode)"),
     ),
     _before_pipeline(
         "alpha-dropped",
@@ -359,10 +319,7 @@ CATALOGUE: tuple[RootCause, ...] = (
         "hidden colours of transparent pixels resized as they are",
         {"convert-rgb": modes.alpha_dropped},
         lambda img, p, config, steps: has_alpha(img),
-        Suitable((_image("RGBA", alpha="random"), _image("LA", alpha="random"))),
-        checkpoint_does="composited",
-        variants_doc=("`convert-rgb`: `convert(\"RGB\")` at decode (the alpha discarded; hidden colours resized as they"
-                      " are)"),
+        Suitable(_ALPHA_IMAGES),
     ),
     RootCause(
         "composite-rounding",
@@ -370,9 +327,6 @@ CATALOGUE: tuple[RootCause, ...] = (
         _fixed(*_swapping("composite", _BLENDS)),
         lambda img, p, config, steps: _composited(img, config),
         suitable=Suitable((_image("RGBA", 28, 28, "random"),), ({},), levels=ANY_LEVELS),
-        checkpoint_does="float32, truncated",
-        variants_doc=("`round-half-even`, `round-half-up`, `integer-rounded` ((α·c + (255−α)·b + 127) // 255), "
-                      "`integer-truncated`, `float64`"),
     ),
     RootCause(
         "background",
@@ -383,10 +337,6 @@ CATALOGUE: tuple[RootCause, ...] = (
                                        or (steps.pad is layout.pad_background and bool(p.pad_w or p.pad_h))),
         # the checkpoint's chessboard and a white background: the variants are per background
         suitable=Suitable((_image("RGBA", 40, 40, "transparent"),), ({}, {"background": {"pattern": "white"}})),
-        checkpoint_does="the config's",
-        variants_doc=("`chessboard-phase-flipped`, `chessboard-square-N` (16, 8, 2·S, S/2), `chessboard-gray-N` (200,"
-                      " 180, 128, 192), `chessboard-white-255`, `solid-black/white/gray`, and for solid configs "
-                      "`chessboard-default`, `chessboard-k3` — those that differ from the config"),
     ),
     RootCause(
         "pad",
@@ -394,9 +344,6 @@ CATALOGUE: tuple[RootCause, ...] = (
         _fixed(*_swapping("pad", _PADS)),
         lambda img, p, config, steps: bool(p.pad_w or p.pad_h),
         suitable=Suitable((_image(w=30, h=30),), ({},)),
-        checkpoint_does="level 0, bottom and right",
-        variants_doc=("`pad-top-left`, `pad-background` (the background pattern in the padding), `pad-white`, "
-                      "`pad-after-normalize` (0.0 after the normalization: the mean level, not level 0)"),
     ),
     RootCause(
         "patch-order",
@@ -404,12 +351,63 @@ CATALOGUE: tuple[RootCause, ...] = (
         _fixed(*_swapping("patchify", _PATCH_ORDERS)),
         lambda img, p, config, steps: True,
         suitable=Suitable((_image(w=28, h=28),), ({},)),
-        checkpoint_does="(gh·gw, C, p, p), gy·gw + gx",
-        variants_doc=("`channels-last` ((p, p, C) read as (C, p, p)), `patches-column-major`, `patch-transposed` ((C,"
-                      " px, py)), `channels-bgr`"),
     ),
 )
 
+# The catalogue table's rows in docs/diagnosis.md (rendered by `diagnosis.table`): per family, what
+# the checkpoint does and the variants in words.
+DOC_ROWS: dict[str, tuple[str, str]] = {
+    "exif-orientation": ("ignored", "`exif_transpose`"),
+    "animation-frame": ("frame 0", "`last-frame`, `frame-1`, `frame-2`"),
+    "decoder": ("libjpeg's colour conversion",
+        "`jpeg-pillow-ycbcr-to-rgb`; `by-elimination` (a lossy file nothing else moves)"),
+    "normalize-float": ("float64-then-float32 table",
+        "`x*scale+bias` (float32, scale = 1/(255·std), bias = −mean/std), `addcmul(bias,x,scale)` (one "
+        "rounding, as `torch.addcmul` on CPU and a fused multiply-add), `addcmul(bias,x,scale), float64 "
+        "constants` (scale and bias computed in float64 and stored as float32, as SGLang 0.5.23 and the "
+        "`sglang-0.5.23` model do), `(x/255-mean)/std` (torchvision's rescale then normalize), "
+        "`(x/255-mean)*(1/std)`, `(x-255*mean)/(255*std)` (the rescale folded into the statistics), "
+        "`bfloat16`, `float16` (the checkpoint's values cast to a half type and back) — sub-level"),
+    "resample-float": ("`pillow-bicubic`",
+        "`torch-bicubic-antialias` (float32 `F.interpolate`, antialias, round half to even, clamp), "
+        "`torch-bicubic` (no antialias, a = −0.75: OpenCV's INTER_CUBIC arithmetic in float), "
+        "`torch-bicubic-antialias-truncated`, `torch-bicubic-truncated`, `torch-bicubic-antialias-half-up` "
+        "(`floor(y + 0.5)`), `uint8-aa` (torch's uint8 antialiased bicubic: `F.interpolate` on a uint8 "
+        "tensor, what torchvision's `resize` runs on uint8 images; a port of Pillow's filter, one level apart"
+        " from it on a few values), `uint8-aa-bilinear` (torchvision's default bilinear on uint8), "
+        "`bicubic-a-0.75-antialias` (Pillow's placement with a = −0.75, float), `pillow-bilinear`, "
+        "`pillow-nearest`, `opencv-area` (INTER_AREA: pixel-area averaging, in float)"),
+    "alpha-straight": ("premultiplied", "`straight-alpha`: RGBA / LA resampled without premultiplying"),
+    "palette-bicubic": ("NEAREST for P / 1",
+        "`palette-converted-first`: P and 1 converted to RGB (RGBA when transparent) before the resize"),
+    "convert-before-resize": ("resized in the source mode",
+        "`converted-first`: every other mode but RGBA converted to RGB / RGBA before the resize (16-bit, I, "
+        "F, CMYK, YCbCr, LAB, PA, L or RGB with a transparency key)"),
+    "fill-stage": ("the config's stage",
+        "`fill-<other stage>`; when the other stage is after the resize also "
+        "`fill-after_resize-decoded-to-rgb` (every mode converted first, as engines that decode to RGB(A))"),
+    "flatten-white": ("the config's background",
+        "`paste-on-white` (vLLM's rgba_to_rgb), `alpha-composite-on-white`, `paste-on-black` (a canvas made "
+        "with `Image.new(\"RGB\", size)`) — before the resize"),
+    "transparency-key": ("as Pillow's `convert`",
+        "`key-ignored` (only an \"A\" band composites), `key-honoured` (RGB with a key composited), "
+        "`key-honoured-before-resize` (RGB with a key converted to RGBA at decode)"),
+    "alpha-dropped": ("composited",
+        "`convert-rgb`: `convert(\"RGB\")` at decode (the alpha discarded; hidden colours resized as they are)"),
+    "composite-rounding": ("float32, truncated",
+        "`round-half-even`, `round-half-up`, `integer-rounded` ((α·c + (255−α)·b + 127) // 255), "
+        "`integer-truncated`, `float64`"),
+    "background": ("the config's",
+        "`chessboard-phase-flipped`, `chessboard-square-N` (16, 8, 2·S, S/2), `chessboard-gray-N` (200, 180, "
+        "128, 192), `chessboard-white-255`, `solid-black/white/gray`, and for solid configs "
+        "`chessboard-default`, `chessboard-k3` — those that differ from the config"),
+    "pad": ("level 0, bottom and right",
+        "`pad-top-left`, `pad-background` (the background pattern in the padding), `pad-white`, "
+        "`pad-after-normalize` (0.0 after the normalization: the mean level, not level 0)"),
+    "patch-order": ("(gh·gw, C, p, p), gy·gw + gx",
+        "`channels-last` ((p, p, C) read as (C, p, p)), `patches-column-major`, `patch-transposed` ((C, px, "
+        "py)), `channels-bgr`"),
+}
 MEANINGS: dict[str, str] = {c.id: c.meaning for c in CATALOGUE}
 MEANINGS[UNEXPLAINED] = "none of the catalogued deviations accounts for the difference"
 # Every id that can appear in `root_causes`, in catalogue order.
