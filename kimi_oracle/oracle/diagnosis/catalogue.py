@@ -5,7 +5,8 @@ its variants (the functions of `kimi_oracle.pipelines.variants`) each swap that 
 `Steps`. A variant's full name is `family/variant` (`resample-float/uint8-aa`). The ids are
 public output (JSON, JUnit, Markdown, the gate's `--known` file); docs/diagnosis.md lists them.
 Each family names its `Suitable` input: one on which every variant changes the output (the
-tests run each variant on it, so a new family brings its own test input).
+tests run each variant on it, so a new family brings its own test input); `DOC_ROWS` holds its
+row of the docs table (`diagnosis.table` renders it).
 """
 
 from __future__ import annotations
