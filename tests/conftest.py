@@ -17,8 +17,8 @@ try:
 except ImportError:  # pragma: no cover - torch is a dependency
     pass
 
-# tests/ itself is on sys.path (pyproject's `pythonpath`): shared helper modules such as
-# checkpoint_model, planner_samples and the mutants package import by their names.
+# tests/ and tests/helpers/ are on sys.path (pyproject's `pythonpath`): the shared helper modules
+# (checkpoint_model, planner_samples, ...) and the mutants package import by their names.
 TESTS = Path(__file__).parent
 
 CORPUS = TESTS / "data" / "corpus"

@@ -175,3 +175,23 @@ def test_check_names_are_written_only_as_their_constants():
 ])
 def test_the_literal_check_finds_what_it_looks_for(snippet):
     assert _check_literals("planted.py", snippet, ast.parse(snippet))
+
+
+def test_the_path_rule_of_a_spec_and_the_start_timeout_have_one_home_each():
+    # `core.specs.spec_path` decides whether a spec names a file; `core.defaults.start_timeout`
+    # bounds a process's start by the budget. Written out again anywhere else, they drift.
+    found = []
+    for name, text, tree in _trees():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "min" and any(
+                    isinstance(a, ast.Name) and a.id == "START_TIMEOUT_S" for a in node.args):
+                if name != "core/defaults.py":
+                    found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "endswith"
+                    and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == ".py"
+                    and name != "core/specs.py"):
+                segment = ast.get_source_segment(text, node) or ""
+                line = text.splitlines()[node.lineno - 1]
+                if '"/" in' in line:
+                    found.append(f"{name}:{node.lineno}: {segment} (the spec path rule)")
+    assert not found, "use core.specs.spec_path / core.defaults.start_timeout:\n" + "\n".join(found)

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from kimi_oracle.core.config import PROFILES, PreprocessConfig
-from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT, START_TIMEOUT_S
+from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT, start_timeout
 
 
 def profile_options(func):
@@ -100,7 +100,7 @@ def open_candidate(spec: str, case_timeout: float, memory_limit_mb: int | None, 
     also when loading it takes longer than `budget_s`, when given, or 120 s)."""
     from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 
-    extra = {} if budget_s is None else {"start_timeout_s": min(START_TIMEOUT_S, budget_s)}
+    extra = {} if budget_s is None else {"start_timeout_s": start_timeout(budget_s)}
     candidate = IsolatedCandidate(spec, timeout_s=case_timeout, memory_limit_mb=memory_limit_mb, **extra)
     candidate.start()
     return candidate

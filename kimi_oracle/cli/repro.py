@@ -13,6 +13,7 @@ from kimi_oracle.cli.differential import (duration_callback, input_form_option, 
                                           tolerance_callback)
 from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT
 from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK, InputError
+from kimi_oracle.core.specs import spec_path
 from kimi_oracle.core.text import rich_text, safe_text
 
 
@@ -103,8 +104,8 @@ def _print_still_failing(console: Any, verdict: Any, case: dict[str, Any], spec:
 
 def _refuse_candidate_inside(spec: str, directory: Path) -> None:
     """A finding folder is untrusted: never import a candidate file that lives inside it."""
-    target = spec.rpartition(":")[0]
-    if not (target.endswith(".py") or "/" in target or "\\" in target):
+    target = spec_path(spec)
+    if target is None:
         return
     candidates = [Path(target), directory / target]
     for path in candidates:

@@ -1,4 +1,4 @@
-"""The defaults every command shares, each defined once: the per-case timeout and a run's seed."""
+"""The defaults every command shares, each defined once: the per-case timeout, the start timeout and a run's seed."""
 
 from __future__ import annotations
 
@@ -13,6 +13,12 @@ DEFAULT_CASE_TIMEOUT = f"{DEFAULT_CASE_TIMEOUT_S:g}s"
 # shorter: a candidate whose import hangs never outlasts the budget).
 START_TIMEOUT_S = 120.0
 
+
+def start_timeout(budget_s: float | None) -> float:
+    """How long a process that loads a candidate, planner or engine may take to start: START_TIMEOUT_S,
+    or the run's budget when that is shorter (None: no budget)."""
+    return START_TIMEOUT_S if budget_s is None else min(START_TIMEOUT_S, budget_s)
+
 # Seeds are 32-bit: `inputs.draw.derive(seed, i)` shifts the seed above the example index.
 SEED_BITS = 32
 
@@ -24,4 +30,4 @@ def fresh_seed() -> int:
     return random.SystemRandom().getrandbits(SEED_BITS)
 
 
-__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_CASE_TIMEOUT_S", "SEED_BITS", "START_TIMEOUT_S", "fresh_seed"]
+__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_CASE_TIMEOUT_S", "SEED_BITS", "START_TIMEOUT_S", "fresh_seed", "start_timeout"]

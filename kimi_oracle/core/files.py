@@ -14,6 +14,7 @@ import json
 import math
 import os
 import platform
+import re
 import stat
 import tempfile
 import tomllib
@@ -294,40 +295,33 @@ def parse_toml(text: str, label: str) -> Any:
     return data
 
 
-_QUOTES = ('"""', "'''", '"', "'")
+# The tokens `_check_nesting` looks at: strings (skipped whole; an unterminated one runs to the
+# end of the text), TOML comments, and the brackets. Everything else is passed over by the
+# regular expression, not by Python.
+_STRING = "|".join((
+    r'"""(?:[^"\\]|\\[\s\S]|"(?!""))*(?:"""|$)',  # a multi-line basic string (escapes)
+    r"'''[\s\S]*?(?:'''|$)",  # a multi-line literal string
+    r'"(?:[^"\\]|\\[\s\S])*(?:"|$)',  # a basic (or JSON) string (escapes)
+    r"'[^']*(?:'|$)",  # a literal string
+))
+_JSON_TOKENS = re.compile(_STRING + r"|[\[\]{}]")
+_TOML_TOKENS = re.compile(_STRING + r"|#[^\n]*|[\[\]{}]")
 
 
 def _check_nesting(text: str, label: str, *, toml: bool) -> None:
     """Refuse text whose arrays/objects nest deeper than MAX_NESTING (before a parser recurses
     into them); strings (and TOML comments) are skipped. Brackets need not balance here: the
     parser judges the syntax."""
-    depth, i, n, line = 0, 0, len(text), 1
-    while i < n:
-        ch = text[i]
+    depth = 0
+    for match in (_TOML_TOKENS if toml else _JSON_TOKENS).finditer(text):
+        ch = text[match.start()]
         if ch in "[{":
             depth += 1
             if depth > MAX_NESTING:
+                line = text.count("\n", 0, match.start()) + 1
                 raise InputError(f"line {line}: arrays or tables nested more than {MAX_NESTING} deep", source=label)
         elif ch in "]}":
             depth = max(0, depth - 1)
-        elif ch == "\n":
-            line += 1
-        elif toml and ch == "#":
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-            continue
-        elif ch in "\"'":
-            quote = next(q for q in _QUOTES if text.startswith(q, i))
-            i += len(quote)
-            while i < n and not text.startswith(quote, i):
-                if text[i] == "\\" and quote[0] == '"':
-                    i += 1
-                elif text[i] == "\n":
-                    line += 1
-                i += 1
-            i += len(quote)
-            continue
-        i += 1
 
 
 def check_numbers(data: Any, label: str, key: str = "") -> None:

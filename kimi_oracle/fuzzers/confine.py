@@ -23,20 +23,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kimi_oracle.core.specs import spec_path
+
 OUTPUT_NAME = "output.log"
 OUTPUT_CAP = 64 << 10  # bytes of a process's output kept in its log
 
 
 def absolute_spec(spec: str) -> str:
     """`spec` with its file path made absolute (`c/x.py:fn` -> `/cwd/c/x.py:fn`); other specs as
-    they are (the same path rule as `oracle.candidates.resolve`)."""
-    target, sep, attr = spec.rpartition(":")
-    if not sep:
-        target, attr = spec, ""
-    if not (target.endswith(".py") or "/" in target or "\\" in target):
+    they are (`core.specs.spec_path`'s rule)."""
+    target = spec_path(spec)
+    if target is None:
         return spec
     path = os.path.abspath(target)
-    return f"{path}:{attr}" if sep else path
+    return path + spec[len(target):]
 
 
 def confine(directory: str | os.PathLike) -> None:

@@ -38,6 +38,7 @@ from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import BackendError, CandidateError, InputError
 from kimi_oracle.core.files import read_file
 from kimi_oracle.core.geometry import ResizePlan
+from kimi_oracle.core.specs import spec_path, split_spec
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.oracle.checks import _describe, as_result, self_check
 from kimi_oracle.oracle.input_forms import accepted_forms, hand_over, resolve_form
@@ -316,11 +317,9 @@ _SPEC_FORMS = ("package.module:function, path/to/file.py:function, package.modul
 def resolve(spec: str, what: str = "candidate") -> Any:
     """The object a spec that is not a built-in names: an entry point's object, a function
     (`target:attr`) or a module (`package.module`, `path/to/file.py`); CandidateError otherwise."""
-    target, sep, attr = spec.rpartition(":")
-    if not sep:
-        target, attr = spec, ""
-    # A spec naming a path (a `/`, or a `.py` file) is a path, never an entry point's name.
-    is_path = target.endswith(".py") or "/" in target or "\\" in target
+    target, attr = split_spec(spec)
+    sep = ":" in spec
+    is_path = spec_path(spec) is not None
     plugins = {} if is_path else entry_points()
     if spec in plugins:
         ep = plugins[spec]

@@ -7,8 +7,10 @@ table lookups, done here band by band (a few patch rows at a time, so that the t
 in the cache) and written straight into the output:
 
 - the uint8 levels of a band are rearranged into patch order (N, C, p, p), zero-padded;
-- two neighbouring levels of one channel, read as one uint16, index a table of float32 pairs:
-  one `np.take` writes two output values (half the lookups of a 256-entry table);
+- the normalization is two vector passes (`level / d - b` in float32) where that form gives
+  the table's bytes on all 256 levels (checked level by level, `affine_forms`: the checkpoint's
+  mean and std do); otherwise two neighbouring levels of one channel, read as one uint16, index
+  a table of float32 pairs: one `np.take` writes two output values;
 - the composite writes channel planes (3, h, w), which rearrange into patch order more cheaply
   than interleaved pixels.
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 import numpy as np
@@ -27,7 +30,7 @@ import numpy as np
 # The composite's packed index (`composite_planes`) reads bytes as a little-endian uint32.
 LITTLE_ENDIAN = sys.byteorder == "little"
 
-__all__ = ["LITTLE_ENDIAN", "blend_table", "composite_planes", "pair_table", "patches_from_hwc", "patches_from_planes",
+__all__ = ["LITTLE_ENDIAN", "affine_forms", "blend_table", "composite_planes", "pair_table", "patches_from_hwc", "patches_from_planes",
            "patches_from_composite", "patches_from_plane_rows", "patches_from_rows"]
 
 # Bytes of uint8 levels handled per band (a band is whole patch rows; at least one).
@@ -56,36 +59,115 @@ def pair_table(lut: np.ndarray) -> np.ndarray:
     return _pairs(np.ascontiguousarray(lut, dtype=np.float32).tobytes())
 
 
-def _lookup(tiles: np.ndarray, out: np.ndarray, lut: np.ndarray, table: np.ndarray | None, same: bool) -> None:
-    # tiles: uint8 (m, 3, q), out: float32 (m, 3, q), both C-contiguous; table: `pair_table(lut)`
-    # (None: q is odd); same: the three rows of lut are equal.
-    if table is not None:
-        idx, dst = tiles.view(np.uint16), out.view(np.uint64)
-        if same:
-            np.take(table[0], idx.reshape(-1), out=dst.reshape(-1), mode="clip")
-        else:
-            for c in range(3):
-                np.take(table[c], idx[:, c], out=dst[:, c], mode="clip")
-        return
-    for c in range(3):
-        np.take(lut[c], tiles[:, c], out=out[:, c], mode="clip")
+# Affine forms tried for a channel's table before the lookups: level v -> v / d - b in float32
+# (an exact uint8 -> float32 cast, a division, a subtraction; each correctly rounded). A form
+# is used only where it gives the table's own bytes for all 256 levels (`_affine`); every
+# level is checked, so on the patches it is the table itself, two vector passes in place of
+# a gather (the checkpoint's mean 0.5 and std 0.5: v / 127.5 - 1).
+def _affine_forms(mean_std: tuple[float, float]) -> list[tuple[np.float32, np.float32]]:
+    mean, std = mean_std
+    return [(np.float32(255.0 * std), np.float32(mean / std))]
 
 
-def _patch_bands(height: int, width: int, ps: int, lut: np.ndarray,
-                 fill: Callable[[np.ndarray, int], None]) -> np.ndarray:
-    # The padded grid in bands of whole patch rows; `fill(tiles, y0)` writes the uint8 levels
-    # of the band from padded row y0 into tiles (k, gw, 3, p, p), zeros past the image.
+def _affine_apply(src: np.ndarray, out: np.ndarray, form: tuple[np.float32, np.float32]) -> None:
+    # out (float32) = src (uint8) / d - b, the same two ufunc calls for the check and the patches
+    np.divide(src, form[0], out=out)
+    np.subtract(out, form[1], out=out)
+
+
+def _affine_for(row: np.ndarray) -> tuple[np.float32, np.float32] | None:
+    # A form whose values on all 256 levels are `row`'s bytes, or None. The mean and std are
+    # read back from the table's ends where the table is increasing and the form is then checked.
+    levels = np.arange(256, dtype=np.uint8)
+    lo, hi = float(row[0]), float(row[255])
+    if not (np.isfinite(lo) and np.isfinite(hi)) or hi <= lo:
+        return None
+    std = 1.0 / (hi - lo)  # row ≈ (v / 255 - mean) / std
+    mean = -lo * std
+    values = np.empty(256, dtype=np.float32)
+    for form in _affine_forms((mean, std)):
+        if not (np.isfinite(form[0]) and np.isfinite(form[1])) or form[0] == 0:
+            continue
+        _affine_apply(levels, values, form)
+        if values.tobytes() == np.ascontiguousarray(row, dtype=np.float32).tobytes():
+            return form
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def _affine(lut_bytes: bytes) -> tuple[tuple[np.float32, np.float32], ...] | None:
+    lut = np.frombuffer(lut_bytes, dtype=np.float32).reshape(3, 256)
+    with np.errstate(all="ignore"):
+        forms = tuple(_affine_for(lut[c]) for c in range(3))
+    return None if any(form is None for form in forms) else forms  # type: ignore[return-value]
+
+
+def affine_forms(lut: np.ndarray) -> tuple[tuple[np.float32, np.float32], ...] | None:
+    """Per channel (divisor, offset) with `level / divisor - offset` (float32) equal to every entry
+    of `lut` (3, 256), checked on all 256 levels; None where a channel has no such form."""
+    return _affine(np.ascontiguousarray(lut, dtype=np.float32).tobytes())
+
+
+class _Levels:
+    # How a band of uint8 levels becomes float32 values: by the affine forms where they give the
+    # table exactly, else by the pair table (two levels per lookup), else by the table itself.
+    def __init__(self, lut: np.ndarray, ps: int) -> None:
+        self.lut = lut
+        self.forms = affine_forms(lut)
+        self.same = bool((lut[1:] == lut[0]).all())
+        self.table = pair_table(lut) if self.forms is None and ps * ps % 2 == 0 else None
+
+    def __call__(self, tiles: np.ndarray, out: np.ndarray) -> None:
+        # tiles: uint8 (m, 3, q), out: float32 (m, 3, q), both C-contiguous
+        if self.forms is not None:
+            if self.same or len(set(self.forms)) == 1:
+                _affine_apply(tiles, out, self.forms[0])
+            else:
+                for c in range(3):
+                    _affine_apply(tiles[:, c], out[:, c], self.forms[c])
+            return
+        if self.table is not None:
+            idx, dst = tiles.view(np.uint16), out.view(np.uint64)
+            if self.same:
+                np.take(self.table[0], idx.reshape(-1), out=dst.reshape(-1), mode="clip")
+            else:
+                for c in range(3):
+                    np.take(self.table[c], idx[:, c], out=dst[:, c], mode="clip")
+            return
+        for c in range(3):
+            np.take(self.lut[c], tiles[:, c], out=out[:, c], mode="clip")
+
+
+# fill(tiles, y0): writes the uint8 levels of the band of padded rows from y0 into tiles
+# (k, gw, 3, p, p), zeros past the image. Fill = a maker of such functions, one per thread
+# (each keeps its own buffers).
+Fill = Callable[[], Callable[[np.ndarray, int], None]]
+
+
+def _patch_bands(height: int, width: int, ps: int, lut: np.ndarray, make_fill: Fill, threads: int = 1) -> np.ndarray:
+    # The padded grid in bands of whole patch rows, on `threads` threads (each a run of bands).
     gh, gw = -(-height // ps), -(-width // ps)
     out = np.empty((gh * gw, 3, ps * ps), dtype=np.float32)
     rows = max(1, _BAND_BYTES // (ps * gw * ps * 3))
-    tiles = np.empty((rows * gw, 3, ps * ps), dtype=np.uint8)
-    table = pair_table(lut) if ps * ps % 2 == 0 else None
-    same = bool((lut[1:] == lut[0]).all())
-    for gy in range(0, gh, rows):
-        k = min(rows, gh - gy)
-        band = tiles[: k * gw]
-        fill(band.reshape(k, gw, 3, ps, ps), gy * ps)
-        _lookup(band, out[gy * gw: (gy + k) * gw], lut, table, same)
+    values = _Levels(lut, ps)
+    starts = list(range(0, gh, rows))
+
+    def work(part: Sequence[int]) -> None:
+        tiles = np.empty((rows * gw, 3, ps * ps), dtype=np.uint8)
+        fill = make_fill()
+        for gy in part:
+            k = min(rows, gh - gy)
+            band = tiles[: k * gw]
+            fill(band.reshape(k, gw, 3, ps, ps), gy * ps)
+            values(band, out[gy * gw: (gy + k) * gw])
+
+    n = max(1, min(threads, len(starts)))
+    if n == 1:
+        work(starts)
+    else:
+        parts = [starts[i * len(starts) // n: (i + 1) * len(starts) // n] for i in range(n)]
+        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="kimi-bands") as pool:
+            list(pool.map(work, parts))
     return out.reshape(gh * gw, 3, ps, ps)
 
 
@@ -97,28 +179,32 @@ def patches_from_hwc(rgb: np.ndarray, padded_h: int, padded_w: int, ps: int, lut
 
 
 def patches_from_rows(rows: Callable[[int, int], np.ndarray], h: int, w: int, padded_h: int, padded_w: int,
-                      ps: int, lut: np.ndarray) -> np.ndarray:
+                      ps: int, lut: np.ndarray, threads: int = 1) -> np.ndarray:
     """As `patches_from_hwc` for an (h, w, 3) image read band by band: `rows(y0, y1)` gives its
     uint8 rows y0 to y1 (y0 < y1 <= h) as an (y1 - y0, w, 3) array."""
     gw = padded_w // ps
-    pad_buf: list[np.ndarray] = []
 
-    def fill(tiles: np.ndarray, y0: int) -> None:
-        k = tiles.shape[0]
-        y1 = max(y0, min(h, y0 + k * ps))
-        if y1 - y0 != k * ps or w != padded_w:
-            if not pad_buf:
-                pad_buf.append(np.zeros((k * ps, padded_w, 3), dtype=np.uint8))
-            band = pad_buf[0][: k * ps]
-            if y1 > y0:
-                band[: y1 - y0, :w] = rows(y0, y1)
-            band[y1 - y0:] = 0
-            src = band
-        else:
-            src = rows(y0, y1)
-        np.copyto(tiles, src.reshape(k, ps, gw, ps, 3).transpose(0, 2, 4, 1, 3))
+    def make_fill() -> Callable[[np.ndarray, int], None]:
+        pad_buf: list[np.ndarray] = []
 
-    return _patch_bands(padded_h, padded_w, ps, lut, fill)
+        def fill(tiles: np.ndarray, y0: int) -> None:
+            k = tiles.shape[0]
+            y1 = max(y0, min(h, y0 + k * ps))
+            if y1 - y0 != k * ps or w != padded_w:
+                if not pad_buf:
+                    pad_buf.append(np.zeros((k * ps, padded_w, 3), dtype=np.uint8))
+                band = pad_buf[0][: k * ps]
+                if y1 > y0:
+                    band[: y1 - y0, :w] = rows(y0, y1)
+                band[y1 - y0:] = 0
+                src = band
+            else:
+                src = rows(y0, y1)
+            np.copyto(tiles, src.reshape(k, ps, gw, ps, 3).transpose(0, 2, 4, 1, 3))
+
+        return fill
+
+    return _patch_bands(padded_h, padded_w, ps, lut, make_fill, threads)
 
 
 def patches_from_planes(planes: np.ndarray, padded_h: int, padded_w: int, ps: int, lut: np.ndarray) -> np.ndarray:
@@ -141,27 +227,33 @@ def _plane_items(tiles: np.ndarray, c: int, plane: np.ndarray, ps: int) -> bool:
 
 
 def patches_from_plane_rows(planes: Callable[[int, int], Sequence[np.ndarray]], h: int, w: int,
-                            padded_h: int, padded_w: int, ps: int, lut: np.ndarray) -> np.ndarray:
+                            padded_h: int, padded_w: int, ps: int, lut: np.ndarray, threads: int = 1) -> np.ndarray:
     """As `patches_from_hwc` for an image read as channel planes band by band: `planes(y0, y1)`
-    gives its three uint8 planes of rows y0 to y1 (y0 < y1 <= h), each (y1 - y0, w)."""
-    pad_buf: list[np.ndarray] = []
+    gives its three uint8 planes of rows y0 to y1 (y0 < y1 <= h), each (y1 - y0, w).
 
-    def fill(tiles: np.ndarray, y0: int) -> None:
-        k = tiles.shape[0]
-        n = max(0, min(h, y0 + k * ps) - y0)
-        src = planes(y0, y0 + n) if n else ()
-        if n == k * ps and w == padded_w and all(_plane_items(tiles, c, src[c], ps) for c in range(3)):
-            return
-        if not pad_buf:
-            pad_buf.append(np.zeros((3, k * ps, padded_w), dtype=np.uint8))
-        band = pad_buf[0][:, : k * ps]
-        for c in range(len(src)):
-            band[c, :n, :w] = src[c]
-        band[:, n:] = 0
-        for c in range(3):
-            _plane_items(tiles, c, band[c], ps)
+    `threads` > 1: runs of bands on that many threads (the readers are called from each)."""
 
-    return _patch_bands(padded_h, padded_w, ps, lut, fill)
+    def make_fill() -> Callable[[np.ndarray, int], None]:
+        pad_buf: list[np.ndarray] = []
+
+        def fill(tiles: np.ndarray, y0: int) -> None:
+            k = tiles.shape[0]
+            n = max(0, min(h, y0 + k * ps) - y0)
+            src = planes(y0, y0 + n) if n else ()
+            if n == k * ps and w == padded_w and all(_plane_items(tiles, c, src[c], ps) for c in range(3)):
+                return
+            if not pad_buf:
+                pad_buf.append(np.zeros((3, k * ps, padded_w), dtype=np.uint8))
+            band = pad_buf[0][:, : k * ps]
+            for c in range(len(src)):
+                band[c, :n, :w] = src[c]
+            band[:, n:] = 0
+            for c in range(3):
+                _plane_items(tiles, c, band[c], ps)
+
+        return fill
+
+    return _patch_bands(padded_h, padded_w, ps, lut, make_fill, threads)
 
 
 @functools.lru_cache(maxsize=16)
@@ -212,7 +304,7 @@ def composite_planes(rgba: np.ndarray, levels: tuple[int, ...], which: Callable[
 def patches_from_composite(rows: Callable[[int, int], np.ndarray], h: int, w: int, padded_h: int, padded_w: int,
                            ps: int, lut: np.ndarray, levels: tuple[int, ...],
                            which: Callable[[int, int], np.ndarray | None],
-                           blend: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+                           blend: Callable[[np.ndarray, np.ndarray], np.ndarray], threads: int = 1) -> np.ndarray:
     """As `patches_from_planes(composite_planes(rgba, ...))` for an (h, w, 4) image read band by band
     (`rows(y0, y1)`: its uint8 rows y0 to y1): each band is composited into padded channel planes
     and put in patch order while in the cache, no whole-image planes.
@@ -222,30 +314,34 @@ def patches_from_composite(rows: Callable[[int, int], np.ndarray], h: int, w: in
     pad = len(levels)
     table = blend_table((*levels, 0), blend)
     gw = padded_w // ps
-    bufs: list[np.ndarray] = []
 
-    def fill(tiles: np.ndarray, y0: int) -> None:
-        k = tiles.shape[0]
-        n = max(0, min(h, y0 + k * ps) - y0)
-        if not bufs:
-            packed = np.zeros((k * ps, padded_w, 4), dtype=np.uint8)
-            packed[:, w:, 2] = pad
-            bufs.extend((packed, np.empty((3, k * ps, padded_w), dtype=np.uint8)))
-        packed, planes = bufs[0][: k * ps], bufs[1][:, : k * ps]
-        packed[n:] = 0
-        packed[n:, :, 2] = pad
-        if n:
-            rgba = rows(y0, y0 + n)
-            packed[:n, :w, 1] = rgba[..., 3]
-            choice = which(y0, y0 + n)
-            if choice is not None:
-                packed[:n, :w, 2] = choice
-        index = packed.view(np.uint32)[..., 0]
-        for c in range(3):
+    def make_fill() -> Callable[[np.ndarray, int], None]:
+        bufs: list[np.ndarray] = []
+
+        def fill(tiles: np.ndarray, y0: int) -> None:
+            k = tiles.shape[0]
+            n = max(0, min(h, y0 + k * ps) - y0)
+            if not bufs:
+                packed = np.zeros((k * ps, padded_w, 4), dtype=np.uint8)
+                packed[:, w:, 2] = pad
+                bufs.extend((packed, np.empty((3, k * ps, padded_w), dtype=np.uint8)))
+            packed, planes = bufs[0][: k * ps], bufs[1][:, : k * ps]
+            packed[n:] = 0
+            packed[n:, :, 2] = pad
             if n:
-                packed[:n, :w, 0] = rgba[..., c]
-            np.take(table, index, out=planes[c], mode="clip")
-        for c in range(3):
-            _plane_items(tiles, c, planes[c], ps)
+                rgba = rows(y0, y0 + n)
+                packed[:n, :w, 1] = rgba[..., 3]
+                choice = which(y0, y0 + n)
+                if choice is not None:
+                    packed[:n, :w, 2] = choice
+            index = packed.view(np.uint32)[..., 0]
+            for c in range(3):
+                if n:
+                    packed[:n, :w, 0] = rgba[..., c]
+                np.take(table, index, out=planes[c], mode="clip")
+            for c in range(3):
+                _plane_items(tiles, c, planes[c], ps)
 
-    return _patch_bands(padded_h, padded_w, ps, lut, fill)
+        return fill
+
+    return _patch_bands(padded_h, padded_w, ps, lut, make_fill, threads)

@@ -7,11 +7,13 @@ same encoder packs just the rows of one band (`setimage` with the band's box), a
 a band are the rows of `np.asarray(img)` exactly: the same encoder, the same raw mode.
 
 `row_reader` falls back to slicing `np.asarray(img)` where the encoder cannot be had or does not
-answer as expected (another Pillow), so the bytes are the same on every path.
+answer as expected (another Pillow), so the bytes are the same on every path. The readers may be
+called from several threads at once (each call has its own encoder; the fallback is made once).
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Callable, Sequence
 
 import numpy as np
@@ -48,13 +50,16 @@ def row_reader(img: Image.Image) -> RowReader:
     if img.mode not in ("RGB", "RGBA", "L") or img.width == 0 or img.height == 0:
         return _sliced(img)
     whole: list[np.ndarray] = []
+    lock = threading.Lock()
 
     def rows(y0: int, y1: int) -> np.ndarray:
         if not whole:
             got = _encoded_rows(img, y0, y1, bands)
             if got is not None:
                 return got
-            whole.append(np.asarray(img).reshape(img.height, img.width, bands))
+            with lock:
+                if not whole:
+                    whole.append(np.asarray(img).reshape(img.height, img.width, bands))
         return whole[0][y0:y1]
 
     return rows
@@ -74,13 +79,16 @@ def plane_reader(img: Image.Image) -> PlaneReader:
         raise ValueError(f"plane_reader reads RGB images, not {img.mode!r}")
     img.load()
     whole: list[np.ndarray] = []
+    lock = threading.Lock()
 
     def planes(y0: int, y1: int) -> Sequence[np.ndarray]:
         if not whole:
             got = [_encoded_rows(img, y0, y1, 1, raw) for raw in "RGB"]
             if all(plane is not None for plane in got):
                 return [plane[..., 0] for plane in got if plane is not None]
-            whole.append(np.asarray(img).transpose(2, 0, 1))
+            with lock:
+                if not whole:
+                    whole.append(np.asarray(img).transpose(2, 0, 1))
         return whole[0][:, y0:y1]
 
     return planes

@@ -395,22 +395,24 @@ class Steps:
             return "RGB"
         return "RGBA" if kind == "RGBA" and fused.LITTLE_ENDIAN else None
 
-    def image_patches(self, img: Image.Image, config: PreprocessConfig, p: ResizePlan) -> torch.Tensor:
+    def image_patches(self, img: Image.Image, config: PreprocessConfig, p: ResizePlan, *,
+                      threads: int = 1) -> torch.Tensor:
         """`patches(resized_rgb(img))`; on the checkpoint's own fill and tail, the resized image is
         read band by band (`pixels`: the same bytes, no copy of the whole image), an RGB
-        image kept as it is, an RGBA one composited band by band."""
+        image kept as it is, an RGBA one composited band by band, the bands on `threads` threads."""
         resized = self._resized(img, config, p)
         kind = self._read_by_bands(resized, config)
         if kind is None or resized.size != (p.new_w, p.new_h):
             return self.patches(self._rgb(resized, config), config, p)
         shape = (p.new_h, p.new_w, p.new_h + p.pad_h, p.new_w + p.pad_w, config.patch_size, self.normalize(config))
         if kind == "RGB":
-            return torch.from_numpy(fused.patches_from_plane_rows(pixels.plane_reader(resized), *shape))
+            return torch.from_numpy(fused.patches_from_plane_rows(pixels.plane_reader(resized), *shape, threads=threads))
         bg = config.transparent_bg_config
         assert bg is not None
         rgba = resized if resized.mode == "RGBA" else _convert(resized, "RGBA")
         levels, which = _background_levels(bg, p.new_w)
-        return torch.from_numpy(fused.patches_from_composite(pixels.row_reader(rgba), *shape, levels, which, blend))
+        return torch.from_numpy(fused.patches_from_composite(pixels.row_reader(rgba), *shape, levels, which, blend,
+                                                             threads=threads))
 
     def patches(self, rgb: np.ndarray, config: PreprocessConfig, p: ResizePlan) -> torch.Tensor:
         """Pad, normalize and patchify a uint8 (new_h, new_w, 3) array."""
@@ -438,11 +440,12 @@ CHECKPOINT = Steps()
 
 
 def preprocess_image(img: Image.Image, config: PreprocessConfig, *,
-                     steps: Steps = CHECKPOINT) -> tuple[torch.Tensor, ResizePlan]:
-    """Patches (N, 3, p, p) float32 and the plan for one decoded image."""
+                     steps: Steps = CHECKPOINT, threads: int = 1) -> tuple[torch.Tensor, ResizePlan]:
+    """Patches (N, 3, p, p) float32 and the plan for one decoded image (its bands after the
+    resize on `threads` threads)."""
     img = steps.prepared(img)
     p = plan(img.width, img.height, config)
-    return steps.image_patches(img, config, p), p
+    return steps.image_patches(img, config, p, threads=threads), p
 
 
 @functools.lru_cache(maxsize=1)
@@ -462,23 +465,30 @@ def preprocess(images: Iterable[ImageSource], config: PreprocessConfig, *,
                steps: Steps = CHECKPOINT, threads: int | None = None) -> PreprocessResult:
     """Run the checkpoint's preprocessing on a batch: concatenated patches and grids.
 
-    The images of a batch run on `threads` threads (None: one per core, at most one per image,
-    for batches of at least `PARALLEL_MIN_PIXELS` source pixels; 1: in the caller's thread);
-    Pillow and NumPy release the GIL in the work of each. The result is the same either way."""
+    The batch runs on `threads` threads (None: one per core, for batches of at least
+    `PARALLEL_MIN_PIXELS` source pixels; 1: all in the caller's thread): the images on one thread
+    each, and the threads left over (all of them for one image) on the bands of an image after
+    its resize. Pillow and NumPy release the GIL in the work of each. The result is the same
+    either way."""
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise InputError(f"threads must be an integer >= 1, got {threads!r}")
     decoded = load_images(images)
-    if threads is None and (len(decoded) < 2 or sum(img.width * img.height for img in decoded) < PARALLEL_MIN_PIXELS):
-        workers = 1
-    else:
-        workers = min(len(decoded), threads or _cores())
+    total = threads or _cores()
+    if threads is None and sum(img.width * img.height for img in decoded) < PARALLEL_MIN_PIXELS:
+        total = 1
+    workers = max(1, min(len(decoded), total))
+    bands = max(1, total // workers)
+
+    def one(img: Image.Image) -> tuple[torch.Tensor, ResizePlan]:
+        return preprocess_image(img, config, steps=steps, threads=bands)
+
     if workers <= 1:
-        done = [preprocess_image(img, config, steps=steps) for img in decoded]
+        done = [one(img) for img in decoded]
     else:
         for img in decoded:
             img.load()  # a lazily opened image is read here, once, not by two threads
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kimi-reference") as pool:
-            done = list(pool.map(lambda img: preprocess_image(img, config, steps=steps), decoded))
+            done = list(pool.map(one, decoded))
     patches = [values for values, _ in done]
     grids = [p.grid_thw for _, p in done]
     pixel_values = patches[0] if len(patches) == 1 else torch.cat(patches, dim=0)

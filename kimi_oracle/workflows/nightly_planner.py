@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.core.defaults import START_TIMEOUT_S
+from kimi_oracle.core.defaults import start_timeout
 from kimi_oracle.core.files import utc_now, versions, write_json
 from kimi_oracle.fuzzers.planner_fuzz import fuzz_planner, run_isolated
 from kimi_oracle.oracle.planner import PLANNER_KINDS, PlannerReport, load_planner
@@ -30,11 +30,10 @@ def _loaded(spec: str) -> PlannerReport:
 
 def validate(spec: str, budget_s: float) -> None:
     """Load the planner in its own process; CandidateError (exit 2) when it cannot be loaded,
-    also when loading it hangs past START_TIMEOUT_S (or the campaign's budget, when shorter)."""
+    also when loading it hangs past `start_timeout(budget_s)`."""
     from kimi_oracle.core.errors import CandidateError
 
-    limit = min(START_TIMEOUT_S, budget_s)
-    report = run_isolated(_loaded, spec, planner=spec, budget_s=limit)
+    report = run_isolated(_loaded, spec, planner=spec, budget_s=start_timeout(budget_s))
     if report.errors:
         raise CandidateError(f"planner {spec!r} cannot be loaded: {report.errors[0]}")
 

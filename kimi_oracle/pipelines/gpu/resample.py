@@ -18,7 +18,7 @@ from kimi_oracle.core.errors import BackendError
 from kimi_oracle.pipelines.gpu import layout
 
 # Pillow versions whose resampling arithmetic (tables, pass order, NEAREST affine, conversions)
-# was verified against the installed library, bit for bit, by tests/gpu/test_resample.py.
+# was verified against the installed library, bit for bit, by tests/pipelines/gpu/test_resample.py.
 VERIFIED_PILLOW = ("13.0",)
 
 PRECISION_BITS = int(layout.PRECISION_BITS)  # Pillow's 8-bit path: 32 - 8 - 2

@@ -5,7 +5,7 @@ converts every possible pixel value once (`conversion_table`). The composite is 
 reference's float32 formula, tabulated per background level (`composite_table`). CMYK, "I"
 and "F" are converted in the kernel by formula; `cmyk_to_rgb`, `i32_to_rgba` and
 `f32_to_level` are the same formulas in NumPy, tested against Pillow over their value ranges
-(tests/gpu/test_tables.py), so that the kernel's arithmetic has an executable statement.
+(tests/pipelines/gpu/test_tables.py), so that the kernel's arithmetic has an executable statement.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 
 from kimi_oracle.core.activity import Activity, union_seconds
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.core.defaults import START_TIMEOUT_S, fresh_seed
+from kimi_oracle.core.defaults import fresh_seed, start_timeout
 from kimi_oracle.core.files import check_writable
 from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 from kimi_oracle.pipelines import reference
@@ -62,7 +62,7 @@ class GateContext:
         # Each candidate in its own executor process, started by run() before anything else: a
         # broken spec is a harness error (CandidateError, exit 2) and no report is written.
         # (a candidate whose import hangs is given the budget at most, never more)
-        start = {"start_timeout_s": min(START_TIMEOUT_S, options.budget_s)}
+        start = {"start_timeout_s": start_timeout(options.budget_s)}
         self.new = IsolatedCandidate(new, timeout_s=options.case_timeout_s, memory_limit_mb=options.memory_limit_mb,
                                      **start)
         self.old: IsolatedCandidate | None = None

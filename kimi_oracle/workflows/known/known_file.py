@@ -109,7 +109,7 @@ def _check_variant(path: Path, where: str, root_cause: str, variant: Any) -> Non
     if not isinstance(variant, str) or not variant.strip():
         raise _bad(path, f"{where}.variant", f"must be a non-empty string, got {variant!r}")
     # The catalogue needs torch: imported only when a file names a variant, so that the CLI's
-    # usage errors and refusals start without it (tests/test_cli_startup.py).
+    # usage errors and refusals start without it (tests/cli/test_cli_startup.py).
     from kimi_oracle.oracle.diagnosis import parse_assumption
 
     try:
