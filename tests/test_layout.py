@@ -22,7 +22,8 @@ PACKAGE = Path(kimi_oracle.__file__).resolve().parent
 TEST_FOLDERS = ("cli", "benchmarks")
 HELPER_FOLDERS = ("helpers", "mutants")
 # Checks of the package as a whole, the only test modules at the top of tests/.
-WHOLE_PACKAGE = ("test_architecture.py", "test_layout.py", "test_module_sizes.py", "test_one_home.py")
+WHOLE_PACKAGE = ("test_architecture.py", "test_layout.py", "test_module_sizes.py", "test_one_home.py",
+                 "test_recipes.py")
 
 
 def _mirrors(folder: tuple[str, ...], package: Path) -> bool:

@@ -17,10 +17,7 @@ from PIL import Image
 
 from kimi_oracle.core.images import has_alpha
 from kimi_oracle.core.levels import is_sub_level
-from kimi_oracle.oracle.kinds import CRASH, INVARIANCE, PIXEL_MISMATCH, TIMEOUT
-
-# Checks whose findings are split by the mode class of the image at fault.
-PER_MODE_CLASS = (PIXEL_MISMATCH, CRASH, TIMEOUT)
+from kimi_oracle.oracle.kinds import CRASH, INVARIANCE, PER_MODE_CLASS, PIXEL_MISMATCH, TIMEOUT
 
 
 def mode_class(img: Image.Image) -> str:

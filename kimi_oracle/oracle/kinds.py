@@ -27,6 +27,17 @@ FINDING_KINDS = CHECKS + (INVARIANCE, CRASH, TIMEOUT, ACCEPTS_INVALID)
 # Kinds that are reported but do not fail a run unless it is strict (`--strict`): a result for an
 # input the checkpoint rejects is the engine being more lenient than the checkpoint, not wrong.
 REPORTED_ONLY = (ACCEPTS_INVALID,)
+# Kinds whose findings are split by the mode class of the image at fault (`oracle.grouping`).
+PER_MODE_CLASS = (PIXEL_MISMATCH, CRASH, TIMEOUT)
+# What a finding of a kind other than pixel_mismatch means (pixel findings name root causes); a
+# kind without one reads "the oracle's <kind> check failed" (`results.aggregation.cause_meaning`).
+CHECK_MEANINGS = {
+    ACCEPTS_INVALID: "the candidate returned a result for an input the checkpoint rejects (a failure only "
+                     "under --strict)",
+    GRID_MISMATCH: "the grids differ from the checkpoint's (\"deferred GPU preprocessing produced wrong grids\")",
+    FEATURE_LENGTH: "the rows produced differ from the grids' patch count (\"deferred feature length does not "
+                    "match image grids\")",
+}
 
 
 def failing(checks: "Sequence[str]", strict: bool = False) -> list[str]:
@@ -77,6 +88,6 @@ class Tolerance:
         return self.kind
 
 
-__all__ = ["ACCEPTS_INVALID", "CHECKS", "CRASH", "FEATURE_LENGTH", "FINDING_KINDS", "GRID_MISMATCH", "INVARIANCE",
-           "INVARIANCE_KINDS", "PIXEL_MISMATCH", "REPORTED_ONLY", "SHAPE_DTYPE", "TIMEOUT", "Tolerance",
-           "ToleranceError", "failing"]
+__all__ = ["ACCEPTS_INVALID", "CHECKS", "CHECK_MEANINGS", "CRASH", "FEATURE_LENGTH", "FINDING_KINDS", "GRID_MISMATCH",
+           "INVARIANCE", "INVARIANCE_KINDS", "PER_MODE_CLASS", "PIXEL_MISMATCH", "REPORTED_ONLY", "SHAPE_DTYPE",
+           "TIMEOUT", "Tolerance", "ToleranceError", "failing"]

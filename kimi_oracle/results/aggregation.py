@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from kimi_oracle.core.levels import is_sub_level
-from kimi_oracle.oracle.kinds import ACCEPTS_INVALID, FEATURE_LENGTH, GRID_MISMATCH, PIXEL_MISMATCH
+from kimi_oracle.oracle.kinds import CHECK_MEANINGS, PIXEL_MISMATCH
 from kimi_oracle.results.explanation import explanation_fields, float_rounding
 from kimi_oracle.results.finding import Finding
 
@@ -155,11 +155,3 @@ def cause_meaning(root_cause: str) -> str:
     return f"the oracle's {check} check failed"
 
 
-# What a finding of a check other than pixel_mismatch means (pixel findings name root causes).
-CHECK_MEANINGS = {
-    ACCEPTS_INVALID: "the candidate returned a result for an input the checkpoint rejects (a failure only "
-                       "under --strict)",
-    GRID_MISMATCH: "the grids differ from the checkpoint's (\"deferred GPU preprocessing produced wrong grids\")",
-    FEATURE_LENGTH: "the rows produced differ from the grids' patch count (\"deferred feature length does not "
-                      "match image grids\")",
-}

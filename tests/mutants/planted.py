@@ -27,6 +27,7 @@ from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.geometry import ResizePlan, plan
 from kimi_oracle.core.images import encoded_bytes, has_alpha
 from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.inputs.params import CaseParams
 from kimi_oracle.pipelines.reference import background, composite, normalization_lut
 
 
@@ -424,59 +425,77 @@ class Mutant:
     tolerance: str = "exact"
     note: str = ""
     root_causes: tuple[str, ...] = ()
+    # With root causes: an input on which its planted deviation shows (its own, and only its
+    # own): the images' params and the config (tests/oracle/test_diagnosis.py attributes it).
+    case: tuple[tuple[CaseParams, ...], PreprocessConfig] | None = None
 
     def __call__(self, images: list[Image.Image], config: PreprocessConfig) -> Any:
         return self.cls(config).run(images)
 
 
+K3 = PreprocessConfig.k3()  # chessboard 8, grey 180, fill after the resize
+# 61x45 has 4 x 3 = 12 floored patches: a budget of 6 makes it resample (to 42x31).
+K3_RESIZING = dataclasses.replace(K3, in_patch_limit=6)
+
+
+def _noise(mode: str = "RGB", w: int = 61, h: int = 45, alpha: str = "opaque", seed: int = 1) -> CaseParams:
+    return CaseParams(w, h, mode, alpha, "noise", seed)
+
+
 MUTANTS = [
     Mutant("plan_round", PlanRound, "pixel_mismatch", note="round() in the plan"),
-    Mutant("pad_top_left", PadTopLeft, "pixel_mismatch", note="padding on the wrong side", root_causes=("pad",)),
+    Mutant("pad_top_left", PadTopLeft, "pixel_mismatch", note="padding on the wrong side", root_causes=("pad",),
+           case=((_noise(w=30, h=30),), K3)),
     Mutant("no_antialias", NoAntialias, "pixel_mismatch", note="bicubic without antialias",
-           root_causes=("resample-float",)),
+           root_causes=("resample-float",), case=((_noise(),), K3_RESIZING)),
     Mutant("straight_alpha", StraightAlpha, "pixel_mismatch", note="straight-alpha resize",
-           root_causes=("alpha-straight",)),
+           root_causes=("alpha-straight",), case=((_noise("RGBA", alpha="random"),), K3_RESIZING)),
     Mutant("fill_before_resize", FillBeforeResize, "pixel_mismatch", note="fill stage ignored",
-           root_causes=("fill-stage",)),
+           root_causes=("fill-stage",), case=((_noise("RGBA", alpha="random"),), K3_RESIZING)),
     Mutant("chessboard_flipped", ChessboardFlipped, "pixel_mismatch", note="chessboard phase flipped",
-           root_causes=("background",)),
+           root_causes=("background",), case=((_noise("RGBA", 40, 40, "transparent"),), K3)),
     Mutant("bg_in_padding", BgInPadding, "pixel_mismatch", note="background colour in the padding",
-           root_causes=("pad",)),
+           root_causes=("pad",), case=((_noise(w=30, h=30),), K3)),
     Mutant("float_normalization", FloatNormalization, "pixel_mismatch", note="float math, not the table",
-           root_causes=("normalize-float",)),
+           root_causes=("normalize-float",), case=((_noise(w=28, h=28),), K3)),
     Mutant("channels_last", ChannelsLast, "pixel_mismatch", note="patchify with channels last",
-           root_causes=("patch-order",)),
+           root_causes=("patch-order",), case=((_noise(w=28, h=28),), K3)),
     Mutant("drop_patch_row", DropPatchRow, "feature_length", note="one patch row dropped"),
     Mutant("wrong_patch_grid", WrongPatchGrid, "grid_mismatch", note="grid with patch size 16"),
     Mutant("chunk_local_grids", ChunkLocalGrids, "grid_mismatch", note="local positions index the grid table"),
     Mutant("palette_bicubic", PaletteBicubic, "pixel_mismatch", note="P/1 resized bicubic",
-           root_causes=("palette-bicubic",)),
+           root_causes=("palette-bicubic",), case=((_noise("P"),), K3_RESIZING)),
     Mutant("grid_int32", GridInt32, "shape_dtype", note="int32 grids"),
     Mutant("crash_on_thin", CrashOnThin, "crash", note="raises on 1-2 px sides"),
     Mutant("batch_path_float", BatchPathFloat, "invariance", "levels:1", note="batched path differs by 1 ulp",
-           root_causes=("normalize-float",)),
+           root_causes=("normalize-float",), case=((_noise(w=28, h=28), _noise("L", 20, 30)), K3)),
     Mutant("nondeterministic", Nondeterministic, "invariance", "levels:1", note="1 ulp race"),
     Mutant("transparency_key_ignored", TransparencyKeyIgnored, "pixel_mismatch", note="transparency key ignored",
-           root_causes=("transparency-key",)),
+           root_causes=("transparency-key",), case=((_noise("P", 28, 28, "key"),), K3)),
     Mutant("composite_rounded", CompositeRounded, "pixel_mismatch", note="composite rounded, not truncated",
-           root_causes=("composite-rounding",)),
+           root_causes=("composite-rounding",), case=((_noise("RGBA", 28, 28, "random"),), K3)),
     Mutant("convert_before_resize", ConvertBeforeResize, "pixel_mismatch", note="CMYK/16-bit/... converted first",
-           root_causes=("convert-before-resize",)),
+           root_causes=("convert-before-resize",), case=((_noise("CMYK"),), K3_RESIZING)),
     Mutant("chessboard_gray_default", ChessboardGrayDefault, "pixel_mismatch", note="grey squares at 200",
-           root_causes=("background",)),
+           root_causes=("background",), case=((_noise("RGBA", 40, 40, "transparent"),), K3)),
     Mutant("straight_alpha_float_normalization", StraightAlphaFloatNormalization, "pixel_mismatch",
-           note="two deviations", root_causes=("alpha-straight", "normalize-float")),
+           note="two deviations", root_causes=("alpha-straight", "normalize-float"),
+           case=((_noise("RGBA", alpha="random"),), K3_RESIZING)),
     # Orientations 2-4 (and any orientation of a square image) are pixel findings named
     # exif-orientation; a transposing orientation (5-8) of a non-square image changes the grid: a
     # grid_mismatch, which has no root cause (only pixel findings are attributed).
     Mutant("exif_transpose", ExifTranspose, "pixel_mismatch", note="EXIF orientation applied",
-           root_causes=("exif-orientation",)),
+           root_causes=("exif-orientation",),
+           case=((CaseParams(40, 40, container="png", orientation=6),
+                  CaseParams(40, 30, container="jpeg", orientation=3)), K3_RESIZING)),
     Mutant("last_frame", LastFrame, "pixel_mismatch", note="last frame of an animation",
-           root_causes=("animation-frame",)),
+           root_causes=("animation-frame",),
+           case=((CaseParams(40, 30, "P", container="gif", frames=3, disposal=2),), K3_RESIZING)),
     Mutant("flatten_white", FlattenWhite, "pixel_mismatch", note="transparency pasted onto white first",
-           root_causes=("flatten-white",)),
+           root_causes=("flatten-white",), case=((_noise("RGBA", alpha="random"),), K3_RESIZING)),
     Mutant("jpeg_own_colour_conversion", JpegOwnColourConversion, "pixel_mismatch",
-           note="JPEG decoded with another YCbCr->RGB", root_causes=("decoder",)),
+           note="JPEG decoded with another YCbCr->RGB", root_causes=("decoder",),
+           case=((CaseParams(40, 30, container="jpeg-progressive"),), K3_RESIZING)),
 ]
 # Mutants that can only be told apart on request-shaped inputs (files, EXIF, animations).
 REQUEST_MUTANTS = ("exif_transpose", "last_frame", "jpeg_own_colour_conversion")

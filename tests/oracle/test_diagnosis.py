@@ -23,6 +23,7 @@ from kimi_oracle.inputs.generators import MODES, CaseParams, alpha_patterns_for,
 from kimi_oracle.oracle import diagnosis
 from kimi_oracle.oracle.checks import levels_of
 from kimi_oracle.oracle.diagnosis import CATALOGUE, attribute, level_summary
+from kimi_oracle.oracle.diagnosis.catalogue import ANY_LEVELS, ONE_LEVEL_OR_MORE, UNDER_ONE_LEVEL
 from kimi_oracle.pipelines import eager, reference
 from kimi_oracle.pipelines.reference import CHECKPOINT, Steps
 
@@ -112,56 +113,43 @@ def test_every_id_has_a_one_sentence_meaning(root_cause):
 
 
 # For each root cause: an input on which each of its variants must change the output, and the
-# config. Chosen from what the step does (a resize for the resample, alpha for the composite...).
-SUITABLE = {
-    "exif-orientation": ([make_image(CaseParams(40, 40, container="png", orientation=o, seed=o)) for o in (2, 3, 6)],
-                         K3_RESIZING),
-    "animation-frame": ([make_image(CaseParams(40, 30, "P", container="gif", frames=3, disposal=1)),
-                         make_image(CaseParams(40, 30, "RGBA", "random", container="png", frames=3))], K3_RESIZING),
-    "decoder": ([make_image(CaseParams(40, 30, container="jpeg")), make_image(CaseParams(40, 30, container="jpeg-444"))],
-                K3_RESIZING),
-    "flatten-white": ([image("RGBA", alpha="random"), image("P", alpha="key")], K3_RESIZING),
-    "alpha-dropped": ([image("RGBA", alpha="random"), image("LA", alpha="random")], K3_RESIZING),
-    "normalize-float": ([image("RGB", 28, 28)], CLIP),  # CLIP statistics: float orders disagree
-    "resample-float": ([image("RGB")], K3_RESIZING),
-    "alpha-straight": ([image("RGBA", alpha="random"), image("LA", alpha="random")], K3_RESIZING),
-    "palette-bicubic": ([image("P"), image("1")], K3_RESIZING),
-    "convert-before-resize": ([image("CMYK"), image("I;16"), image("PA", alpha="random"), image("YCbCr"),
-                               image("LAB"), image("I"), image("F")], K3_RESIZING),
-    "fill-stage": ([image("RGBA", alpha="random")], K3_RESIZING),
-    "transparency-key": ([image("P", 28, 28, "key"), image("RGB", 28, 28, "key")], K3),
-    "composite-rounding": ([image("RGBA", 28, 28, "random")], K3),
-    "background": ([image("RGBA", 40, 40, "transparent")], K3),
-    "pad": ([image("RGB", 30, 30)], K3),
-    "patch-order": ([image("RGB", 28, 28)], K3),
-}
-WHITE = vary_config(K3, background={"pattern": "white"})
-VARIANT_CASES = [(cause.id, variant.name, SUITABLE[cause.id][0], SUITABLE[cause.id][1])
-                 for cause in CATALOGUE for variant in cause.variants(SUITABLE[cause.id][1])]
-VARIANT_CASES += [("background", v.name, SUITABLE["background"][0], WHITE)
-                  for v in diagnosis._BY_ID["background"].variants(WHITE)]
+# configs, from the catalogue entry itself (`RootCause.suitable`: chosen from what the step does,
+# a resize for the resample, alpha for the composite...), so a new root cause needs no edit here.
+def _suitable_cases(cause):
+    s = cause.suitable
+    images = [make_image(CaseParams(**fields)) for fields in s.images]
+    configs = [vary_config(PreprocessConfig.profile(s.profile), **c) for c in s.configs]
+    return [(cause.id, v.name, images, config) for config in configs for v in cause.variants(config)]
+
+
+VARIANT_CASES = [case for cause in CATALOGUE if cause.suitable is not None for case in _suitable_cases(cause)]
+LEVEL_RULES = {ONE_LEVEL_OR_MORE, UNDER_ONE_LEVEL, ANY_LEVELS}
 
 
 def test_suitable_inputs_cover_the_catalogue():
-    assert set(SUITABLE) == {c.id for c in CATALOGUE}
-    assert all(len(c.variants(SUITABLE[c.id][1])) >= 1 for c in CATALOGUE)
+    missing = [c.id for c in CATALOGUE if c.suitable is None or not c.suitable.images or not c.suitable.configs]
+    assert not missing, f"root causes without a suitable input: {missing}"
+    for cause in CATALOGUE:
+        assert cause.suitable.levels in LEVEL_RULES, cause.id
+        assert any(c == cause.id for c, *_ in VARIANT_CASES), f"{cause.id}: no variant under its suitable configs"
 
 
 @pytest.mark.parametrize("cause_id, variant, images, config", VARIANT_CASES,
                          ids=[f"{c}:{v}:{cfg.transparent_bg_config.pattern}" for c, v, _, cfg in VARIANT_CASES])
 def test_variant_differs_from_the_reference(cause_id, variant, images, config):
+    suitable = diagnosis.BY_ID[cause_id].suitable
     want = run(images, config)
     got = run(images, config, diagnosis.steps_for(config, [(cause_id, variant)]))
     assert got.grid_thws.tolist() == want.grid_thws.tolist()
     differs = per_image_differs(want, got)
-    if cause_id == "convert-before-resize":
+    if suitable.each_image:
         assert all(differs), f"{variant}: same output for modes {[m.mode for m, d in zip(images, differs) if not d]}"
     else:
         assert any(differs)
     levels = level_summary(want, got, config)
-    if cause_id == "normalize-float":
+    if suitable.levels == UNDER_ONE_LEVEL:
         assert 0 < levels.max_levels < 1
-    elif cause_id != "composite-rounding":
+    elif suitable.levels == ONE_LEVEL_OR_MORE:
         # one level or more (torch's uint8 path is a port of Pillow's: one level apart, which
         # the float32 levels measure as 0.99999994)
         assert levels.max_levels > 1 - 1e-6
@@ -226,47 +214,28 @@ def test_touches_is_false_only_where_no_variant_changes_the_image(config):
 # attribution on planted candidates
 
 
-# An input on which each planted pixel mutant's deviation shows (its own, and only its own).
-PLANTED_CASES = {
-    "pad_top_left": ([image("RGB", 30, 30)], K3),
-    "no_antialias": ([image("RGB")], K3_RESIZING),
-    "straight_alpha": ([image("RGBA", alpha="random")], K3_RESIZING),
-    "fill_before_resize": ([image("RGBA", alpha="random")], K3_RESIZING),
-    "chessboard_flipped": ([image("RGBA", 40, 40, "transparent")], K3),
-    "bg_in_padding": ([image("RGB", 30, 30)], K3),
-    "float_normalization": ([image("RGB", 28, 28)], K3),
-    "channels_last": ([image("RGB", 28, 28)], K3),
-    "palette_bicubic": ([image("P")], K3_RESIZING),
-    "batch_path_float": ([image("RGB", 28, 28), image("L", 20, 30)], K3),
-    "transparency_key_ignored": ([image("P", 28, 28, "key")], K3),
-    "composite_rounded": ([image("RGBA", 28, 28, "random")], K3),
-    "convert_before_resize": ([image("CMYK")], K3_RESIZING),
-    "chessboard_gray_default": ([image("RGBA", 40, 40, "transparent")], K3),
-    "straight_alpha_float_normalization": ([image("RGBA", alpha="random")], K3_RESIZING),
-    "exif_transpose": ([make_image(CaseParams(40, 40, container="png", orientation=6)),
-                        make_image(CaseParams(40, 30, container="jpeg", orientation=3))], K3_RESIZING),
-    "last_frame": ([make_image(CaseParams(40, 30, "P", container="gif", frames=3, disposal=2))], K3_RESIZING),
-    "flatten_white": ([image("RGBA", alpha="random")], K3_RESIZING),
-    "jpeg_own_colour_conversion": ([make_image(CaseParams(40, 30, container="jpeg-progressive"))], K3_RESIZING),
-}
+# Each planted pixel mutant names the input on which its deviation shows (its own, and only its
+# own): `Mutant.case` in tests/mutants/planted.py, next to the mutant.
+PLANTED = [m.name for m in MUTANTS if m.root_causes]
 
 
 def test_every_planted_pixel_deviation_has_a_case():
-    assert {m.name for m in MUTANTS if m.root_causes} == set(PLANTED_CASES)
+    assert [m.name for m in MUTANTS if m.root_causes and m.case is None] == []
     assert all(set(m.root_causes) <= set(diagnosis.ROOT_CAUSE_IDS) for m in MUTANTS)
     assert any(len(m.root_causes) >= 2 for m in MUTANTS)
 
 
-@pytest.mark.parametrize("name", sorted(PLANTED_CASES))
+@pytest.mark.parametrize("name", sorted(PLANTED))
 def test_planted_mutant_gets_its_own_root_causes(name):
     mutant = BY_NAME[name]
-    images, config = PLANTED_CASES[name]
+    params, config = mutant.case
+    images = [make_image(p) for p in params]
     out = mutant(images, config)
     result = attribute(images, config, out)
     assert set(result.root_causes) == set(mutant.root_causes), result.explained
     assert result.fully_explained and result.residual_max_levels == 0
     assert result.differing > 0 and result.max_levels > 0
-    if set(mutant.root_causes) == {"normalize-float"}:
+    if all(diagnosis.BY_ID[c].suitable.levels == UNDER_ONE_LEVEL for c in mutant.root_causes):
         assert result.max_levels < 1
 
 

@@ -4,12 +4,15 @@ A family (`RootCause`) is one step of `kimi_oracle.pipelines.reference.Steps` do
 its variants (the functions of `kimi_oracle.pipelines.variants`) each swap that step into a
 `Steps`. A variant's full name is `family/variant` (`resample-float/uint8-aa`). The ids are
 public output (JSON, JUnit, Markdown, the gate's `--known` file); docs/diagnosis.md lists them.
+Each family names its `Suitable` input: one on which every variant changes the output (the
+tests run each variant on it, so a new family brings its own test input); `DOC_ROWS` holds its
+row of the docs table (`diagnosis.table` renders it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
 
 from PIL import Image
 
@@ -44,6 +47,36 @@ class Variant:
 
 Touches = Callable[[Image.Image, ResizePlan, PreprocessConfig, Steps], bool]
 
+# How far a family's variants move a value on its suitable input (`Suitable.levels`).
+ONE_LEVEL_OR_MORE, UNDER_ONE_LEVEL, ANY_LEVELS = "one or more", "under one", "any"
+# A budget of 6 patches makes a 61x45 image (12 floored patches) resample, to 42x31.
+RESIZING: Mapping[str, Any] = {"in_patch_limit": 6}
+CLIP_STATISTICS: Mapping[str, Any] = {"image_mean": (0.48145466, 0.4578275, 0.40821073),
+                                      "image_std": (0.26862954, 0.26130258, 0.27577711)}
+
+
+@dataclass(frozen=True)
+class Suitable:
+    """An input on which every variant of a family changes the output, as plain data (no test
+    code in the package): tests/oracle/test_diagnosis.py runs each variant on it.
+
+    `images`: each the fields of an `inputs.params.CaseParams`. `configs`: each the changes
+    `inputs.configs.vary_config` makes to `profile` (one run per config: a family whose variants
+    depend on the config names several). `each_image`: every image must change, not only one.
+    `levels`: how far the variants move a value (`ONE_LEVEL_OR_MORE`, `UNDER_ONE_LEVEL`, `ANY_LEVELS`)."""
+
+    images: tuple[Mapping[str, Any], ...]
+    configs: tuple[Mapping[str, Any], ...] = (RESIZING,)
+    profile: str = "k3"
+    each_image: bool = False
+    levels: str = ONE_LEVEL_OR_MORE
+
+
+def _image(mode: str = "RGB", w: int = 61, h: int = 45, alpha: str = "opaque", seed: int = 1,
+           **request: Any) -> dict[str, Any]:
+    """The CaseParams fields of a noise image (61x45 resamples under `RESIZING`)."""
+    return {"width": w, "height": h, "mode": mode, "alpha": alpha, "content": "noise", "seed": seed, **request}
+
 
 @dataclass(frozen=True)
 class RootCause:
@@ -60,6 +93,9 @@ class RootCause:
     # that a variant of another root cause may only show once this one is applied.
     enabling: bool = False
     reference: str = "checkpoint"  # the name of the checkpoint's own way of doing the step
+    # An input on which each variant changes the output (None only while a family is drafted:
+    # the tests then fail).
+    suitable: Suitable | None = field(default=None, compare=False)
 
     def variant(self, config: PreprocessConfig, name: str) -> Variant:
         """The variant called `name` under `config` (KeyError when there is none)."""
@@ -143,11 +179,11 @@ _PATCH_ORDERS: dict[str, Callable] = {
 
 
 def _before_pipeline(cause_id: str, meaning: str, named: Mapping[str, Callable[[Image.Image], Image.Image]],
-                     touches: Touches) -> RootCause:
+                     touches: Touches, suitable: Suitable) -> RootCause:
     """A family whose variants change the image before the pipeline (at decode: orientation,
     frame, decoder, alpha): one variant per name -> function, enabling by nature."""
     return RootCause(cause_id, meaning, _fixed(*(Variant(name, _prepared(f)) for name, f in named.items())), touches,
-                     enabling=True)
+                     enabling=True, suitable=suitable)
 
 
 # Modes the checkpoint resizes in their own domain and engines convert first. "P" and "1"
@@ -156,6 +192,10 @@ CONVERTED_FIRST = frozenset(Image.MODES) - {"P", "1", "RGBA", "RGBa", "La"}
 ALL_MODES = frozenset(Image.MODES)
 # Modes whose conversion to RGB commutes with the resize (unless a transparency key is set).
 _COMMUTING = frozenset({"RGB", "L", "LA"})
+
+
+# The images with alpha that every resize and decode variant of alpha changes (RGBA and LA).
+_ALPHA_IMAGES = (_image("RGBA", alpha="random"), _image("LA", alpha="random"))
 
 
 def _other_stage(config: PreprocessConfig) -> str:
@@ -179,12 +219,15 @@ CATALOGUE: tuple[RootCause, ...] = (
         "transposing orientation of a non-square image is a grid_mismatch instead",
         {"exif_transpose": request.exif_transposed},
         lambda img, p, config, steps: request.exif_orientation(img) != 1,
+        Suitable(tuple(_image(w=40, h=40, seed=o, container="png", orientation=o) for o in (2, 3, 6))),
     ),
     _before_pipeline(
         "animation-frame",
         "another frame of an animation than the one Pillow opens on (frame 0), which the checkpoint uses",
         {"last-frame": request.frame_taker(-1), "frame-1": request.frame_taker(1), "frame-2": request.frame_taker(2)},
         lambda img, p, config, steps: getattr(img, "n_frames", 1) > 1,
+        Suitable((_image("P", 40, 30, seed=0, container="gif", frames=3, disposal=1),
+                  _image("RGBA", 40, 30, "random", seed=0, container="png", frames=3))),
     ),
     _before_pipeline(
         "decoder",
@@ -192,6 +235,7 @@ CATALOGUE: tuple[RootCause, ...] = (
         "upsampling (by elimination when no decoder variant matches a lossy file)",
         {"jpeg-pillow-ycbcr-to-rgb": request.jpeg_pillow_ycbcr},
         lambda img, p, config, steps: request.is_jpeg(img),
+        Suitable((_image(w=40, h=30, seed=0, container="jpeg"), _image(w=40, h=30, seed=0, container="jpeg-444"))),
     ),
     RootCause(
         "normalize-float",
@@ -201,6 +245,8 @@ CATALOGUE: tuple[RootCause, ...] = (
         _fixed(*_swapping("normalize", _NORMALIZERS)),
         lambda img, p, config, steps: True,
         reference="float64-then-float32 table",
+        # CLIP's statistics: float orders disagree with the table somewhere
+        suitable=Suitable((_image(w=28, h=28),), (CLIP_STATISTICS,), levels=UNDER_ONE_LEVEL),
     ),
     RootCause(
         "resample-float",
@@ -209,12 +255,14 @@ CATALOGUE: tuple[RootCause, ...] = (
         _fixed(*_swapping("resample", _RESAMPLERS)),
         lambda img, p, config, steps: _resized(img, p) and _eight_bit_resize(img, config, steps),
         reference="pillow-bicubic",
+        suitable=Suitable((_image(),)),
     ),
     RootCause(
         "alpha-straight",
         "images with alpha resized without premultiplying, so hidden colours bleed",
         _fixed(Variant("straight-alpha", lambda s: s.replace(straight_alpha=True))),
         lambda img, p, config, steps: _resized(img, p) and has_alpha(img) and _eight_bit_resize(img, config, steps),
+        suitable=Suitable(_ALPHA_IMAGES),
     ),
     RootCause(
         "palette-bicubic",
@@ -222,6 +270,7 @@ CATALOGUE: tuple[RootCause, ...] = (
         _fixed(Variant("palette-converted-first", lambda s: s.replace(convert_first=s.convert_first | {"P", "1"}))),
         lambda img, p, config, steps: _resized(img, p) and img.mode in ("P", "1"),
         enabling=True,
+        suitable=Suitable((_image("P"), _image("1"))),
     ),
     RootCause(
         "convert-before-resize",
@@ -231,6 +280,8 @@ CATALOGUE: tuple[RootCause, ...] = (
         lambda img, p, config, steps: (_resized(img, p) and img.mode in CONVERTED_FIRST
                                        and (img.mode not in _COMMUTING or "transparency" in img.info)),
         enabling=True,
+        suitable=Suitable(tuple(_image(m, alpha="random" if m == "PA" else "opaque")
+                                for m in ("CMYK", "I;16", "PA", "YCbCr", "LAB", "I", "F")), each_image=True),
     ),
     RootCause(
         "fill-stage",
@@ -238,6 +289,7 @@ CATALOGUE: tuple[RootCause, ...] = (
         _fill_stage_variants,
         lambda img, p, config, steps: _resized(img, p) and (img.mode != "RGB" or "transparency" in img.info),
         enabling=True,
+        suitable=Suitable((_image("RGBA", alpha="random"),)),
     ),
     _before_pipeline(
         "flatten-white",
@@ -246,6 +298,7 @@ CATALOGUE: tuple[RootCause, ...] = (
         {"paste-on-white": modes.flattened_on_white, "alpha-composite-on-white": modes.alpha_composited_on_white,
          "paste-on-black": modes.flattened_on_black},
         lambda img, p, config, steps: has_alpha(img),
+        Suitable((_image("RGBA", alpha="random"), _image("P", alpha="key"))),
     ),
     RootCause(
         "transparency-key",
@@ -259,6 +312,7 @@ CATALOGUE: tuple[RootCause, ...] = (
         ),
         lambda img, p, config, steps: "transparency" in img.info,
         enabling=True,
+        suitable=Suitable((_image("P", 28, 28, "key"), _image("RGB", 28, 28, "key")), ({},)),
     ),
     _before_pipeline(
         "alpha-dropped",
@@ -266,12 +320,14 @@ CATALOGUE: tuple[RootCause, ...] = (
         "hidden colours of transparent pixels resized as they are",
         {"convert-rgb": modes.alpha_dropped},
         lambda img, p, config, steps: has_alpha(img),
+        Suitable(_ALPHA_IMAGES),
     ),
     RootCause(
         "composite-rounding",
         "the composite rounded or truncated differently",
         _fixed(*_swapping("composite", _BLENDS)),
         lambda img, p, config, steps: _composited(img, config),
+        suitable=Suitable((_image("RGBA", 28, 28, "random"),), ({},), levels=ANY_LEVELS),
     ),
     RootCause(
         "background",
@@ -280,21 +336,79 @@ CATALOGUE: tuple[RootCause, ...] = (
                              for name, change in modes.background_changes(config)),
         lambda img, p, config, steps: (_composited(img, config)
                                        or (steps.pad is layout.pad_background and bool(p.pad_w or p.pad_h))),
+        # the checkpoint's chessboard and a white background: the variants are per background
+        suitable=Suitable((_image("RGBA", 40, 40, "transparent"),), ({}, {"background": {"pattern": "white"}})),
     ),
     RootCause(
         "pad",
         "padding with another value or on other sides",
         _fixed(*_swapping("pad", _PADS)),
         lambda img, p, config, steps: bool(p.pad_w or p.pad_h),
+        suitable=Suitable((_image(w=30, h=30),), ({},)),
     ),
     RootCause(
         "patch-order",
         "patches or channels in another order",
         _fixed(*_swapping("patchify", _PATCH_ORDERS)),
         lambda img, p, config, steps: True,
+        suitable=Suitable((_image(w=28, h=28),), ({},)),
     ),
 )
 
+# The catalogue table's rows in docs/diagnosis.md (rendered by `diagnosis.table`): per family, what
+# the checkpoint does and the variants in words.
+DOC_ROWS: dict[str, tuple[str, str]] = {
+    "exif-orientation": ("ignored", "`exif_transpose`"),
+    "animation-frame": ("frame 0", "`last-frame`, `frame-1`, `frame-2`"),
+    "decoder": ("libjpeg's colour conversion",
+        "`jpeg-pillow-ycbcr-to-rgb`; `by-elimination` (a lossy file nothing else moves)"),
+    "normalize-float": ("float64-then-float32 table",
+        "`x*scale+bias` (float32, scale = 1/(255·std), bias = −mean/std), `addcmul(bias,x,scale)` (one "
+        "rounding, as `torch.addcmul` on CPU and a fused multiply-add), `addcmul(bias,x,scale), float64 "
+        "constants` (scale and bias computed in float64 and stored as float32, as SGLang 0.5.23 and the "
+        "`sglang-0.5.23` model do), `(x/255-mean)/std` (torchvision's rescale then normalize), "
+        "`(x/255-mean)*(1/std)`, `(x-255*mean)/(255*std)` (the rescale folded into the statistics), "
+        "`bfloat16`, `float16` (the checkpoint's values cast to a half type and back) — sub-level"),
+    "resample-float": ("`pillow-bicubic`",
+        "`torch-bicubic-antialias` (float32 `F.interpolate`, antialias, round half to even, clamp), "
+        "`torch-bicubic` (no antialias, a = −0.75: OpenCV's INTER_CUBIC arithmetic in float), "
+        "`torch-bicubic-antialias-truncated`, `torch-bicubic-truncated`, `torch-bicubic-antialias-half-up` "
+        "(`floor(y + 0.5)`), `uint8-aa` (torch's uint8 antialiased bicubic: `F.interpolate` on a uint8 "
+        "tensor, what torchvision's `resize` runs on uint8 images; a port of Pillow's filter, one level apart"
+        " from it on a few values), `uint8-aa-bilinear` (torchvision's default bilinear on uint8), "
+        "`bicubic-a-0.75-antialias` (Pillow's placement with a = −0.75, float), `pillow-bilinear`, "
+        "`pillow-nearest`, `opencv-area` (INTER_AREA: pixel-area averaging, in float)"),
+    "alpha-straight": ("premultiplied", "`straight-alpha`: RGBA / LA resampled without premultiplying"),
+    "palette-bicubic": ("NEAREST for P / 1",
+        "`palette-converted-first`: P and 1 converted to RGB (RGBA when transparent) before the resize"),
+    "convert-before-resize": ("resized in the source mode",
+        "`converted-first`: every other mode but RGBA converted to RGB / RGBA before the resize (16-bit, I, "
+        "F, CMYK, YCbCr, LAB, PA, L or RGB with a transparency key)"),
+    "fill-stage": ("the config's stage",
+        "`fill-<other stage>`; when the other stage is after the resize also "
+        "`fill-after_resize-decoded-to-rgb` (every mode converted first, as engines that decode to RGB(A))"),
+    "flatten-white": ("the config's background",
+        "`paste-on-white` (vLLM's rgba_to_rgb), `alpha-composite-on-white`, `paste-on-black` (a canvas made "
+        "with `Image.new(\"RGB\", size)`) — before the resize"),
+    "transparency-key": ("as Pillow's `convert`",
+        "`key-ignored` (only an \"A\" band composites), `key-honoured` (RGB with a key composited), "
+        "`key-honoured-before-resize` (RGB with a key converted to RGBA at decode)"),
+    "alpha-dropped": ("composited",
+        "`convert-rgb`: `convert(\"RGB\")` at decode (the alpha discarded; hidden colours resized as they are)"),
+    "composite-rounding": ("float32, truncated",
+        "`round-half-even`, `round-half-up`, `integer-rounded` ((α·c + (255−α)·b + 127) // 255), "
+        "`integer-truncated`, `float64`"),
+    "background": ("the config's",
+        "`chessboard-phase-flipped`, `chessboard-square-N` (16, 8, 2·S, S/2), `chessboard-gray-N` (200, 180, "
+        "128, 192), `chessboard-white-255`, `solid-black/white/gray`, and for solid configs "
+        "`chessboard-default`, `chessboard-k3` — those that differ from the config"),
+    "pad": ("level 0, bottom and right",
+        "`pad-top-left`, `pad-background` (the background pattern in the padding), `pad-white`, "
+        "`pad-after-normalize` (0.0 after the normalization: the mean level, not level 0)"),
+    "patch-order": ("(gh·gw, C, p, p), gy·gw + gx",
+        "`channels-last` ((p, p, C) read as (C, p, p)), `patches-column-major`, `patch-transposed` ((C, px, "
+        "py)), `channels-bgr`"),
+}
 MEANINGS: dict[str, str] = {c.id: c.meaning for c in CATALOGUE}
 MEANINGS[UNEXPLAINED] = "none of the catalogued deviations accounts for the difference"
 # Every id that can appear in `root_causes`, in catalogue order.

@@ -26,7 +26,8 @@ Ctrl-C and SIGTERM end the stage that runs with `error` and skip the rest; the r
 written, says `stopped: interrupted`, and its verdict is `error`, never `pass`.
 
 One module per stage (`goldens`, `planner`, `fuzz`, `corpus`, `invariance`, `timing`), each
-`run(ctx) -> Stage` over the shared `context.GateContext`; `budget` shares the budget and the
+`run(ctx) -> Stage` over the shared `context.GateContext` and naming its own place (`NAME`,
+`ORDER`, `COMPARED`: `run.stage_modules` finds them); `budget` shares the budget and the
 overhead allowance; `report` renders; `run.Gate` orders the stages and compares the rows.
 """
 

@@ -16,11 +16,17 @@ from kimi_oracle.workflows.gate.context import GateContext
 from kimi_oracle.workflows.gate.observations import finding_observation, outputs_npz
 from kimi_oracle.workflows.gate.options import Stage
 
+# The stage's place in the gate (workflows.gate.run finds it): its name in the report, its
+# order among the stages, and whether its rows take part in the relative verdict.
+NAME = "corpus"
+ORDER = 40
+COMPARED = True
+
 
 def run(ctx: GateContext) -> Stage:
     """Real image files (--corpus DIR, searched recursively) judged on NEW and, with a
     baseline, on OLD; with a baseline only the files where they give different results count."""
-    stage = Stage("corpus")
+    stage = Stage(NAME)
     root = ctx.options.corpus_dir
     if root is None:
         stage.summary = "no --corpus given"
@@ -84,7 +90,7 @@ def _record(ctx: GateContext, stage: Stage, side: str, verdict: Verdict, verdict
     spec = ctx.candidate(side).spec
     f = finding_from(verdict, spec, ctx.config, [img], tolerance=ctx.options.tolerance,
                      engine="check", sources=[rel], raw_inputs=[raw])
-    obs = finding_observation(f"corpus:{rel}", "corpus", f)
+    obs = finding_observation(f"corpus:{rel}", NAME, f)
     if obs is not None:
         ctx.observations[side].append(obs)
     other = verdicts.get("old" if side == "new" else "new")
@@ -93,6 +99,6 @@ def _record(ctx: GateContext, stage: Stage, side: str, verdict: Verdict, verdict
                       expected=expected, new=verdicts["new"].actual,
                       old=other.actual if side == "new" and other is not None else verdict.actual
                       if side == "old" else None)})
-    ctx.findings_of(side).append({"stage": "corpus", **finding_summary(f)})
+    ctx.findings_of(side).append({"stage": NAME, **finding_summary(f)})
     if not ctx.relative:
         stage.reasons.append(f"corpus {rel}: {verdict.check}: {verdict.message}")

@@ -22,6 +22,12 @@ from kimi_oracle.workflows.gate.context import GateContext
 from kimi_oracle.workflows.gate.observations import finding_observation, make_input_id, outputs_npz
 from kimi_oracle.workflows.gate.options import Stage
 
+# The stage's place in the gate (workflows.gate.run finds it): its name in the report, its
+# order among the stages, and whether its rows take part in the relative verdict.
+NAME = "fuzz"
+ORDER = 30
+COMPARED = True
+
 # Generated examples where NEW's and OLD's outputs differ, judged on both sides beyond the
 # findings' own inputs: per group (NEW's failure key, OLD's), and in all.
 DIFFERING_PER_GROUP = 2
@@ -50,7 +56,7 @@ def run(ctx: GateContext) -> Stage:
 def fuzzed(ctx: GateContext, budget_s: float, overhead_s: float | None = None) -> Stage:
     """NEW fuzzed against the reference for `budget_s` (or --fuzz-examples); with a baseline NEW
     and OLD in lockstep, held to `overhead_s` of harness time."""
-    stage = Stage("fuzz")
+    stage = Stage(NAME)
     examples = ctx.options.fuzz_examples
     if examples is None and budget_s < 1.0:
         stage.summary = "no budget left for fuzzing"
@@ -66,8 +72,8 @@ def fuzzed(ctx: GateContext, budget_s: float, overhead_s: float | None = None) -
     stage.details["skipped_hanging"] = summary.get("skipped_hanging", 0)
     stage.summary = f"{run.examples} examples in {run.elapsed_s:.1f}s, {len(run.findings)} findings"
     for f, entry in zip(run.findings, summary["findings"]):
-        ctx.findings.append({"stage": "fuzz", **entry})
-        obs = finding_observation(make_input_id("fuzz", f.config, f.params, f.images), "fuzz", f)
+        ctx.findings.append({"stage": NAME, **entry})
+        obs = finding_observation(make_input_id("fuzz", f.config, f.params, f.images), NAME, f)
         if obs is not None:
             ctx.observations["new"].append(obs)
         if not ctx.relative and (f.check != ACCEPTS_INVALID or ctx.options.strict):
@@ -160,7 +166,7 @@ def _judge_and_write(ctx: GateContext, inputs: dict[str, dict[str, Finding]]) ->
                 except Exception as exc:  # noqa: BLE001 - the first write error is the stage's
                     failed = failed or exc
                     continue
-                entry = {"stage": "fuzz", **finding_summary(f)}
+                entry = {"stage": NAME, **finding_summary(f)}
                 ctx.findings_of(side).append(entry)
             if failed is not None and sys.exc_info()[0] is None:
                 raise failed
@@ -188,7 +194,7 @@ def _judge_on_both(ctx: GateContext, inputs: dict[str, dict[str, Finding]], writ
         for side, f, other, other_out in (("new", new_f, old_f, old_out), ("old", old_f, new_f, new_out)):
             if f is None:
                 continue
-            obs = finding_observation(input_id, "fuzz", f, index)
+            obs = finding_observation(input_id, NAME, f, index)
             if obs is not None:
                 ctx.observations[side].append(obs)
             f.extra["other_side"] = {

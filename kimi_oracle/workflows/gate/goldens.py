@@ -23,6 +23,12 @@ from kimi_oracle.workflows.gate.context import GateContext
 from kimi_oracle.workflows.gate.observations import crash_check, crash_stats, observation
 from kimi_oracle.workflows.gate.options import Stage
 
+# The stage's place in the gate (workflows.gate.run finds it): its name in the report, its
+# order among the stages, and whether its rows take part in the relative verdict.
+NAME = "goldens"
+ORDER = 10
+COMPARED = True
+
 MAX_DIFF_IMAGES = 8
 # With a baseline, golden cases where NEW and OLD give different results are re-run against the
 # reference and diagnosed (root causes, about a quarter of a second each) up to this many per
@@ -42,7 +48,7 @@ def run(ctx: GateContext) -> Stage:
 def _absolute(ctx: GateContext) -> Stage:
     """Every golden case whose digest differs re-judged against the reference (under the gate's
     tolerance) and its pixel differences diagnosed."""
-    stage = Stage("goldens")
+    stage = Stage(NAME)
     # (the gate re-judges and diagnoses the differing cases itself, under its tolerance)
     report = golden.check_pixels(ctx.new, ctx.options.golden_dir, profiles=PROFILES, diagnose=False,
                                  select=ctx.options.golden_select)
@@ -123,7 +129,7 @@ def _record_judged(ctx: GateContext, judged: list) -> list[dict[str, Any]]:
     for file_report, change, verdict, config in judged:
         input_id = f"golden:{file_report.profile}/{change.key}"
         if verdict is not None and verdict.check in (CRASH, TIMEOUT):
-            ctx.findings.append({"stage": "goldens", "check": verdict.check, "profile": file_report.profile,
+            ctx.findings.append({"stage": NAME, "check": verdict.check, "profile": file_report.profile,
                                  "case": change.key, "message": verdict.message})
             ctx.observations["new"].append(_golden_observation(file_report.profile, change, verdict))
         elif verdict is not None and verdict.check == PIXEL_MISMATCH and config is not None:
@@ -146,7 +152,7 @@ def _record_judged(ctx: GateContext, judged: list) -> list[dict[str, Any]]:
 def _vs_baseline(ctx: GateContext) -> Stage:
     """The pixel goldens of every profile run with NEW and with OLD; the cases where they give
     different results are judged against the reference on both sides (and diagnosed)."""
-    stage = Stage("goldens")
+    stage = Stage(NAME)
     gdir = ctx.options.golden_dir
     new_report = golden.check_pixels(ctx.new, gdir, profiles=PROFILES, diagnose=False,
                                      select=ctx.options.golden_select)
@@ -263,11 +269,11 @@ def _observe_both(ctx: GateContext, judged: list[tuple]) -> tuple[int, dict[str,
             if v is None or v.ok:
                 continue
             if v.check != PIXEL_MISMATCH:
-                ctx.observations[side].append(observation(input_id, "goldens", v, images))
+                ctx.observations[side].append(observation(input_id, NAME, v, images))
             elif side == "old" and nv is not None and nv.ok:
                 continue  # fixed by NEW: OLD's causes are not diagnosed here
             else:
-                ctx.observations[side].append(_diagnosed(input_id, "goldens", v, images, config))
+                ctx.observations[side].append(_diagnosed(input_id, NAME, v, images, config))
                 if side == "new":
                     diffs.append((profile, key, v, config))
     _golden_diff_images(ctx, diffs)
@@ -369,7 +375,7 @@ def _golden_diagnosis(profile: str, change: Any, verdict: Verdict, config: Prepr
     img = golden.PixelCase.from_entry(profile, change.new or change.old).make_image()
     fields = finding_diagnosis(str(verdict.check), verdict.stats, [img], config,
                                expected=verdict.expected, actual=verdict.actual)
-    return {"stage": "goldens", "check": str(verdict.check), "profile": profile, "case": change.key,
+    return {"stage": NAME, "check": str(verdict.check), "profile": profile, "case": change.key,
             "key": finding_key(str(verdict.check), verdict.stats, [img]), "message": verdict.message,
             "hits": 1, "max_levels_seen": fields["max_levels"], **fields}
 
@@ -382,7 +388,7 @@ def _golden_observation(profile: str, change: Any, verdict: Verdict) -> dict[str
         images = []
     stats = dict(verdict.stats)
     stats.setdefault("exception", verdict.message)
-    return observation(f"golden:{profile}/{change.key}", "goldens", Verdict(verdict.check, verdict.message, stats),
+    return observation(f"golden:{profile}/{change.key}", NAME, Verdict(verdict.check, verdict.message, stats),
                        images)
 
 

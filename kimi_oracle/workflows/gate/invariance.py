@@ -14,11 +14,17 @@ from kimi_oracle.workflows.gate.context import GateContext
 from kimi_oracle.workflows.gate.observations import crash_check, crash_stats, observation
 from kimi_oracle.workflows.gate.options import Stage
 
+# The stage's place in the gate (workflows.gate.run finds it): its name in the report, its
+# order among the stages, and whether its rows take part in the relative verdict.
+NAME = "invariance"
+ORDER = 50
+COMPARED = True
+
 
 def run(ctx: GateContext) -> Stage:
     """The invariance stage: fixed batches on NEW (and OLD): batched = one by one, subsets,
     permutations, reruns."""
-    stage = Stage("invariance")
+    stage = Stage(NAME)
     checked = 0
     for profile in (ctx.options.profile, "k3-small"):
         config = PreprocessConfig.profile(profile)
@@ -35,24 +41,24 @@ def run(ctx: GateContext) -> Stage:
             if ctx.old is not None:
                 old_verdict = _invariance_verdict(ctx.old, config, images)
                 if not old_verdict.ok:
-                    ctx.observations["old"].append(observation(input_id, "invariance", old_verdict, images))
+                    ctx.observations["old"].append(observation(input_id, NAME, old_verdict, images))
             verdict = _invariance_verdict(ctx.new, config, images)
             if verdict.check not in (None, INVARIANCE):
                 how = "timed out" if verdict.check == TIMEOUT else "crashed"
                 if not ctx.relative:
                     stage.reasons.append(f"invariance ({profile}): the candidate {how}: {verdict.message}")
-                ctx.findings.append({"stage": "invariance", "check": verdict.check, "profile": profile,
+                ctx.findings.append({"stage": NAME, "check": verdict.check, "profile": profile,
                                      "message": verdict.message, "images": [p.to_dict() for p in batch]})
-                ctx.observations["new"].append(observation(input_id, "invariance", verdict, images))
+                ctx.observations["new"].append(observation(input_id, NAME, verdict, images))
                 continue
             checked += 1
             if not verdict.ok:
                 if not ctx.relative:
                     stage.reasons.append(f"invariance ({profile}, {len(images)} images): {verdict.message}")
-                ctx.findings.append({"stage": "invariance", "check": INVARIANCE, "profile": profile,
+                ctx.findings.append({"stage": NAME, "check": INVARIANCE, "profile": profile,
                                      "message": verdict.message,
                                      "images": [p.to_dict() for p in batch]})
-                ctx.observations["new"].append(observation(input_id, "invariance", verdict, images))
+                ctx.observations["new"].append(observation(input_id, NAME, verdict, images))
     stage.status = "fail" if stage.reasons else "pass"
     stage.summary = (f"{checked} batches checked" + (f", {len(stage.reasons)} failed" if stage.reasons else
                                                         ": batched = one by one, subsets, permutations, reruns"))

@@ -13,42 +13,49 @@ from kimi_oracle.workflows.known import DEFAULT_MARGIN_PCT
 
 @dataclass
 class GateOptions:
-    """What the gate runs and how strict it is."""
+    """What the gate runs and how strict it is, grouped by what each field governs."""
 
+    # What NEW is judged on: the profile fuzzed around, the pixel tolerance, the goldens, real
+    # files (`--corpus DIR`), and `--planner SPEC`: NEW's planner, judged against every grid
+    # golden and on `planner_sizes` fuzzed sizes and configs (plans are integers: any difference
+    # fails; sizes the checkpoint rejects are reported only).
     profile: str = "k3"
-    budget_s: float = 600.0
-    perf_threshold_pct: float = 10.0
     tolerance: str = "exact"
-    seed: int | None = None
     golden_dir: Path | None = None
-    perf_rounds: int = 7
-    # Larger than `fuzz`'s default: per example the harness costs about the same whatever the
-    # size, so larger images keep the gate's time in the candidate rather than in the harness.
-    fuzz_max_side: int = 256
-    # Fuzz exactly this many examples instead of what fits into the budget: the verdict then does
-    # not depend on the machine's speed (the budget still bounds the timing stage).
-    fuzz_examples: int | None = None
-    # Longest one call of NEW or OLD may take (its process is then killed: a timeout finding),
-    # and the address space their processes may add (MiB; None: no limit).
-    case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S
-    memory_limit_mb: int | None = None
-    # How far a shared root cause's max/mean levels or share may grow before it is `worse`
-    # (percent, plus workflows.known.SLACK), against OLD or against the known limits.
-    margin_pct: float = DEFAULT_MARGIN_PCT
-    known_path: Path | None = None  # --known FILE: accepted divergences (TOML)
-    write_known_path: Path | None = None  # --write-known FILE: NEW's rows as a starting known file
-    strict: bool = False  # accepts_invalid rows fail too
-    corpus_dir: Path | None = None  # real image files judged on NEW (and OLD)
-    # --planner SPEC: NEW's planner, judged against every grid golden and on `planner_sizes`
-    # fuzzed sizes and configs (plans are integers: any difference fails; sizes the checkpoint
-    # rejects are reported only).
+    corpus_dir: Path | None = None
     planner: str | None = None
     planner_sizes: int = 200_000
-    tile_share: float = TILE_SHARE  # fuzzers.fuzzing.TILE_SHARE: one example in 200 crosses kernel tiles
-    # Library callers and tests: only the golden cases this accepts run (golden.CaseFilter), and
-    # fuzz findings unshrunk (cheaper; the verdict rules are the same).
-    golden_select: Callable[[Any], bool] | None = None
+    # The whole gate's time and seed; the longest one call of NEW or OLD may take (its process
+    # is then killed: a timeout finding), and the address space their processes may add (MiB;
+    # None: no limit).
+    budget_s: float = 600.0
+    seed: int | None = None
+    case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S
+    memory_limit_mb: int | None = None
+    # The fuzz stage. A larger side than `fuzz`'s default: per example the harness costs about
+    # the same whatever the size, so larger images keep the gate's time in the candidate rather
+    # than in the harness. `fuzz_examples`: exactly this many examples instead of what fits
+    # into the budget, so that the verdict does not depend on the machine's speed (the budget
+    # still bounds the timing stage). `tile_share`: fuzzers.fuzzing.TILE_SHARE, one example in
+    # 200 crosses kernel tiles. `fuzz_shrink=False` (library callers and tests): findings
+    # unshrunk, cheaper, under the same verdict rules.
+    fuzz_max_side: int = 256
+    fuzz_examples: int | None = None
+    tile_share: float = TILE_SHARE
     fuzz_shrink: bool = True
+    # The timing stage: the slowdown that fails, and the interleaved rounds.
+    perf_threshold_pct: float = 10.0
+    perf_rounds: int = 7
+    # The verdict: how far a shared root cause's max/mean levels or share may grow before it is
+    # `worse` (percent, plus workflows.known.SLACK), against OLD or against the known limits;
+    # `--known FILE` (accepted divergences, TOML), `--write-known FILE` (NEW's rows as a starting
+    # known file), and `--strict` (accepts_invalid rows fail too).
+    margin_pct: float = DEFAULT_MARGIN_PCT
+    known_path: Path | None = None
+    write_known_path: Path | None = None
+    strict: bool = False
+    # Library callers and tests: only the golden cases this accepts run (golden.CaseFilter).
+    golden_select: Callable[[Any], bool] | None = None
 
 
 @dataclass

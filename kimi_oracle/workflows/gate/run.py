@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import functools
+import importlib
+import pkgutil
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
 from kimi_oracle.core import interrupts
@@ -21,14 +24,35 @@ from kimi_oracle.workflows.gate.options import GateOptions, Stage
 from kimi_oracle.workflows.gate.timing import BaselineCrash
 from kimi_oracle.workflows.known import aggregate, compare_rows
 
-# The stages in order, each `run(ctx) -> Stage`; the rows are compared before `performance`.
-STAGE_RUNS: tuple[tuple[str, Callable[[GateContext], Stage]], ...] = (
-    ("goldens", goldens.run), ("planner", planner.run), ("fuzz", fuzz.run), ("corpus", corpus.run),
-    ("invariance", invariance.run), ("performance", timing.run))
+
+def stage_modules(folder: Path = Path(__file__).parent, package: str = __package__) -> tuple[ModuleType, ...]:
+    """The stage modules of `package` (this one; its `folder`), in their `ORDER`: every module that
+    names its place (`NAME`, `ORDER`, `COMPARED`) and has `run(ctx) -> Stage`. A new stage is one
+    new module."""
+    found = []
+    for info in pkgutil.iter_modules([str(folder)]):
+        module = importlib.import_module(f"{package}.{info.name}")
+        if hasattr(module, "NAME"):
+            order, compared, run = (getattr(module, k, None) for k in ("ORDER", "COMPARED", "run"))
+            if not (isinstance(order, int) and isinstance(compared, bool) and callable(run)):
+                raise TypeError(f"{module.__name__}: a stage needs ORDER (int), COMPARED (bool) and run(ctx)")
+            found.append(module)
+    found.sort(key=lambda m: m.ORDER)
+    for key in ("NAME", "ORDER"):
+        values = [getattr(m, key) for m in found]
+        if len(set(values)) != len(values):
+            raise ValueError(f"two gate stages share a {key}: {values}")
+    return tuple(found)
+
+
+_STAGE_MODULES = stage_modules()
+# The stages in order, each `run(ctx) -> Stage`; the rows are compared once the last stage in
+# `COMPARED_STAGES` has run (before `performance`).
+STAGE_RUNS: tuple[tuple[str, Callable[[GateContext], Stage]], ...] = tuple((m.NAME, m.run) for m in _STAGE_MODULES)
 STAGES = tuple(name for name, _ in STAGE_RUNS)
 # The stages whose rows take part in the relative verdict (a stage fails when a failing row has
 # an input from it).
-COMPARED_STAGES = ("goldens", "fuzz", "corpus", "invariance")
+COMPARED_STAGES = tuple(m.NAME for m in _STAGE_MODULES if m.COMPARED)
 
 
 class _Shared:
@@ -162,9 +186,9 @@ class Gate:
             self.start()
             with self.ctx.clock.reference_timed(), one_torch_thread():
                 for name, stage_run in STAGE_RUNS:
-                    if name == "performance":  # the correctness stages have run: their rows
-                        self._compare()
                     self._run_stage(name, functools.partial(stage_run, self.ctx))
+                    if name == COMPARED_STAGES[-1]:  # the correctness stages have run: their rows
+                        self._compare()
         except KeyboardInterrupt:  # between stages, or while the executors start
             self.ctx.interrupted = True
         finally:

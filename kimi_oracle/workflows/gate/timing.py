@@ -11,6 +11,12 @@ from kimi_oracle.workflows.bench import BENCH_INPUTS, interleaved_ratio
 from kimi_oracle.workflows.gate.context import GateContext
 from kimi_oracle.workflows.gate.options import Stage
 
+# The stage's place in the gate (workflows.gate.run finds it): its name in the report, its
+# order among the stages, and whether its rows take part in the relative verdict.
+NAME = "performance"
+ORDER = 60
+COMPARED = False
+
 # Inputs of the A/B timing, cheapest first; as many as the timing share allows are run.
 PERF_INPUTS = ("rgb-640x480", "rgba-1920x1080-chessboard", "batch16-mixed", "rgb-4032x3024-k25",
                "rgb-1920x1080", "rgb-7680x4320")
@@ -42,7 +48,7 @@ def run(ctx: GateContext) -> Stage:
 def timed(ctx: GateContext, budget_s: float) -> Stage:
     """NEW against OLD on PERF_INPUTS, cheapest first, as many as `budget_s` allows; fails where
     NEW is slower than --perf-threshold allows."""
-    stage = Stage("performance")
+    stage = Stage(NAME)
     if ctx.old is None:
         stage.summary = "no baseline given"
         return stage
