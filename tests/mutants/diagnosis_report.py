@@ -3,7 +3,7 @@ alone, and random stacks of two or three step variants, fuzzed; per pixel findin
 attribution reproduced it exactly, whether every step it took is a planted family (or ties
 with one), and its search time. Prints Markdown.
 
-    python tests/mutants/diagnosis_report.py [EXAMPLES] [STACKS]
+    cd tests && python -m mutants.diagnosis_report [EXAMPLES] [STACKS]
 """
 
 from __future__ import annotations
@@ -11,16 +11,13 @@ from __future__ import annotations
 import random
 import statistics
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from mutants.planted import MUTANTS
+from mutants.stacked import STEP_MUTANTS, Stack, stack
 
-from mutants.planted import MUTANTS  # noqa: E402
-from mutants.stacked import STEP_MUTANTS, Stack, stack  # noqa: E402
-
-from kimi_oracle.core.config import PreprocessConfig  # noqa: E402
-from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz  # noqa: E402
-from kimi_oracle.oracle.candidates import Candidate  # noqa: E402
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
+from kimi_oracle.oracle.candidates import Candidate
 
 CLIP = dict(image_mean=(0.48145466, 0.4578275, 0.40821073), image_std=(0.26862954, 0.26130258, 0.27577711))
 

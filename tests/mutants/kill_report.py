@@ -1,6 +1,6 @@
 """Kill-rate report: fuzz every planted mutant over several seeds, print a Markdown table.
 
-    python tests/mutants/kill_report.py [SEEDS] [name,name,...]
+    cd tests && python -m mutants.kill_report [SEEDS] [name,name,...]
 
 Each run: k3 profile with config variation, at most 300 examples, images up to 48 px, one
 finding per check, stop after the first failing round (as tests/oracle/test_mutants.py does).
@@ -12,15 +12,12 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from mutants.planted import MUTANTS
 
-from mutants.planted import MUTANTS  # noqa: E402
-
-from kimi_oracle.core.config import PreprocessConfig  # noqa: E402
-from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz  # noqa: E402
-from kimi_oracle.oracle.candidates import Candidate  # noqa: E402
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
+from kimi_oracle.oracle.candidates import Candidate
 
 
 def main(argv: list[str]) -> int:
