@@ -405,6 +405,8 @@ class Steps:
         if kind is None or resized.size != (p.new_w, p.new_h):
             return self.patches(self._rgb(resized, config), config, p)
         shape = (p.new_h, p.new_w, p.new_h + p.pad_h, p.new_w + p.pad_w, config.patch_size, self.normalize(config))
+        if (p.new_h + p.pad_h) * (p.new_w + p.pad_w) < BAND_THREADS_MIN_PIXELS:
+            threads = 1
         if kind == "RGB":
             return torch.from_numpy(fused.patches_from_plane_rows(pixels.plane_reader(resized), *shape, threads=threads))
         bg = config.transparent_bg_config
@@ -456,6 +458,11 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+# An image's bands run on threads from this many padded pixels on: below, the threads' start
+# and buffers cost what they save (1920x1080 RGBA: 1.10x the one-thread time on 2 cores;
+# 4032x3024 RGB under K3, 12 Mpx: 0.80x; side by side, docs/measurements.md).
+BAND_THREADS_MIN_PIXELS = 4 << 20
+
 # A batch runs on threads from this many source pixels on (below, a thread's start costs more
 # than it saves: the fuzzer's small cases stay in the caller's thread).
 PARALLEL_MIN_PIXELS = 1 << 20
@@ -468,7 +475,7 @@ def preprocess(images: Iterable[ImageSource], config: PreprocessConfig, *,
     The batch runs on `threads` threads (None: one per core, for batches of at least
     `PARALLEL_MIN_PIXELS` source pixels; 1: all in the caller's thread): the images on one thread
     each, and the threads left over (all of them for one image) on the bands of an image after
-    its resize. Pillow and NumPy release the GIL in the work of each. The result is the same
+    its resize, from `BAND_THREADS_MIN_PIXELS` padded pixels on. Pillow and NumPy release the GIL in the work of each. The result is the same
     either way."""
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise InputError(f"threads must be an integer >= 1, got {threads!r}")

@@ -117,6 +117,9 @@ def test_the_bands_of_one_image_run_on_the_threads_with_the_same_bytes(tiny_band
     monkeypatch.setattr(fused, "ThreadPoolExecutor", Pool)
     image = make(mode, 90, 70, seed=8)  # padded to 112 x 84: 6 patch rows
     _same_bytes([image], PreprocessConfig.k3(), threads=3)
+    assert runs == []  # (below BAND_THREADS_MIN_PIXELS: one thread)
+    monkeypatch.setattr(reference, "BAND_THREADS_MIN_PIXELS", 112 * 84)
+    _same_bytes([image], PreprocessConfig.k3(), threads=3)
     assert runs == [(3, [[0, 1], [2, 3], [4, 5]])]
     runs.clear()
     _same_bytes([image], PreprocessConfig.k3(), threads=1)
