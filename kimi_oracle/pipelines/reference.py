@@ -475,8 +475,8 @@ def preprocess(images: Iterable[ImageSource], config: PreprocessConfig, *,
     The batch runs on `threads` threads (None: one per core, for batches of at least
     `PARALLEL_MIN_PIXELS` source pixels; 1: all in the caller's thread): the images on one thread
     each, and the threads left over (all of them for one image) on the bands of an image after
-    its resize, from `BAND_THREADS_MIN_PIXELS` padded pixels on. Pillow and NumPy release the GIL in the work of each. The result is the same
-    either way."""
+    its resize, from `BAND_THREADS_MIN_PIXELS` padded pixels on. Pillow and NumPy release the
+    GIL in the work of each. The result is the same either way."""
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise InputError(f"threads must be an integer >= 1, got {threads!r}")
     decoded = load_images(images)
