@@ -89,6 +89,9 @@ def test_every_module_with_a_run_function_is_a_gate_stage():
     assert with_run == {m.__name__.rpartition(".")[2] for m in gate_run.stage_modules()}
     assert gate_run.STAGES == tuple(m.NAME for m in gate_run.stage_modules())
     assert set(gate_run.COMPARED_STAGES) <= set(gate_run.STAGES)
+    # The values are a contract (the gate's JSON names its stages; docs/gate.md lists them):
+    assert gate_run.STAGES == ("goldens", "planner", "fuzz", "corpus", "invariance", "performance")
+    assert gate_run.COMPARED_STAGES == ("goldens", "fuzz", "corpus", "invariance")
 
 
 def test_docs_gate_lists_the_stages_in_order():
@@ -132,6 +135,7 @@ def test_a_new_stage_module_is_found_in_its_order(tmp_path, monkeypatch):
     ({"a": STAGE.format(name="same", order=10, compared=True), "b": STAGE.format(name="same", order=20, compared=True)},
      ValueError),
     ({"a": 'NAME = "a"\nCOMPARED = True\n\n\ndef run(ctx):\n    return ctx\n'}, TypeError),
+    ({"a": STAGE.format(name="a", order=True, compared=True)}, TypeError),  # a bool is no ORDER
 ])
 def test_a_stage_that_does_not_name_its_place_is_refused(tmp_path, monkeypatch, modules, error):
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -296,12 +296,14 @@ def parse_toml(text: str, label: str) -> Any:
 
 
 # The tokens `_check_nesting` looks at: strings (skipped whole; an unterminated one runs to the
-# end of the text), TOML comments, and the brackets. Everything else is passed over by the
-# regular expression, not by Python.
+# end of the text, a final lone backslash included: without it, a string that cannot end would
+# be scanned again from each escaped quote inside it, quadratic time on hostile text), TOML
+# comments, and the brackets. Everything else is passed over by the regular expression, not by
+# Python.
 _STRING = "|".join((
-    r'"""(?:[^"\\]|\\[\s\S]|"(?!""))*(?:"""|$)',  # a multi-line basic string (escapes)
+    r'"""(?:[^"\\]|\\[\s\S]|"(?!""))*(?:"""|\\?$)',  # a multi-line basic string (escapes)
     r"'''[\s\S]*?(?:'''|$)",  # a multi-line literal string
-    r'"(?:[^"\\]|\\[\s\S])*(?:"|$)',  # a basic (or JSON) string (escapes)
+    r'"(?:[^"\\]|\\[\s\S])*(?:"|\\?$)',  # a basic (or JSON) string (escapes)
     r"'[^']*(?:'|$)",  # a literal string
 ))
 _JSON_TOKENS = re.compile(_STRING + r"|[\[\]{}]")

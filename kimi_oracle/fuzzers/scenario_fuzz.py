@@ -106,7 +106,7 @@ def shrink(runner: Any, scenario: Scenario, found: list[RequestFinding], options
             if got and got[0].check == check:
                 best, found, improved = smaller, got, True
                 break
-    if best is not scenario and check == ROWS_INVARIANCE:
+    if best is not scenario and check == ROWS_INVARIANCE and budget[0] > 0:
         budget[0] -= 1  # once more, explained (an engine that now answers otherwise keeps the unexplained)
         again = evaluate(runner, best, options)
         if again and again[0].check == check:

@@ -1,4 +1,4 @@
-"""The checkpoint's composite, pad, normalize and patchify as table lookups over bands of rows.
+"""The checkpoint's composite, pad, normalize and patchify, band by band: lookups, checked passes.
 
 Each step of the checkpoint after the resize is a function of a few uint8 levels: the
 normalization of one level (a 3 x 256 table), the composite of one level on one background
@@ -71,6 +71,7 @@ def _affine_forms(mean_std: tuple[float, float]) -> list[tuple[np.float32, np.fl
 
 def _affine_apply(src: np.ndarray, out: np.ndarray, form: tuple[np.float32, np.float32]) -> None:
     # out (float32) = src (uint8) / d - b, the same two ufunc calls for the check and the patches
+    # (IEEE operations in the default rounding mode, which nothing here changes)
     np.divide(src, form[0], out=out)
     np.subtract(out, form[1], out=out)
 

@@ -459,8 +459,7 @@ def _cores() -> int:
 
 
 # An image's bands run on threads from this many padded pixels on: below, the threads' start
-# and buffers cost what they save (1920x1080 RGBA: 1.10x the one-thread time on 2 cores;
-# 4032x3024 RGB under K3, 12 Mpx: 0.80x; side by side, docs/measurements.md).
+# and buffers cost what they save (docs/measurements.md, round 7).
 BAND_THREADS_MIN_PIXELS = 4 << 20
 
 # A batch runs on threads from this many source pixels on (below, a thread's start costs more

@@ -15,6 +15,7 @@ import pytest
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError, ConfigError, InputError
+from kimi_oracle.core import files
 from kimi_oracle.core.files import load_json, read_file
 from kimi_oracle.oracle.candidates import load_candidate
 from kimi_oracle.workflows.known import KnownFileError, read_known
@@ -125,3 +126,54 @@ def test_a_huge_number_in_a_config_names_its_key(tmp_path):
     cfg.write_text('{"media_proc_cfg": {"in_patch_limit": ' + "9" * 400 + "}}")
     with pytest.raises(ConfigError, match=r"media_proc_cfg\.in_patch_limit: number out of range"):
         PreprocessConfig.from_hf_json(cfg)
+
+
+def _nesting_model(text: str, toml: bool) -> bool:
+    # The rule as a character walk (the spec of `_check_nesting`): strings skipped ("...",
+    # '...', and the triple forms; a backslash escapes in the double-quoted ones; unterminated:
+    # to the end), TOML comments skipped, closers never below zero. True: within the limit.
+    depth, i, n = 0, 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch in "[{":
+            depth += 1
+            if depth > files.MAX_NESTING:
+                return False
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+        elif toml and ch == "#":
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        elif ch in "\"'":
+            quote = next(q for q in ('"""', "'''", '"', "'") if text.startswith(q, i))
+            i += len(quote)
+            while i < n and not text.startswith(quote, i):
+                i += 2 if text[i] == "\\" and quote[0] == '"' else 1
+            i += len(quote)
+            continue
+        i += 1
+    return True
+
+
+def test_the_nesting_check_follows_the_character_walk_and_stays_linear():
+    import random
+
+    rng = random.Random(5)
+    deep = "[" * (files.MAX_NESTING + 1)
+    pieces = ['"', "'", '"""', "'''", "\\", "\\\"", "[", "]", "{", "}", "#", "\n", "a", deep]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        for toml in (False, True):
+            try:
+                files._check_nesting(text, "x", toml=toml)
+                accepted = True
+            except InputError:
+                accepted = False
+            assert accepted == _nesting_model(text, toml), (text, toml)
+    # A string that cannot end (escaped quotes, a final lone backslash) is one token, matched
+    # once: never scanned again from each escaped quote inside it (quadratic on hostile text).
+    for opener in ('"', '"""'):
+        text = opener + '\\"' * 1000 + "\\"
+        tokens = list(files._JSON_TOKENS.finditer(text))
+        assert [(t.start(), t.end()) for t in tokens] == [(0, len(text))]

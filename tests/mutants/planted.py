@@ -434,7 +434,7 @@ class Mutant:
 
 
 K3 = PreprocessConfig.k3()  # chessboard 8, grey 180, fill after the resize
-# 61x45 has 4 x 3 = 12 floored patches: a budget of 6 makes it resample (to 42x31).
+# 61x45 has 4 x 3 = 12 floored patches: a budget of 6 makes it resample (to 43x31).
 K3_RESIZING = dataclasses.replace(K3, in_patch_limit=6)
 
 

@@ -28,7 +28,7 @@ from kimi_oracle.pipelines import eager, reference
 from kimi_oracle.pipelines.reference import CHECKPOINT, Steps
 
 K3 = PreprocessConfig.k3()  # chessboard 8, grey 180, fill after the resize
-# 61x45 has 4 x 3 = 12 floored patches: a budget of 6 makes it resample (to 42x31).
+# 61x45 has 4 x 3 = 12 floored patches: a budget of 6 makes it resample (to 43x31).
 K3_RESIZING = dataclasses.replace(K3, in_patch_limit=6)
 CLIP = dataclasses.replace(K3, image_mean=(0.48145466, 0.4578275, 0.40821073),
                            image_std=(0.26862954, 0.26130258, 0.27577711))
@@ -289,7 +289,7 @@ def test_eager_root_causes(mode, alpha, config, want):
 
 def test_eager_palette_is_far_off_and_its_sub_level_part_is_named():
     # Random palette colours on noise: bicubic averages of neighbours against NEAREST's single
-    # pick differ by a large part of the range somewhere among the 42 x 31 x 3 values.
+    # pick differ by a large part of the range somewhere among the 43 x 31 x 3 values.
     images = [image("P", content="noise")]
     result = attribute(images, K3_RESIZING, eager.preprocess(images, K3_RESIZING, device="cpu"))
     assert result.max_levels >= 100

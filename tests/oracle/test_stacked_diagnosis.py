@@ -27,7 +27,7 @@ from kimi_oracle.oracle.diagnosis import attribute, infer_profile, parse_assumpt
 from kimi_oracle.pipelines import reference
 from kimi_oracle.results.report import root_cause_rows
 
-# K3 resizing 61x45 to 42x31 (padded to 56x56) with CLIP's statistics, under which every float
+# K3 resizing 61x45 to 43x31 (padded to 56x56) with CLIP's statistics, under which every float
 # order of the normalization differs from the checkpoint's table somewhere.
 CLIP_RESIZING = dataclasses.replace(PreprocessConfig.k3(), in_patch_limit=6,
                                     image_mean=(0.48145466, 0.4578275, 0.40821073),

@@ -51,7 +51,7 @@ def test_resampling_really_happens_under_small_limit():
     img = make("RGB", 61, 45, seed=1)
     cfg = dataclasses.replace(PreprocessConfig.k3(), in_patch_limit=6)
     out = reference.preprocess([img], cfg)
-    assert out.grid_thws.tolist() == [[1, 4, 4]]  # 61x45 -> 42x31 -> padded 56x56
+    assert out.grid_thws.tolist() == [[1, 4, 4]]  # 61x45 -> 43x31 -> padded 56x56
 
 
 def test_normalization_lut_equals_numpy_formula_for_all_values():

@@ -49,7 +49,7 @@ Touches = Callable[[Image.Image, ResizePlan, PreprocessConfig, Steps], bool]
 
 # How far a family's variants move a value on its suitable input (`Suitable.levels`).
 ONE_LEVEL_OR_MORE, UNDER_ONE_LEVEL, ANY_LEVELS = "one or more", "under one", "any"
-# A budget of 6 patches makes a 61x45 image (12 floored patches) resample, to 42x31.
+# A budget of 6 patches makes a 61x45 image (12 floored patches) resample, to 43x31.
 RESIZING: Mapping[str, Any] = {"in_patch_limit": 6}
 CLIP_STATISTICS: Mapping[str, Any] = {"image_mean": (0.48145466, 0.4578275, 0.40821073),
                                       "image_std": (0.26862954, 0.26130258, 0.27577711)}

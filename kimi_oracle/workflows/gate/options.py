@@ -11,9 +11,10 @@ from kimi_oracle.fuzzers.fuzzing import TILE_SHARE
 from kimi_oracle.workflows.known import DEFAULT_MARGIN_PCT
 
 
-@dataclass
+@dataclass(kw_only=True)
 class GateOptions:
-    """What the gate runs and how strict it is, grouped by what each field governs."""
+    """What the gate runs and how strict it is, grouped by what each field governs (keywords
+    only: the fields' order is their grouping, not a contract)."""
 
     # What NEW is judged on: the profile fuzzed around, the pixel tolerance, the goldens, real
     # files (`--corpus DIR`), and `--planner SPEC`: NEW's planner, judged against every grid

@@ -34,7 +34,8 @@ def stage_modules(folder: Path = Path(__file__).parent, package: str = __package
         module = importlib.import_module(f"{package}.{info.name}")
         if hasattr(module, "NAME"):
             order, compared, run = (getattr(module, k, None) for k in ("ORDER", "COMPARED", "run"))
-            if not (isinstance(order, int) and isinstance(compared, bool) and callable(run)):
+            if not (isinstance(order, int) and not isinstance(order, bool) and isinstance(compared, bool)
+                    and callable(run)):
                 raise TypeError(f"{module.__name__}: a stage needs ORDER (int), COMPARED (bool) and run(ctx)")
             found.append(module)
     found.sort(key=lambda m: m.ORDER)
@@ -53,6 +54,8 @@ STAGES = tuple(name for name, _ in STAGE_RUNS)
 # The stages whose rows take part in the relative verdict (a stage fails when a failing row has
 # an input from it).
 COMPARED_STAGES = tuple(m.NAME for m in _STAGE_MODULES if m.COMPARED)
+# The stage after which the rows are compared (the last compared one; none compared: the last).
+_COMPARE_AFTER = (COMPARED_STAGES or STAGES)[-1]
 
 
 class _Shared:
@@ -187,7 +190,7 @@ class Gate:
             with self.ctx.clock.reference_timed(), one_torch_thread():
                 for name, stage_run in STAGE_RUNS:
                     self._run_stage(name, functools.partial(stage_run, self.ctx))
-                    if name == COMPARED_STAGES[-1]:  # the correctness stages have run: their rows
+                    if name == _COMPARE_AFTER:  # the correctness stages have run: their rows
                         self._compare()
         except KeyboardInterrupt:  # between stages, or while the executors start
             self.ctx.interrupted = True
