@@ -100,8 +100,8 @@ def open_candidate(spec: str, case_timeout: float, memory_limit_mb: int | None, 
     also when loading it takes longer than `budget_s`, when given, or 120 s)."""
     from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 
-    extra = {} if budget_s is None else {"start_timeout_s": start_timeout(budget_s)}
-    candidate = IsolatedCandidate(spec, timeout_s=case_timeout, memory_limit_mb=memory_limit_mb, **extra)
+    candidate = IsolatedCandidate(spec, timeout_s=case_timeout, memory_limit_mb=memory_limit_mb,
+                                  start_timeout_s=start_timeout(budget_s))
     candidate.start()
     return candidate
 

@@ -1,4 +1,4 @@
-"""The defaults every command shares, each defined once: the per-case timeout, the start timeout and a run's seed."""
+"""The defaults every command shares, each defined once: the case and start timeouts, a run's seed."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ START_TIMEOUT_S = 120.0
 
 
 def start_timeout(budget_s: float | None) -> float:
-    """How long a process that loads a candidate, planner or engine may take to start: START_TIMEOUT_S,
-    or the run's budget when that is shorter (None: no budget)."""
+    """How long a process that loads a candidate, planner or engine may take to start:
+    START_TIMEOUT_S, or the run's budget when that is shorter (None: no budget)."""
     return START_TIMEOUT_S if budget_s is None else min(START_TIMEOUT_S, budget_s)
 
 # Seeds are 32-bit: `inputs.draw.derive(seed, i)` shifts the seed above the example index.
@@ -30,4 +30,5 @@ def fresh_seed() -> int:
     return random.SystemRandom().getrandbits(SEED_BITS)
 
 
-__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_CASE_TIMEOUT_S", "SEED_BITS", "START_TIMEOUT_S", "fresh_seed", "start_timeout"]
+__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_CASE_TIMEOUT_S", "SEED_BITS", "START_TIMEOUT_S", "fresh_seed",
+           "start_timeout"]

@@ -30,8 +30,8 @@ import numpy as np
 # The composite's packed index (`composite_planes`) reads bytes as a little-endian uint32.
 LITTLE_ENDIAN = sys.byteorder == "little"
 
-__all__ = ["LITTLE_ENDIAN", "affine_forms", "blend_table", "composite_planes", "pair_table", "patches_from_hwc", "patches_from_planes",
-           "patches_from_composite", "patches_from_plane_rows", "patches_from_rows"]
+__all__ = ["LITTLE_ENDIAN", "affine_forms", "blend_table", "composite_planes", "pair_table", "patches_from_hwc",
+           "patches_from_planes", "patches_from_composite", "patches_from_plane_rows", "patches_from_rows"]
 
 # Bytes of uint8 levels handled per band (a band is whole patch rows; at least one).
 _BAND_BYTES = 1 << 18

@@ -408,7 +408,8 @@ class Steps:
         if (p.new_h + p.pad_h) * (p.new_w + p.pad_w) < BAND_THREADS_MIN_PIXELS:
             threads = 1
         if kind == "RGB":
-            return torch.from_numpy(fused.patches_from_plane_rows(pixels.plane_reader(resized), *shape, threads=threads))
+            planes = pixels.plane_reader(resized)
+            return torch.from_numpy(fused.patches_from_plane_rows(planes, *shape, threads=threads))
         bg = config.transparent_bg_config
         assert bg is not None
         rgba = resized if resized.mode == "RGBA" else _convert(resized, "RGBA")

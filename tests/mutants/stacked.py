@@ -86,14 +86,19 @@ class Bfloat16Values(Pipeline):
         return torch.from_numpy(super().normalize(padded)).to(torch.bfloat16).float().numpy()
 
 
+def _quiet_convert(img, mode):
+    # Pillow's `convert` without its advice on palette transparency (a UserWarning).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return img.convert(mode)
+
+
 class FlattenBlack(Pipeline):
     """Transparency pasted onto a black canvas (`Image.new("RGB", size)`) before the resize."""
 
     def one(self, img):
         if has_alpha(img):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                rgba = img.convert("RGBA")
+            rgba = _quiet_convert(img, "RGBA")
             flat = Image.new("RGB", img.size)
             flat.paste(rgba, mask=rgba.split()[3])
             img = flat
@@ -105,9 +110,7 @@ class AlphaDropped(Pipeline):
 
     def one(self, img):
         if has_alpha(img):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                img = img.convert("RGB")
+            img = _quiet_convert(img, "RGB")
         return super().one(img)
 
 
