@@ -27,6 +27,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from kimi_oracle.pipelines import outputs
+
 # The composite's packed index (`composite_planes`) reads bytes as a little-endian uint32.
 LITTLE_ENDIAN = sys.byteorder == "little"
 
@@ -148,7 +150,7 @@ Fill = Callable[[], Callable[[np.ndarray, int], None]]
 def _patch_bands(height: int, width: int, ps: int, lut: np.ndarray, make_fill: Fill, threads: int = 1) -> np.ndarray:
     # The padded grid in bands of whole patch rows, on `threads` threads (each a run of bands).
     gh, gw = -(-height // ps), -(-width // ps)
-    out = np.empty((gh * gw, 3, ps * ps), dtype=np.float32)
+    out = outputs.empty((gh * gw, 3, ps * ps), np.float32)  # (every band is written below)
     rows = max(1, _BAND_BYTES // (ps * gw * ps * 3))
     values = _Levels(lut, ps)
     starts = list(range(0, gh, rows))
@@ -327,16 +329,118 @@ def composite_planes(rgba: np.ndarray, levels: tuple[int, ...], which: Callable[
     return planes
 
 
+# The composite as float32 vector passes (`_vector_blend`): alpha = A / 255, t = (1 - alpha) * B once
+# per pixel, then per channel (alpha * v + t) cast to uint8, each operand of one dtype (an exact
+# uint8 -> float32 cast first: mixed-dtype passes are ~3x dearer). Used only where these passes
+# give the blend table's bytes for every (background level, alpha, level) (`_vector_exact`),
+# so on the pixels it is the table itself, with no index to build per value.
+
+
+def _vector_blend(alpha: np.ndarray, back: np.ndarray | np.float32, channels: Sequence[np.ndarray],
+                  out: Sequence[np.ndarray], tmp: np.ndarray, t: np.ndarray) -> None:
+    # alpha, channels: uint8 (n, w); back: float32 (n, w) or a float32 scalar; out: uint8 (n, w)
+    # each (written); tmp (2, n, w) and t (n, w): float32 work buffers.
+    a, v = tmp[0], tmp[1]
+    np.copyto(a, alpha)
+    np.divide(a, np.float32(255.0), out=a)
+    np.subtract(np.float32(1.0), a, out=t)
+    np.multiply(t, back, out=t)
+    for src, dst in zip(channels, out):
+        np.copyto(v, src)
+        np.multiply(a, v, out=v)
+        np.add(v, t, out=v)
+        np.copyto(dst, v, casting="unsafe")  # truncation, as `astype(np.uint8)`
+
+
+@functools.lru_cache(maxsize=16)
+def _vector_exact_levels(levels: tuple[int, ...], blend: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> bool:
+    table = blend_table(levels, blend).reshape(len(levels), 256, 256)  # [b, a, v]
+    a = np.repeat(np.arange(256, dtype=np.uint8), 256).reshape(1, 65536)
+    v = np.tile(np.arange(256, dtype=np.uint8), 256).reshape(1, 65536)
+    got = np.empty((1, 65536), dtype=np.uint8)
+    tmp, t = np.empty((2, 1, 65536), dtype=np.float32), np.empty((1, 65536), dtype=np.float32)
+    lv = np.array(levels, dtype=np.float32)
+    for b in range(len(levels)):
+        # the background as `_vector_fill` gives it: a scalar for one level, else a plane
+        if len(levels) == 1:
+            back: np.ndarray | np.float32 = lv[0]
+        else:
+            back = np.empty((1, 65536), dtype=np.float32)
+            _levels_of(np.full((1, 65536), b, dtype=np.uint8), lv, back)
+        _vector_blend(a, back, [v], [got], tmp, t)
+        if got.tobytes() != table[b].tobytes():
+            return False
+    return True
+
+
+def _vector_exact(levels: tuple[int, ...], blend: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> bool:
+    """Whether `_vector_blend` gives `blend`'s table on every (background level, alpha, level)."""
+    return _vector_exact_levels(tuple(int(x) for x in levels), blend)
+
+
+def _levels_of(choice: np.ndarray, lv: np.ndarray, out: np.ndarray) -> None:
+    # out (float32) = lv[choice] for a uint8 choice among the levels lv (float32, small integers):
+    # between two levels lv[0] + choice·(lv[1] − lv[0]), exact in float32 (three vector passes
+    # cost a third of the gather, whose uint8 index NumPy converts to intp first).
+    if len(lv) == 2:
+        np.copyto(out, choice)
+        np.multiply(out, lv[1] - lv[0], out=out)
+        np.add(out, lv[0], out=out)
+    else:
+        np.take(lv, choice, out=out, mode="clip")
+
+
+def _vector_fill(planes: Callable[[int, int], Sequence[np.ndarray]], h: int, w: int, padded_w: int, ps: int,
+                 levels: tuple[int, ...], which: Callable[[int, int], np.ndarray | None]) -> Fill:
+    # Fill for patches_from_composite by `_vector_blend`: each band's R, G, B, A planes composited
+    # into zero-padded uint8 planes, then put in patch order.
+    lv = np.array(levels, dtype=np.float32)
+
+    def make_fill() -> Callable[[np.ndarray, int], None]:
+        bufs: list[np.ndarray] = []
+
+        def fill(tiles: np.ndarray, y0: int) -> None:
+            k = tiles.shape[0]
+            n = max(0, min(h, y0 + k * ps) - y0)
+            if not bufs:
+                bufs.extend((np.zeros((3, k * ps, padded_w), dtype=np.uint8),
+                             np.empty((2, k * ps, w), dtype=np.float32), np.empty((k * ps, w), dtype=np.float32),
+                             np.empty((k * ps, w), dtype=np.float32)))
+            out, tmp, t, back = bufs[0][:, : k * ps], bufs[1][:, :n], bufs[2][:n], bufs[3][:n]
+            if n:
+                r, g, b, a = planes(y0, y0 + n)
+                choice = which(y0, y0 + n)
+                if choice is None:
+                    level: np.ndarray | np.float32 = lv[0]
+                else:
+                    _levels_of(choice, lv, back)
+                    level = back
+                _vector_blend(a, level, (r, g, b), [out[c, :n, :w] for c in range(3)], tmp, t)
+            out[:, n:] = 0
+            for c in range(3):
+                _plane_items(tiles, c, out[c], ps)
+
+        return fill
+
+    return make_fill
+
+
 def patches_from_composite(rows: Callable[[int, int], np.ndarray], h: int, w: int, padded_h: int, padded_w: int,
                            ps: int, lut: np.ndarray, levels: tuple[int, ...],
                            which: Callable[[int, int], np.ndarray | None],
-                           blend: Callable[[np.ndarray, np.ndarray], np.ndarray], threads: int = 1) -> np.ndarray:
+                           blend: Callable[[np.ndarray, np.ndarray], np.ndarray], threads: int = 1,
+                           planes: Callable[[int, int], Sequence[np.ndarray]] | None = None) -> np.ndarray:
     """As `patches_from_planes(composite_planes(rgba, ...))` for an (h, w, 4) image read band by band
     (`rows(y0, y1)`: its uint8 rows y0 to y1): each band is composited into padded channel planes
     and put in patch order while in the cache, no whole-image planes.
 
-    The padding is composited too: its index is level 0 at alpha 0 on an extra background level
-    0, whose `blend` is level 0 (entry of the table, as every other)."""
+    `planes(y0, y1)`: the same rows as R, G, B and A planes; with it, where `_vector_blend` gives
+    `blend`'s table on every input (`_vector_exact`), the composite is those vector passes.
+    Otherwise the table: the padding is composited too, its index level 0 at alpha 0 on an
+    extra background level 0, whose `blend` is level 0 (entry of the table, as every other)."""
+    if planes is not None and _vector_exact(levels, blend):
+        make = _vector_fill(planes, h, w, padded_w, ps, levels, which)
+        return _patch_bands(padded_h, padded_w, ps, lut, make, threads)
     pad = len(levels)
     table = blend_table((*levels, 0), blend)
     gw = padded_w // ps

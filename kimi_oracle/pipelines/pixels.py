@@ -23,7 +23,7 @@ __all__ = ["PlaneReader", "RowReader", "plane_reader", "row_reader"]
 
 # rows(y0, y1) -> uint8 (y1 - y0, width, bands): rows y0 to y1 of the image's pixels.
 RowReader = Callable[[int, int], np.ndarray]
-# planes(y0, y1) -> three uint8 (y1 - y0, width) arrays: the R, G and B levels of rows y0 to y1.
+# planes(y0, y1) -> one uint8 (y1 - y0, width) array per band: the R, G, B (and A) levels of rows y0 to y1.
 PlaneReader = Callable[[int, int], Sequence[np.ndarray]]
 
 
@@ -72,18 +72,19 @@ def _sliced(img: Image.Image) -> RowReader:
 
 
 def plane_reader(img: Image.Image) -> PlaneReader:
-    """The R, G and B planes of the rows of an "RGB" image, each read when asked for by Pillow's
-    raw encoder in the single-band raw modes "R", "G", "B"; the same bytes as the channels of
-    `np.asarray(img)` (its slices where the encoder answers otherwise)."""
-    if img.mode != "RGB":
-        raise ValueError(f"plane_reader reads RGB images, not {img.mode!r}")
+    """The planes of the rows of an "RGB" image (R, G, B) or an "RGBA" one (R, G, B, A), each
+    read when asked for by Pillow's raw encoder in the single-band raw modes "R", "G", "B", "A";
+    the same bytes as the channels of `np.asarray(img)` (its slices where the encoder answers
+    otherwise)."""
+    if img.mode not in ("RGB", "RGBA"):
+        raise ValueError(f"plane_reader reads RGB and RGBA images, not {img.mode!r}")
     img.load()
     whole: list[np.ndarray] = []
     lock = threading.Lock()
 
     def planes(y0: int, y1: int) -> Sequence[np.ndarray]:
         if not whole:
-            got = [_encoded_rows(img, y0, y1, 1, raw) for raw in "RGB"]
+            got = [_encoded_rows(img, y0, y1, 1, raw) for raw in img.mode]
             if all(plane is not None for plane in got):
                 return [plane[..., 0] for plane in got if plane is not None]
             with lock:

@@ -415,7 +415,7 @@ class Steps:
         rgba = resized if resized.mode == "RGBA" else _convert(resized, "RGBA")
         levels, which = _background_levels(bg, p.new_w)
         return torch.from_numpy(fused.patches_from_composite(pixels.row_reader(rgba), *shape, levels, which, blend,
-                                                             threads=threads))
+                                                             threads=threads, planes=pixels.plane_reader(rgba)))
 
     def patches(self, rgb: np.ndarray, config: PreprocessConfig, p: ResizePlan) -> torch.Tensor:
         """Pad, normalize and patchify a uint8 (new_h, new_w, 3) array."""

@@ -30,15 +30,16 @@ def test_rows_are_asarrays_rows(mode, size):
         assert got.tobytes() == want[y0:y1].tobytes()
 
 
+@pytest.mark.parametrize("mode", ["RGB", "RGBA"])
 @pytest.mark.parametrize("size", [(1, 1), (37, 23), (2400, 1800)])
-def test_planes_are_asarrays_channels(size):
-    img = _noise("RGB", size, seed=2)
+def test_planes_are_asarrays_channels(mode, size):
+    img = _noise(mode, size, seed=2)
     want = np.asarray(img)
     planes = pixels.plane_reader(img)
     for y0, y1 in [(0, 1), (0, size[1]), (size[1] // 3, size[1])]:
         got = planes(y0, y1)
-        assert len(got) == 3
-        for c in range(3):
+        assert len(got) == len(mode)
+        for c in range(len(mode)):
             assert got[c].shape == (y1 - y0, size[0])
             assert got[c].tobytes() == np.ascontiguousarray(want[y0:y1, :, c]).tobytes()
 
@@ -52,9 +53,10 @@ def test_planes_without_the_encoder_are_asarrays_channels(monkeypatch):
         assert np.ascontiguousarray(got[c]).tobytes() == np.ascontiguousarray(want[4:13, :, c]).tobytes()
 
 
-def test_plane_reader_refuses_other_modes():
+@pytest.mark.parametrize("mode", ["L", "LA", "CMYK"])
+def test_plane_reader_refuses_other_modes(mode):
     with pytest.raises(ValueError):
-        pixels.plane_reader(_noise("RGBA", (4, 4)))
+        pixels.plane_reader(_noise(mode, (4, 4)))
 
 
 def test_this_pillow_answers_through_the_encoder():
@@ -107,8 +109,12 @@ def test_reference_compositing_rgba_by_bands_is_the_spec(monkeypatch, size, patt
     calls: list[int] = []
     real = fused.patches_from_composite
     monkeypatch.setattr(fused, "patches_from_composite", lambda *a, **k: calls.append(1) or real(*a, **k))
+    vector: list[int] = []
+    real_vector = fused._vector_fill
+    monkeypatch.setattr(fused, "_vector_fill", lambda *a, **k: vector.append(1) or real_vector(*a, **k))
     got = reference.preprocess([img], cfg, threads=1)
     want_pixels, want_grids = spec_preprocess([img], cfg.to_hf_json())
     assert calls, "the RGBA image was not composited by bands"
+    assert vector, "the checkpoint's blend was not composited by the vector passes"
     assert got.grid_thws.tolist() == want_grids.tolist()
     assert got.pixel_values.numpy().tobytes() == want_pixels.tobytes()

@@ -132,3 +132,80 @@ def test_a_lazily_opened_image_is_read_once_before_the_threads(tmp_path):
     with Image.open(path) as lazy, Image.open(path) as again:
         cfg = PreprocessConfig.k3()
         _same_bytes([lazy, again], cfg, threads=2)
+
+
+def _truncated_blend(rgba, back):
+    # The checkpoint's arithmetic written out here (spec §3 step 5), independent of reference.blend.
+    alpha = rgba[..., 3:4].astype(np.float32) / 255.0
+    return (alpha * rgba[..., :3] + (1 - alpha) * back).astype(np.uint8)
+
+
+def _rounded_blend(rgba, back):
+    # An engine's variant: the same float32 blend rounded to nearest instead of truncated.
+    alpha = rgba[..., 3:4].astype(np.float32) / 255.0
+    return np.rint(alpha * rgba[..., :3] + (1 - alpha) * back).astype(np.uint8)
+
+
+def _nudged_blend(rgba, back):
+    # The checkpoint's blend except at one (alpha 77, level 200, background 180), in any channel:
+    # one level more.
+    out = _truncated_blend(rgba, back).copy()
+    out[(rgba[..., 3:4] == 77) & (rgba[..., :3] == 200) & (back == 180)] += 1
+    return out
+
+
+def test_the_vector_composite_is_taken_only_where_it_is_the_blend_table_everywhere():
+    for levels in [(255, 180), (250, 40), (255,), (0,), (128,), (7, 0, 255)]:
+        assert fused._vector_exact(levels, _truncated_blend), levels
+    # Any other blend, even one entry of 65,536 x 2 off, keeps the table.
+    assert not fused._vector_exact((255, 180), _rounded_blend)
+    assert not fused._vector_exact((255, 180), _nudged_blend)
+    assert fused._vector_exact((255, 40), _nudged_blend)  # (its one odd entry needs background 180)
+
+
+def _composite_patches(img, levels, which, blend, planes):
+    from kimi_oracle.pipelines import pixels
+
+    lut = reference.normalization_lut(PreprocessConfig.k3())
+    w, h = img.size
+    ph, pw = -(-h // 14) * 14, -(-w // 14) * 14
+    reader = pixels.plane_reader(img) if planes else None
+    return fused.patches_from_composite(pixels.row_reader(img), h, w, ph, pw, 14, lut, levels, which, blend,
+                                        planes=reader)
+
+
+@pytest.mark.parametrize("levels", [(255, 180), (90,), (7, 0, 255)], ids=["two", "one", "three"])
+def test_the_vector_composite_and_the_table_give_the_same_bytes(tiny_bands, levels):
+    # 43 x 31 with every alpha and level somewhere (noise), a background choice per pixel.
+    img = make("RGBA", 43, 31, seed=9)
+    choices = np.random.default_rng(1).integers(0, len(levels), (31, 43), dtype=np.uint8)
+
+    def which(y0, y1):
+        return None if len(levels) == 1 else choices[y0:y1]
+
+    vector = _composite_patches(img, levels, which, _truncated_blend, planes=True)
+    table = _composite_patches(img, levels, which, _truncated_blend, planes=False)
+    assert vector.tobytes() == table.tobytes()
+    # And both are the blend of each pixel on its level, patchified (the spec model's patches).
+    rgba = np.asarray(img)
+    back = np.array(levels, dtype=np.uint8)[which(0, 31) if len(levels) > 1 else np.zeros((31, 43), np.uint8)]
+    rgb = _truncated_blend(rgba, np.repeat(back[..., None], 3, axis=-1))
+    planes = np.ascontiguousarray(rgb.transpose(2, 0, 1))
+    want = fused.patches_from_planes(planes, 42, 56, 14, reference.normalization_lut(PreprocessConfig.k3()))
+    assert vector.tobytes() == want.tobytes()
+
+
+def test_a_blend_the_vector_passes_do_not_give_is_composited_by_its_table(tiny_bands):
+    # Every pixel at alpha 77 with red 200, on background 180: the nudged blend's odd entry.
+    arr = np.asarray(make("RGBA", 30, 20, seed=2)).copy()
+    arr[..., 3], arr[..., 0] = 77, 200
+    img = Image.fromarray(arr, "RGBA")
+    gray = np.ones((20, 30), dtype=np.uint8)  # level 1 of (255, 180) everywhere
+    got = _composite_patches(img, (255, 180), lambda y0, y1: gray[y0:y1], _nudged_blend, planes=True)
+    lut = reference.normalization_lut(PreprocessConfig.k3())
+    back = np.full((20, 30, 3), 180, dtype=np.uint8)
+    want = fused.patches_from_planes(np.ascontiguousarray(_nudged_blend(arr, back).transpose(2, 0, 1)), 28, 42, 14, lut)
+    plain = fused.patches_from_planes(np.ascontiguousarray(_truncated_blend(arr, back).transpose(2, 0, 1)), 28, 42,
+                                      14, lut)
+    assert want.tobytes() != plain.tobytes()  # (the nudge shows)
+    assert got.tobytes() == want.tobytes()
