@@ -12,7 +12,10 @@ in the cache) and written straight into the output:
   mean and std do); otherwise two neighbouring levels of one channel, read as one uint16, index
   a table of float32 pairs: one `np.take` writes two output values;
 - the composite writes channel planes (3, h, w), which rearrange into patch order more cheaply
-  than interleaved pixels.
+  than interleaved pixels: by float32 vector passes over the R, G, B, A planes where those
+  passes give the blend table's bytes for every (background level, alpha, level)
+  (`_vector_exact`: the checkpoint's blend does), else by the table;
+- the output is one of `outputs`' recycled arrays when large (its pages already touched).
 
 `kimi_oracle.pipelines.reference` calls these on the checkpoint's own steps only; a variant of
 the diagnosis that replaces a step takes the step-by-step path there.
@@ -362,7 +365,7 @@ def _vector_exact_levels(levels: tuple[int, ...], blend: Callable[[np.ndarray, n
     lv = np.array(levels, dtype=np.float32)
     for b in range(len(levels)):
         # the background as `_vector_fill` gives it: a scalar for one level, else a plane
-        if len(levels) == 1:
+        if lv.size < 2:
             back: np.ndarray | np.float32 = lv[0]
         else:
             back = np.empty((1, 65536), dtype=np.float32)
