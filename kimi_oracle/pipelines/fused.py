@@ -42,6 +42,10 @@ __all__ = ["LITTLE_ENDIAN", "affine_forms", "blend_table", "composite_planes", "
 _BAND_BYTES = 1 << 18
 # Rows of the source composited per band.
 _COMPOSITE_ROWS = 64
+# Source pixels from which an RGBA image is composited by the vector passes (below, their ~20
+# calls a band cost more than the table's gathers: 56 against 41 us for 30x20, 85 against 97 us
+# for 128x96; docs/measurements.md, round 8).
+_VECTOR_MIN_PIXELS = 1 << 13
 
 
 @functools.lru_cache(maxsize=16)
@@ -437,11 +441,12 @@ def patches_from_composite(rows: Callable[[int, int], np.ndarray], h: int, w: in
     (`rows(y0, y1)`: its uint8 rows y0 to y1): each band is composited into padded channel planes
     and put in patch order while in the cache, no whole-image planes.
 
-    `planes(y0, y1)`: the same rows as R, G, B and A planes; with it, where `_vector_blend` gives
-    `blend`'s table on every input (`_vector_exact`), the composite is those vector passes.
+    `planes(y0, y1)`: the same rows as R, G, B and A planes; with it, from `_VECTOR_MIN_PIXELS`
+    on and where `_vector_blend` gives `blend`'s table on every input (`_vector_exact`), the
+    composite is those vector passes.
     Otherwise the table: the padding is composited too, its index level 0 at alpha 0 on an
     extra background level 0, whose `blend` is level 0 (entry of the table, as every other)."""
-    if planes is not None and _vector_exact(levels, blend):
+    if planes is not None and h * w >= _VECTOR_MIN_PIXELS and _vector_exact(levels, blend):
         make = _vector_fill(planes, h, w, padded_w, ps, levels, which)
         return _patch_bands(padded_h, padded_w, ps, lut, make, threads)
     pad = len(levels)

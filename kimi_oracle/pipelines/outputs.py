@@ -17,6 +17,7 @@ reference count says less) every array is fresh, as `np.empty` gives it.
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 from typing import Sequence
@@ -75,8 +76,7 @@ def empty(shape: Sequence[int], dtype: "np.dtype | type" = np.float32) -> np.nda
     """An uninitialized C-contiguous array, as `np.empty(shape, dtype)`; from `MIN_BYTES` on, in a
     kept slab that no live array refers to any more (the caller writes every value)."""
     dtype = np.dtype(dtype)
-    shape = tuple(int(n) for n in shape)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     if not _ENABLED or nbytes < MIN_BYTES:
         return np.empty(shape, dtype=dtype)
     return _take(nbytes)[:nbytes].view(dtype).reshape(shape)

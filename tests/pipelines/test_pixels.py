@@ -103,6 +103,7 @@ def test_reference_reading_rgb_by_rows_is_the_spec(monkeypatch, profile, size):
 def test_reference_compositing_rgba_by_bands_is_the_spec(monkeypatch, size, pattern):
     import dataclasses
     monkeypatch.setattr(fused, "_BAND_BYTES", 1)  # one patch row a band: every band edge composited
+    monkeypatch.setattr(fused, "_VECTOR_MIN_PIXELS", 1)
     img = _noise("RGBA", size, seed=size[1])
     cfg = PreprocessConfig.profile("k3")
     cfg = dataclasses.replace(cfg, transparent_bg_config=dataclasses.replace(cfg.transparent_bg_config, pattern=pattern))

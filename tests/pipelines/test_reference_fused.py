@@ -36,6 +36,7 @@ def tiny_bands(monkeypatch):
     # One patch row per band and 3 source rows per composite band: every band edge is crossed.
     monkeypatch.setattr(fused, "_BAND_BYTES", 1)
     monkeypatch.setattr(fused, "_COMPOSITE_ROWS", 3)
+    monkeypatch.setattr(fused, "_VECTOR_MIN_PIXELS", 1)  # the vector composite on tiny images too
 
 
 # "same": the checkpoint's 0.5 / 0.5 (one affine form for every channel); "affine-per-channel":
@@ -209,3 +210,15 @@ def test_a_blend_the_vector_passes_do_not_give_is_composited_by_its_table(tiny_b
                                       14, lut)
     assert want.tobytes() != plain.tobytes()  # (the nudge shows)
     assert got.tobytes() == want.tobytes()
+
+
+def test_small_images_keep_the_table_and_larger_ones_take_the_vector_passes(monkeypatch):
+    taken: list[tuple[int, int]] = []
+    real = fused._vector_fill
+    monkeypatch.setattr(fused, "_vector_fill", lambda *a, **k: taken.append(a[1:3]) or real(*a, **k))
+    cfg = PreprocessConfig.k3()
+    small, large = make("RGBA", 60, 40, seed=3), make("RGBA", 130, 70, seed=4)  # 2,400 and 9,100 px
+    _same_bytes([small], cfg, threads=1)
+    assert taken == []
+    _same_bytes([large], cfg, threads=1)
+    assert taken == [(70, 130)]
