@@ -19,6 +19,7 @@ from kimi_oracle.core.images import unpack_raw
 from kimi_oracle.fuzzers.confine import absolute_spec, confine, settle_output
 from kimi_oracle.oracle.candidates import Candidate, CandidateCrash
 from kimi_oracle.oracle.checks import CRASH
+from kimi_oracle.pipelines import outputs
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
@@ -89,6 +90,9 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None, w
     faulthandler.register(signal.SIGUSR1, file=fault_file, all_threads=True, chain=False)
     memory.bound_heap_growth()  # a reused executor judges many inputs of many sizes
     if memory_limit_mb:
+        # Under the limit the process holds only what a call asks for: no kept output slabs of
+        # the reference (a candidate that runs it) between calls.
+        outputs.disable()
         _limit_memory(memory_limit_mb)
     # One intra-op torch thread for the oracle's calls unless KIMI_ORACLE_CANDIDATE_THREADS says
     # otherwise: on 2 cores (or a busy CI runner) torch's thread pool made one small eager call

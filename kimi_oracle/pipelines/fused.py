@@ -12,9 +12,10 @@ in the cache) and written straight into the output:
   mean and std do); otherwise two neighbouring levels of one channel, read as one uint16, index
   a table of float32 pairs: one `np.take` writes two output values;
 - the composite writes channel planes (3, h, w), which rearrange into patch order more cheaply
-  than interleaved pixels: by float32 vector passes over the R, G, B, A planes where those
-  passes give the blend table's bytes for every (background level, alpha, level)
-  (`_vector_exact`: the checkpoint's blend does), else by the table;
+  than interleaved pixels: from `_VECTOR_MIN_PIXELS` source pixels on, by float32 vector passes
+  over the R, G, B, A planes where those passes give the blend table's bytes for every
+  (background level, alpha, level) (`_vector_exact`: the checkpoint's blend does), else by the
+  table;
 - the output is one of `outputs`' recycled arrays when large (its pages already touched).
 
 `kimi_oracle.pipelines.reference` calls these on the checkpoint's own steps only; a variant of
@@ -42,9 +43,9 @@ __all__ = ["LITTLE_ENDIAN", "affine_forms", "blend_table", "composite_planes", "
 _BAND_BYTES = 1 << 18
 # Rows of the source composited per band.
 _COMPOSITE_ROWS = 64
-# Source pixels from which an RGBA image is composited by the vector passes (below, their ~20
-# calls a band cost more than the table's gathers: 56 against 41 us for 30x20, 85 against 97 us
-# for 128x96; docs/measurements.md, round 8).
+# Source pixels from which an RGBA image is composited by the vector passes: below, their ~20
+# NumPy calls a band cost more than the table's gathers (the crossover lies between 64x64 and
+# 128x96; docs/measurements.md, round 8).
 _VECTOR_MIN_PIXELS = 1 << 13
 
 
@@ -338,9 +339,10 @@ def composite_planes(rgba: np.ndarray, levels: tuple[int, ...], which: Callable[
 
 # The composite as float32 vector passes (`_vector_blend`): alpha = A / 255, t = (1 - alpha) * B once
 # per pixel, then per channel (alpha * v + t) cast to uint8, each operand of one dtype (an exact
-# uint8 -> float32 cast first: mixed-dtype passes are ~3x dearer). Used only where these passes
-# give the blend table's bytes for every (background level, alpha, level) (`_vector_exact`),
-# so on the pixels it is the table itself, with no index to build per value.
+# uint8 -> float32 cast first: NumPy buffers and casts a mixed-dtype pass, several times dearer;
+# round 8). Used only where these passes give the blend table's bytes for every (background
+# level, alpha, level) (`_vector_exact`), so on the pixels it is the table itself, with no index
+# to build per value.
 
 
 def _vector_blend(alpha: np.ndarray, back: np.ndarray | np.float32, channels: Sequence[np.ndarray],
@@ -361,7 +363,8 @@ def _vector_blend(alpha: np.ndarray, back: np.ndarray | np.float32, channels: Se
 
 @functools.lru_cache(maxsize=16)
 def _vector_exact_levels(levels: tuple[int, ...], blend: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> bool:
-    table = blend_table(levels, blend).reshape(len(levels), 256, 256)  # [b, a, v]
+    # (the table path's own table, whose last block is its padding level: the same cache entry)
+    table = blend_table((*levels, 0), blend)[: len(levels) * 65536].reshape(len(levels), 65536)
     a = np.repeat(np.arange(256, dtype=np.uint8), 256).reshape(1, 65536)
     v = np.tile(np.arange(256, dtype=np.uint8), 256).reshape(1, 65536)
     got = np.empty((1, 65536), dtype=np.uint8)
@@ -388,7 +391,7 @@ def _vector_exact(levels: tuple[int, ...], blend: Callable[[np.ndarray, np.ndarr
 def _levels_of(choice: np.ndarray, lv: np.ndarray, out: np.ndarray) -> None:
     # out (float32) = lv[choice] for a uint8 choice among the levels lv (float32, small integers):
     # between two levels lv[0] + choice·(lv[1] − lv[0]), exact in float32 (three vector passes
-    # cost a third of the gather, whose uint8 index NumPy converts to intp first).
+    # in place of a gather, whose uint8 index NumPy converts to intp first).
     if len(lv) == 2:
         np.copyto(out, choice)
         np.multiply(out, lv[1] - lv[0], out=out)
@@ -411,17 +414,19 @@ def _vector_fill(planes: Callable[[int, int], Sequence[np.ndarray]], h: int, w: 
             n = max(0, min(h, y0 + k * ps) - y0)
             if not bufs:
                 bufs.extend((np.zeros((3, k * ps, padded_w), dtype=np.uint8),
-                             np.empty((2, k * ps, w), dtype=np.float32), np.empty((k * ps, w), dtype=np.float32),
-                             np.empty((k * ps, w), dtype=np.float32)))
-            out, tmp, t, back = bufs[0][:, : k * ps], bufs[1][:, :n], bufs[2][:n], bufs[3][:n]
+                             np.empty((3, k * ps, w), dtype=np.float32)))
+            out, work = bufs[0][:, : k * ps], bufs[1][:, :n]
+            tmp, t = work[:2], work[2]
             if n:
                 r, g, b, a = planes(y0, y0 + n)
                 choice = which(y0, y0 + n)
                 if choice is None:
                     level: np.ndarray | np.float32 = lv[0]
                 else:
-                    _levels_of(choice, lv, back)
-                    level = back
+                    if len(bufs) < 3:  # (a background of one level needs no plane)
+                        bufs.append(np.empty((k * ps, w), dtype=np.float32))
+                    level = bufs[2][:n]
+                    _levels_of(choice, lv, level)
                 _vector_blend(a, level, (r, g, b), [out[c, :n, :w] for c in range(3)], tmp, t)
             out[:, n:] = 0
             for c in range(3):

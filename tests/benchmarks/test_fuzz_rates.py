@@ -21,6 +21,8 @@ from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.fuzzers.fuzzing import FuzzOptions, fuzz
 from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 
+pytestmark = pytest.mark.targets  # (left out of a plain `kimi-oracle bench`)
+
 
 def _cpu_s(pid: int) -> float | None:
     try:

@@ -86,3 +86,14 @@ def test_fuzzing_files_a_hang_as_a_timeout_finding(tmp_path):
     case = json.loads((path / "case.json").read_text())
     assert case["check"] == "timeout" and "CallTimedOut" in case["message"]
     assert any(img["size"][0] > 20 for img in case["images"])  # the input it hung on
+
+
+@pytest.mark.parametrize("limit", [None, 2048])
+def test_an_executor_under_a_memory_limit_keeps_no_output_slabs(limit):
+    # Kept slabs would count against the candidate's address-space limit between its calls.
+    from kimi_oracle.pipelines import outputs
+
+    with IsolatedCandidate(planted("tells_its_output_pool"), memory_limit_mb=limit) as cand:
+        with pytest.raises(CandidateRaised) as info:
+            cand([_img(8)], CFG)
+    assert info.value.exc_message == f"output pool enabled: {limit is None and outputs._counts_references()}"

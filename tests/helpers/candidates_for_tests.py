@@ -43,3 +43,10 @@ def wrong_dtype(images, config):
     """float64 output: a shape/dtype finding."""
     out = reference.preprocess(images, config)
     return out.pixel_values.to(torch.float64), out.grid_thws
+
+
+def tells_its_output_pool(images, config):
+    """Raises with whether its process keeps the reference's output slabs (pipelines/outputs)."""
+    from kimi_oracle.pipelines import outputs
+
+    raise RuntimeError(f"output pool enabled: {outputs._ENABLED}")

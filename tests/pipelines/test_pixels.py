@@ -44,12 +44,14 @@ def test_planes_are_asarrays_channels(mode, size):
             assert got[c].tobytes() == np.ascontiguousarray(want[y0:y1, :, c]).tobytes()
 
 
-def test_planes_without_the_encoder_are_asarrays_channels(monkeypatch):
-    img = _noise("RGB", (29, 17), seed=3)
+@pytest.mark.parametrize("mode", ["RGB", "RGBA"])
+def test_planes_without_the_encoder_are_asarrays_channels(monkeypatch, mode):
+    img = _noise(mode, (29, 17), seed=3)
     want = np.asarray(img)
     monkeypatch.setattr(pixels, "_encoded_rows", lambda *args: None)  # another Pillow's answer
     got = pixels.plane_reader(img)(4, 13)
-    for c in range(3):
+    assert len(got) == len(mode)
+    for c in range(len(mode)):
         assert np.ascontiguousarray(got[c]).tobytes() == np.ascontiguousarray(want[4:13, :, c]).tobytes()
 
 
@@ -100,10 +102,13 @@ def test_reference_reading_rgb_by_rows_is_the_spec(monkeypatch, profile, size):
 
 @pytest.mark.parametrize("size", [(28, 28), (57, 43), (300, 211)])
 @pytest.mark.parametrize("pattern", ["chessboard", "white"])
-def test_reference_compositing_rgba_by_bands_is_the_spec(monkeypatch, size, pattern):
+@pytest.mark.parametrize("encoder", [True, False], ids=["encoder", "asarray"])
+def test_reference_compositing_rgba_by_bands_is_the_spec(monkeypatch, size, pattern, encoder):
     import dataclasses
     monkeypatch.setattr(fused, "_BAND_BYTES", 1)  # one patch row a band: every band edge composited
     monkeypatch.setattr(fused, "_VECTOR_MIN_PIXELS", 1)
+    if not encoder:  # another Pillow: rows and planes sliced from np.asarray (strided planes)
+        monkeypatch.setattr(pixels, "_encoded_rows", lambda *args: None)
     img = _noise("RGBA", size, seed=size[1])
     cfg = PreprocessConfig.profile("k3")
     cfg = dataclasses.replace(cfg, transparent_bg_config=dataclasses.replace(cfg.transparent_bg_config, pattern=pattern))

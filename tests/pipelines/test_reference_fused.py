@@ -31,12 +31,22 @@ def _same_bytes(images, cfg, **kwargs):
     assert got.pixel_values.numpy().tobytes() == want_pixels.tobytes()
 
 
-@pytest.fixture
-def tiny_bands(monkeypatch):
+def _tiny(monkeypatch, vector_min: int) -> None:
     # One patch row per band and 3 source rows per composite band: every band edge is crossed.
     monkeypatch.setattr(fused, "_BAND_BYTES", 1)
     monkeypatch.setattr(fused, "_COMPOSITE_ROWS", 3)
-    monkeypatch.setattr(fused, "_VECTOR_MIN_PIXELS", 1)  # the vector composite on tiny images too
+    monkeypatch.setattr(fused, "_VECTOR_MIN_PIXELS", vector_min)
+
+
+@pytest.fixture(params=[1, 1 << 62], ids=["vector", "table"])
+def tiny_bands(monkeypatch, request):
+    # Each test twice: RGBA composited by the vector passes (on tiny images too) and by the table.
+    _tiny(monkeypatch, request.param)
+
+
+@pytest.fixture
+def tiny_vector_bands(monkeypatch):
+    _tiny(monkeypatch, 1)
 
 
 # "same": the checkpoint's 0.5 / 0.5 (one affine form for every channel); "affine-per-channel":
@@ -169,47 +179,53 @@ def _composite_patches(img, levels, which, blend, planes):
 
     lut = reference.normalization_lut(PreprocessConfig.k3())
     w, h = img.size
-    ph, pw = -(-h // 14) * 14, -(-w // 14) * 14
+    ph, pw = -(-h // 28) * 28, -(-w // 28) * 28  # (K3's padding: patch 14 x merge 2)
     reader = pixels.plane_reader(img) if planes else None
     return fused.patches_from_composite(pixels.row_reader(img), h, w, ph, pw, 14, lut, levels, which, blend,
                                         planes=reader)
 
 
+def _every_alpha_and_level() -> Image.Image:
+    # 256 x 256: alpha = the row, red = the column (every (alpha, level) pair once), green and
+    # blue other orders of the levels.
+    y, x = np.mgrid[0:256, 0:256]
+    rgba = np.stack([x, 255 - x, (7 * x + y) % 256, y], axis=-1).astype(np.uint8)
+    return Image.fromarray(rgba, "RGBA")
+
+
+def _spec_patches_of_rgb(rgb: np.ndarray) -> bytes:
+    # The spec model's pad, normalization and patchify of an RGB image (K3: nothing to composite).
+    return spec_preprocess([Image.fromarray(rgb, "RGB")], PreprocessConfig.k3().to_hf_json())[0].tobytes()
+
+
 @pytest.mark.parametrize("levels", [(255, 180), (90,), (7, 0, 255)], ids=["two", "one", "three"])
-def test_the_vector_composite_and_the_table_give_the_same_bytes(tiny_bands, levels):
-    # 43 x 31 with every alpha and level somewhere (noise), a background choice per pixel.
-    img = make("RGBA", 43, 31, seed=9)
-    choices = np.random.default_rng(1).integers(0, len(levels), (31, 43), dtype=np.uint8)
+def test_the_vector_composite_and_the_table_give_the_spec_bytes(tiny_vector_bands, levels):
+    img = _every_alpha_and_level()
+    choices = np.random.default_rng(1).integers(0, len(levels), (256, 256), dtype=np.uint8)
 
     def which(y0, y1):
         return None if len(levels) == 1 else choices[y0:y1]
 
     vector = _composite_patches(img, levels, which, _truncated_blend, planes=True)
     table = _composite_patches(img, levels, which, _truncated_blend, planes=False)
-    assert vector.tobytes() == table.tobytes()
-    # And both are the blend of each pixel on its level, patchified (the spec model's patches).
-    rgba = np.asarray(img)
-    back = np.array(levels, dtype=np.uint8)[which(0, 31) if len(levels) > 1 else np.zeros((31, 43), np.uint8)]
-    rgb = _truncated_blend(rgba, np.repeat(back[..., None], 3, axis=-1))
-    planes = np.ascontiguousarray(rgb.transpose(2, 0, 1))
-    want = fused.patches_from_planes(planes, 42, 56, 14, reference.normalization_lut(PreprocessConfig.k3()))
-    assert vector.tobytes() == want.tobytes()
+    # Each pixel blended on its level by the formula written out above, then the spec's tail.
+    back = np.array(levels, dtype=np.uint8)[choices if len(levels) > 1 else np.zeros_like(choices)]
+    want = _spec_patches_of_rgb(_truncated_blend(np.asarray(img), np.repeat(back[..., None], 3, axis=-1)))
+    assert vector.tobytes() == want
+    assert table.tobytes() == want
 
 
-def test_a_blend_the_vector_passes_do_not_give_is_composited_by_its_table(tiny_bands):
+def test_a_blend_the_vector_passes_do_not_give_is_composited_by_its_table(tiny_vector_bands):
     # Every pixel at alpha 77 with red 200, on background 180: the nudged blend's odd entry.
     arr = np.asarray(make("RGBA", 30, 20, seed=2)).copy()
     arr[..., 3], arr[..., 0] = 77, 200
     img = Image.fromarray(arr, "RGBA")
     gray = np.ones((20, 30), dtype=np.uint8)  # level 1 of (255, 180) everywhere
     got = _composite_patches(img, (255, 180), lambda y0, y1: gray[y0:y1], _nudged_blend, planes=True)
-    lut = reference.normalization_lut(PreprocessConfig.k3())
     back = np.full((20, 30, 3), 180, dtype=np.uint8)
-    want = fused.patches_from_planes(np.ascontiguousarray(_nudged_blend(arr, back).transpose(2, 0, 1)), 28, 42, 14, lut)
-    plain = fused.patches_from_planes(np.ascontiguousarray(_truncated_blend(arr, back).transpose(2, 0, 1)), 28, 42,
-                                      14, lut)
-    assert want.tobytes() != plain.tobytes()  # (the nudge shows)
-    assert got.tobytes() == want.tobytes()
+    want = _spec_patches_of_rgb(_nudged_blend(arr, back))
+    assert want != _spec_patches_of_rgb(_truncated_blend(arr, back))  # (the nudge shows)
+    assert got.tobytes() == want
 
 
 def test_small_images_keep_the_table_and_larger_ones_take_the_vector_passes(monkeypatch):
@@ -217,8 +233,9 @@ def test_small_images_keep_the_table_and_larger_ones_take_the_vector_passes(monk
     real = fused._vector_fill
     monkeypatch.setattr(fused, "_vector_fill", lambda *a, **k: taken.append(a[1:3]) or real(*a, **k))
     cfg = PreprocessConfig.k3()
-    small, large = make("RGBA", 60, 40, seed=3), make("RGBA", 130, 70, seed=4)  # 2,400 and 9,100 px
+    assert fused._VECTOR_MIN_PIXELS == 128 * 64
+    small, large = make("RGBA", 127, 64, seed=3), make("RGBA", 128, 64, seed=4)  # 8,128 and 8,192 px
     _same_bytes([small], cfg, threads=1)
     assert taken == []
     _same_bytes([large], cfg, threads=1)
-    assert taken == [(70, 130)]
+    assert taken == [(64, 128)]

@@ -88,3 +88,25 @@ def test_roofline_of_an_unresized_rgb_image_by_hand():
     assert launch["write_bytes"] == 644 * 504 * 3 * 4
     assert roof["bytes"] == 640 * 480 * 3 + 644 * 504 * 3 * 4
     assert roof["floor_s"]["H200"] == roof["bytes"] / 4.8e12
+
+
+def test_bench_leaves_this_tools_own_targets_out_unless_asked(monkeypatch, tmp_path):
+    # The reference-floor and fuzz-rate targets measure kimi-oracle itself (minutes, some not met
+    # on two cores): a candidate's `bench` does not run them, `--targets` does.
+    from kimi_oracle.cli import bench as cli_bench
+
+    commands = []
+    monkeypatch.setattr(cli_bench.subprocess, "call", lambda cmd, **kw: commands.append(cmd) or 0)
+    cli_bench.run_suite(["reference"], False, tmp_path / "a.json")
+    cli_bench.run_suite(["reference"], False, tmp_path / "b.json", targets=True)
+    marks = [cmd[cmd.index("-m", 3) + 1] for cmd in commands]
+    assert marks == ["bench and not targets", "bench"]
+    # and the two target files carry the mark
+    import ast
+    from pathlib import Path
+
+    here = Path(cli_bench.suite_dir())
+    for name in ("test_reference_floor.py", "test_fuzz_rates.py"):
+        tree = ast.parse((here / name).read_text())
+        assert any(isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "pytestmark"
+                   and ast.unparse(n.value) == "pytest.mark.targets" for n in tree.body), name
