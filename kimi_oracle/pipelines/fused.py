@@ -149,6 +149,13 @@ class _Levels:
             np.take(self.lut[c], tiles[:, c], out=out[:, c], mode="clip")
 
 
+def _band_rows(tiles: np.ndarray, y0: int, h: int, ps: int) -> tuple[int, int]:
+    """A band of tiles (k, gw, 3, p, p) from padded row y0: its k patch rows, and how many of its
+    k·p pixel rows lie in an image of h rows (the rest is padding)."""
+    k = tiles.shape[0]
+    return k, max(0, min(h, y0 + k * ps) - y0)
+
+
 # fill(tiles, y0): writes the uint8 levels of the band of padded rows from y0 into tiles
 # (k, gw, 3, p, p), zeros past the image. Fill = a maker of such functions, one per thread
 # (each keeps its own buffers).
@@ -273,8 +280,7 @@ def patches_from_plane_rows(planes: Callable[[int, int], Sequence[np.ndarray]], 
         edge: list[np.ndarray] = []
 
         def fill(tiles: np.ndarray, y0: int) -> None:
-            k = tiles.shape[0]
-            n = max(0, min(h, y0 + k * ps) - y0)
+            k, n = _band_rows(tiles, y0, h, ps)
             src = planes(y0, y0 + n) if n else ()
             if n == k * ps and _planes_into_tiles(tiles, src, w, ps, edge):
                 return
@@ -410,8 +416,7 @@ def _vector_fill(planes: Callable[[int, int], Sequence[np.ndarray]], h: int, w: 
         bufs: list[np.ndarray] = []
 
         def fill(tiles: np.ndarray, y0: int) -> None:
-            k = tiles.shape[0]
-            n = max(0, min(h, y0 + k * ps) - y0)
+            k, n = _band_rows(tiles, y0, h, ps)
             if not bufs:
                 bufs.extend((np.zeros((3, k * ps, padded_w), dtype=np.uint8),
                              np.empty((3, k * ps, w), dtype=np.float32)))
@@ -462,8 +467,7 @@ def patches_from_composite(rows: Callable[[int, int], np.ndarray], h: int, w: in
         bufs: list[np.ndarray] = []
 
         def fill(tiles: np.ndarray, y0: int) -> None:
-            k = tiles.shape[0]
-            n = max(0, min(h, y0 + k * ps) - y0)
+            k, n = _band_rows(tiles, y0, h, ps)
             if not bufs:
                 packed = np.zeros((k * ps, padded_w, 4), dtype=np.uint8)
                 packed[:, w:, 2] = pad
