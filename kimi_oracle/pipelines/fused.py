@@ -298,10 +298,14 @@ def patches_from_plane_rows(planes: Callable[[int, int], Sequence[np.ndarray]], 
     return _patch_bands(padded_h, padded_w, ps, lut, make_fill, threads)
 
 
+def _alphas_and_levels() -> tuple[np.ndarray, np.ndarray]:
+    # Every (alpha, level) pair once, in a blend table's entry order a·256 + v: uint8 (65536,) each.
+    return np.repeat(np.arange(256, dtype=np.uint8), 256), np.tile(np.arange(256, dtype=np.uint8), 256)
+
+
 @functools.lru_cache(maxsize=16)
 def _blend_tables(levels: tuple[int, ...], blend: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
-    a = np.repeat(np.arange(256, dtype=np.uint8), 256)
-    v = np.tile(np.arange(256, dtype=np.uint8), 256)
+    a, v = _alphas_and_levels()
     rgba = np.empty((len(levels) * 65536, 1, 4), dtype=np.uint8)
     back = np.empty((len(levels) * 65536, 1, 3), dtype=np.uint8)
     for i, level in enumerate(levels):
@@ -371,19 +375,14 @@ def _vector_blend(alpha: np.ndarray, back: np.ndarray | np.float32, channels: Se
 def _vector_exact_levels(levels: tuple[int, ...], blend: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> bool:
     # (the table path's own table, whose last block is its padding level: the same cache entry)
     table = blend_table((*levels, 0), blend)[: len(levels) * 65536].reshape(len(levels), 65536)
-    a = np.repeat(np.arange(256, dtype=np.uint8), 256).reshape(1, 65536)
-    v = np.tile(np.arange(256, dtype=np.uint8), 256).reshape(1, 65536)
+    a, v = (x.reshape(1, 65536) for x in _alphas_and_levels())
     got = np.empty((1, 65536), dtype=np.uint8)
-    tmp, t = np.empty((2, 1, 65536), dtype=np.float32), np.empty((1, 65536), dtype=np.float32)
+    work = np.empty((4, 1, 65536), dtype=np.float32)
     lv = np.array(levels, dtype=np.float32)
     for b in range(len(levels)):
-        # the background as `_vector_fill` gives it: a scalar for one level, else a plane
-        if lv.size < 2:
-            back: np.ndarray | np.float32 = lv[0]
-        else:
-            back = np.empty((1, 65536), dtype=np.float32)
-            _levels_of(np.full((1, 65536), b, dtype=np.uint8), lv, back)
-        _vector_blend(a, back, [v], [got], tmp, t)
+        # the background as `_vector_fill` takes it (no choice where `which` makes none: one level)
+        choice = None if lv.size < 2 else np.full((1, 65536), b, dtype=np.uint8)
+        _vector_blend(a, _background(choice, lv, work[3]), [v], [got], work[:2], work[2])
         if got.tobytes() != table[b].tobytes():
             return False
     return True
@@ -394,16 +393,21 @@ def _vector_exact(levels: tuple[int, ...], blend: Callable[[np.ndarray, np.ndarr
     return _vector_exact_levels(tuple(int(x) for x in levels), blend)
 
 
-def _levels_of(choice: np.ndarray, lv: np.ndarray, out: np.ndarray) -> None:
-    # out (float32) = lv[choice] for a uint8 choice among the levels lv (float32, small integers):
-    # between two levels lv[0] + choice·(lv[1] − lv[0]), exact in float32 (three vector passes
-    # in place of a gather, whose uint8 index NumPy converts to intp first).
+def _background(choice: np.ndarray | None, lv: np.ndarray, out: np.ndarray) -> np.ndarray | np.float32:
+    # The float32 background level of each pixel for `_vector_blend`: lv[0] as a scalar where no
+    # choice is made (one level), else lv[choice] for a uint8 choice among the levels lv (float32,
+    # small integers) written into out; between two levels lv[0] + choice·(lv[1] − lv[0]), exact
+    # in float32 (three vector passes in place of a gather, whose uint8 index NumPy converts to
+    # intp first).
+    if choice is None:
+        return lv[0]
     if len(lv) == 2:
         np.copyto(out, choice)
         np.multiply(out, lv[1] - lv[0], out=out)
         np.add(out, lv[0], out=out)
     else:
         np.take(lv, choice, out=out, mode="clip")
+    return out
 
 
 def _vector_fill(planes: Callable[[int, int], Sequence[np.ndarray]], h: int, w: int, padded_w: int, ps: int,
@@ -417,22 +421,14 @@ def _vector_fill(planes: Callable[[int, int], Sequence[np.ndarray]], h: int, w: 
 
         def fill(tiles: np.ndarray, y0: int) -> None:
             k, n = _band_rows(tiles, y0, h, ps)
-            if not bufs:
+            if not bufs:  # uint8 padded planes; float32 alpha, a channel, t and the background
                 bufs.extend((np.zeros((3, k * ps, padded_w), dtype=np.uint8),
-                             np.empty((3, k * ps, w), dtype=np.float32)))
+                             np.empty((4, k * ps, w), dtype=np.float32)))
             out, work = bufs[0][:, : k * ps], bufs[1][:, :n]
-            tmp, t = work[:2], work[2]
             if n:
                 r, g, b, a = planes(y0, y0 + n)
-                choice = which(y0, y0 + n)
-                if choice is None:
-                    level: np.ndarray | np.float32 = lv[0]
-                else:
-                    if len(bufs) < 3:  # (a background of one level needs no plane)
-                        bufs.append(np.empty((k * ps, w), dtype=np.float32))
-                    level = bufs[2][:n]
-                    _levels_of(choice, lv, level)
-                _vector_blend(a, level, (r, g, b), [out[c, :n, :w] for c in range(3)], tmp, t)
+                back = _background(which(y0, y0 + n), lv, work[3])
+                _vector_blend(a, back, (r, g, b), [out[c, :n, :w] for c in range(3)], work[:2], work[2])
             out[:, n:] = 0
             for c in range(3):
                 _plane_items(tiles, c, out[c], ps)

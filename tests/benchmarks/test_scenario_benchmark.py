@@ -3,19 +3,12 @@ one core with small images)."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
+from process_cpu import cpu_seconds as _cpu_s
 
 pytestmark = pytest.mark.bench
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process (Linux /proc)."""
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_scenarios_per_second(benchmark, quick):
