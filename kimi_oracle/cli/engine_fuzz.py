@@ -51,7 +51,8 @@ def print_findings(title: str, findings: Sequence[Any], checks: Sequence[str], f
 
 def run_fuzz(spec: str, config: PreprocessConfig, *, examples: int | None, seed: int | None, mixed_configs: bool,
              pixels: bool, tolerance: str, shrink: bool, out_dir: Path, json_path: Path | None,
-             junit_path: Path | None, markdown_path: Path | None, case_timeout: float) -> int:
+             junit_path: Path | None, markdown_path: Path | None, case_timeout: float,
+             memory_limit_mb: int | None = None) -> int:
     """`kimi-oracle fuzz --engine SPEC`: exit 0 when every scenario passed, 1 on a finding."""
     from kimi_oracle.fuzzers.scenario_fuzz import DEFAULT_SCENARIOS, ScenarioFuzzOptions
     from kimi_oracle.oracle.request_checks import REQUEST_CHECKS
@@ -59,7 +60,7 @@ def run_fuzz(spec: str, config: PreprocessConfig, *, examples: int | None, seed:
 
     options = ScenarioFuzzOptions(examples=examples or DEFAULT_SCENARIOS, seed=seed, mixed_configs=mixed_configs,
                                   pixels=pixels, tolerance=tolerance, shrink=shrink)
-    run, summary = run_scenarios(spec, config, options, out_dir, case_timeout)
+    run, summary = run_scenarios(spec, config, options, out_dir, case_timeout, memory_limit_mb)
     write_outputs(spec, summary, run.findings, json_path, junit_path, markdown_path, run.elapsed_s)
     footer = (f"{run.examples} scenarios ({run.runs} runs incl. shrinking) in {run.elapsed_s:.1f} s; seed {run.seed}; "
               f"stopped: {run.stopped}; {len(run.findings)} finding(s)"

@@ -121,7 +121,7 @@ def fuzz_cmd(candidate_spec: str | None, planner_spec: str | None, planner_sizes
     if engine_spec is not None:
         return _engine_fuzz(engine_spec, candidate_spec, planner_spec, budget, profile, config_path, examples, seed,
                             mixed_configs, pixels, tolerance, no_shrink, out_dir, json_path, junit_path,
-                            markdown_path, case_timeout)
+                            markdown_path, case_timeout, memory_limit_mb)
     if mixed_configs or pixels or markdown_path is not None:
         raise click.UsageError("--mixed-configs, --pixels and --markdown go with --engine")
     if candidate_spec is None and planner_spec is None:
@@ -164,7 +164,7 @@ def _engine_fuzz(engine_spec: str, candidate_spec: str | None, planner_spec: str
                  profile: str | None, config_path: Path | None, examples: int | None, seed: int | None,
                  mixed_configs: bool, pixels: bool, tolerance: str, no_shrink: bool, out_dir: Path,
                  json_path: Path | None, junit_path: Path | None, markdown_path: Path | None,
-                 case_timeout: float) -> int:
+                 case_timeout: float, memory_limit_mb: int | None = None) -> int:
     """`fuzz --engine`: a request layer fuzzed on drawn scenarios (cli/engine_fuzz.py)."""
     if candidate_spec is not None or planner_spec is not None or budget is not None:
         raise click.UsageError("--engine fuzzes a request layer for --examples scenarios; give it without "
@@ -174,7 +174,7 @@ def _engine_fuzz(engine_spec: str, candidate_spec: str | None, planner_spec: str
     return run_fuzz(engine_spec, resolve_config(profile, config_path), examples=examples, seed=seed,
                     mixed_configs=mixed_configs, pixels=pixels, tolerance=tolerance, shrink=not no_shrink,
                     out_dir=out_dir, json_path=json_path, junit_path=junit_path,
-                    markdown_path=markdown_path, case_timeout=case_timeout)
+                    markdown_path=markdown_path, case_timeout=case_timeout, memory_limit_mb=memory_limit_mb)
 
 
 def _planner_after(spec: str, sizes: int | None, config: PreprocessConfig, seed: int | None, fixed_config: bool,

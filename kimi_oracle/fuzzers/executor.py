@@ -40,6 +40,31 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
         pass
 
 
+def lead_own_group() -> None:
+    """Make this process the leader of a new process group: whatever it forks (and they fork)
+    stays in that group unless it leaves on purpose, and `kill_group` ends them all with it."""
+    try:
+        os.setpgid(0, 0)
+    except OSError:  # pragma: no cover - already a group leader
+        pass
+
+
+def kill_group(pid: int | None) -> None:
+    """SIGKILL to the process group led by `pid` (an executor that called `lead_own_group`): the
+    executor and every descendant still in its group. Nothing when there is none."""
+    if not pid:
+        return
+    try:
+        if os.getpgid(pid) != pid:  # (not a leader: an executor that died before it led its group)
+            return
+    except OSError:  # the leader is gone; its group may live on
+        pass
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
 # ---------------------------------------------------------------------------------------------
 # images and tensors across the pipe
 
@@ -77,6 +102,7 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None, w
     # The parent of an executor is the fork server, which ends when the process that uses the
     # candidate ends (however it ends): a hanging executor must not outlive it.
     die_with_parent(signal.SIGKILL)
+    lead_own_group()  # (whatever the candidate forks dies with its executor: sandbox._kill)
     fault_file = open(fault_path, "w")
     if workdir is not None:
         # Its own working directory and its own capped output log (fuzzers.confine): a relative
@@ -93,7 +119,7 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None, w
         # Under the limit the process holds only what a call asks for: no kept output slabs of
         # the reference (a candidate that runs it) between calls.
         outputs.disable()
-        _limit_memory(memory_limit_mb)
+        limit_memory(memory_limit_mb)
     # One intra-op torch thread for the oracle's calls unless KIMI_ORACLE_CANDIDATE_THREADS says
     # otherwise: on 2 cores (or a busy CI runner) torch's thread pool made one small eager call
     # many times dearer (docs/measurements.md), and a verdict does not depend on it. The gate's
@@ -198,7 +224,8 @@ def _timed(candidate: Candidate, spec: str, images: list[Image.Image], config: P
     return ("timed", elapsed)
 
 
-def _limit_memory(limit_mb: int) -> None:
+def limit_memory(limit_mb: int) -> None:
+    """Cap this process's address space at what is mapped now plus `limit_mb` MiB."""
     import resource
 
     # Address space already mapped (torch maps a lot) plus the allowance.

@@ -52,7 +52,7 @@ from kimi_oracle.fuzzers.confine import output_tail
 from kimi_oracle.fuzzers.crashes import (CallTimedOut, CandidateDied, CandidateRaised,  # noqa: F401
                                          CandidateTimeout, ProcessDied, signal_name)
 from kimi_oracle.fuzzers.executor import (_answer, _serve, _unpack_tensor,  # noqa: F401
-                                          candidate_threads, die_with_parent)
+                                          candidate_threads, die_with_parent, kill_group)
 from kimi_oracle.oracle.candidates import Candidate, CandidateCrash
 from kimi_oracle.oracle.checks import CRASH
 
@@ -198,6 +198,7 @@ class IsolatedCandidate(Started, Candidate):
             call._settle(error=CandidateError(f"candidate {self.spec!r}: its process was stopped before it answered"))
         proc = self._proc
         if proc is not None:
+            kill_group(proc.pid)  # (whatever the candidate forked goes with it)
             if proc.is_alive():
                 proc.kill()
             proc.join(5.0)

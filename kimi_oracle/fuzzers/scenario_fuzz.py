@@ -46,6 +46,7 @@ class ScenarioFuzzOptions:
     max_requests: int = 8
     max_images: int = 6
     max_side: int = 40
+    budget_s: float | None = None  # wall-clock bound of the whole run, shrinking included (None: none)
 
 
 @dataclass
@@ -91,14 +92,16 @@ def evaluate(runner: Any, scenario: Scenario, options: ScenarioFuzzOptions, tabl
 
 
 def shrink(runner: Any, scenario: Scenario, found: list[RequestFinding], options: ScenarioFuzzOptions,
-           budget: list[int]) -> tuple[Scenario, list[RequestFinding]]:
+           budget: list[int], deadline: float | None = None) -> tuple[Scenario, list[RequestFinding]]:
     """The smallest scenario (greedy, one step at a time) whose first check is still that of
-    `found`, the findings `scenario` already gave."""
+    `found`, the findings `scenario` already gave (at most `budget[0]` runs, until `deadline`)."""
     best, check = scenario, found[0].check
     improved = True
     while improved and budget[0] > 0:
         improved = False
         for smaller in best.smaller():
+            if deadline is not None and time.monotonic() >= deadline:
+                budget[0] = 0  # (the run's budget is spent: the finding is kept as it is now)
             if budget[0] <= 0:
                 break
             budget[0] -= 1
@@ -144,8 +147,9 @@ def fuzz_engine(runner: Any, base: PreprocessConfig, options: ScenarioFuzzOption
     draw_options = options_for(runner, base, options)
     framing = framing_for(base)
     started = time.monotonic()
+    deadline = None if options.budget_s is None else started + max(float(options.budget_s), 0.0)
     try:
-        _search(runner, base, options, draw_options, framing, run, out_dir, on_example)
+        _search(runner, base, options, draw_options, framing, run, out_dir, on_example, deadline)
     except KeyboardInterrupt:  # SIGINT/SIGTERM: what was found is kept, the summary says so
         run.stopped = "interrupted"
     run.elapsed_s = time.monotonic() - started
@@ -154,11 +158,14 @@ def fuzz_engine(runner: Any, base: PreprocessConfig, options: ScenarioFuzzOption
 
 def _search(runner: Any, base: PreprocessConfig, options: ScenarioFuzzOptions, draw_options: ScenarioOptions,
             framing: str, run: ScenarioRun, out_dir: Path | None,
-            on_example: Callable[[ScenarioRun], None] | None) -> None:
+            on_example: Callable[[ScenarioRun], None] | None, deadline: float | None = None) -> None:
     seed = run.seed
     for i in range(options.examples):
         if interrupts.requested():
             run.stopped = "interrupted"
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            run.stopped = "budget"
             break
         scenario = draw_scenario(RandomSource(derive(seed, i)), base, draw_options, framing)
         found = evaluate(runner, scenario, options)
@@ -170,7 +177,7 @@ def _search(runner: Any, base: PreprocessConfig, options: ScenarioFuzzOptions, d
             original = len(scenario.requests)
             if options.shrink:
                 budget = [options.max_shrink_runs]
-                scenario, found = shrink(runner, scenario, found, options, budget)
+                scenario, found = shrink(runner, scenario, found, options, budget, deadline)
                 run.runs += options.max_shrink_runs - budget[0]
             if check == PIXEL_MISMATCH:
                 diagnose(found[0])

@@ -30,6 +30,7 @@ from PIL import Image
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
 from kimi_oracle.core.tokenizer import Tokenizer
+from kimi_oracle.core.wire import pack_tensor, unpack_tensor
 from kimi_oracle.oracle.candidates import first_doc_line, resolve, stripped_spec
 from kimi_oracle.pipelines.request_contract import Step
 
@@ -163,17 +164,23 @@ class Prepared:
     grids: list[tuple[int, int, int]] = field(default_factory=list)
     offsets: list[tuple[int, int]] = field(default_factory=list)
     raised: Raised | None = None
+    ids_error: str = ""  # input ids that are not integers (a float id is never truncated into one)
 
 
 @dataclass
 class Encoded:
-    """What one `encode` call returned: rows per member (None when unsplittable) or a raise."""
+    """What one `encode` call returned, or what it raised. `data` is the whole output as a plain
+    tensor and `item_grids` each item's grid as it read after the call (an engine may write its
+    own grid back into its items); `rows`, per member, is filled by the judge
+    (`oracle.request_checks`), split by the checkpoint's grids, never by the engine's."""
 
     members: list[tuple[int, int]]
     dp_size: int
     total_rows: int = 0
-    rows: list[torch.Tensor] | None = None
     shape: tuple[int, ...] = ()
+    data: torch.Tensor | None = None
+    item_grids: list[tuple[int, int, int] | None] = field(default_factory=list)
+    rows: list[torch.Tensor] | None = None
     raised: Raised | None = None
 
 
@@ -185,6 +192,13 @@ class Trace:
     prepared: dict[int, Prepared] = field(default_factory=dict)
     encoded: list[Encoded] = field(default_factory=list)
     alone: dict[tuple[int, int], torch.Tensor | Raised] = field(default_factory=dict)
+
+
+def _grid_after(item: Any) -> tuple[int, int, int] | None:
+    try:
+        return item_grid(item)
+    except CandidateError:  # the engine wrote something that is no grid: compared as such
+        return None
 
 
 def _encode(engine: Any, items: dict[int, list[Any]], step: Step) -> Encoded:
@@ -201,19 +215,28 @@ def _encode(engine: Any, items: dict[int, list[Any]], step: Step) -> Encoded:
     except Exception as exc:  # the engine's own error on this batch: judged by the checks
         out.raised = Raised.of(exc)
         return out
-    if not isinstance(rows, torch.Tensor):
-        raise CandidateError(f"engine encode returned {type(rows).__name__}; expected a torch.Tensor")
-    out.shape = tuple(rows.shape)
-    out.total_rows = int(rows.shape[0]) if rows.dim() else 0
-    sizes = [item_grid(it) for it in batch]
-    counts = [g[0] * g[1] * g[2] for g in sizes]
-    if rows.dim() == 4 and sum(counts) == out.total_rows:
-        rows = rows.detach().cpu()
-        out.rows, at = [], 0
-        for n in counts:
-            out.rows.append(rows[at:at + n].clone())
-            at += n
+    # Read as bytes through torch's own methods (a subclass's overrides switched off): what the
+    # judge compares is the data, never an object of the engine's.
+    out.data = unpack_tensor(pack_tensor(rows, "engine encode's result"))
+    out.shape = tuple(out.data.shape)
+    out.total_rows = int(out.shape[0]) if out.shape else 0
+    out.item_grids = [_grid_after(it) for it in batch]
     return out
+
+
+def _ids(ids: Any) -> tuple[list[int], str]:
+    """The prompt's ids as ints, or why they are not ids (a float, a bool, a float tensor)."""
+    if isinstance(ids, torch.Tensor):
+        dtype, shape, _ = pack_tensor(ids, "prepare's input ids")
+        if dtype.startswith(("float", "bfloat", "bool")):
+            return [], f"the input ids are a {dtype} tensor; only integers are ids"
+        ids = unpack_tensor(pack_tensor(ids)).reshape(-1).tolist()
+    out = []
+    for k, t in enumerate(ids):
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+            return [], f"input id at position {k} is {t!r} ({type(t).__name__}); only integers are ids"
+        out.append(int(t))
+    return out, ""
 
 
 def _prepare(engine: Any, step: Step, table: Sequence[Image.Image]) -> tuple[Prepared, list[Any]]:
@@ -226,7 +249,7 @@ def _prepare(engine: Any, step: Step, table: Sequence[Image.Image]) -> tuple[Pre
         out.raised = Raised.of(exc)
         return out, []
     items = list(items)
-    out.input_ids = [int(t) for t in ids]
+    out.input_ids, out.ids_error = _ids(ids)
     out.grids = [item_grid(it) for it in items]
     out.offsets = [item_offsets(it) for it in items]
     return out, items
@@ -239,11 +262,12 @@ def alone_rows(factory: EngineFactory, tokenizer: Any, config: PreprocessConfig,
     try:
         engine = factory(config, tokenizer)
         _, items = engine.prepare([tokenizer.media_pad_id], [img.copy()], [path])
-        return engine.encode(list(items), 1).detach().cpu().clone()
+        rows = engine.encode(list(items), 1)
     except CandidateError:
         raise
     except Exception as exc:  # noqa: BLE001 - reported with the image
         return Raised.of(exc)
+    return unpack_tensor(pack_tensor(rows, "engine encode's result (one image alone)"))
 
 
 def run_program(factory: EngineFactory, base: PreprocessConfig, steps: Sequence[Step], table: Sequence[Image.Image],
@@ -279,6 +303,75 @@ def run_program(factory: EngineFactory, base: PreprocessConfig, steps: Sequence[
     return trace
 
 
+# ---------------------------------------------------------------------------------------------
+# traces as plain data (what an engine's executor sends back: no object of the engine's)
+
+
+def _raised_wire(r: Raised | None) -> tuple[str, str, str] | None:
+    return None if r is None else (str(r.exc_type), str(r.message), str(r.traceback))
+
+
+def _raised_back(w: Any) -> Raised | None:
+    return None if w is None else Raised(*(str(x) for x in w))
+
+
+def rows_to_wire(rows: torch.Tensor | Raised) -> tuple:
+    """One image's rows (or its raise) as plain data."""
+    if isinstance(rows, Raised):
+        return ("raised", _raised_wire(rows))
+    return ("rows", pack_tensor(rows))
+
+
+def rows_from_wire(w: Any) -> torch.Tensor | Raised:
+    """`rows_to_wire`'s data as a plain tensor (or a Raised)."""
+    if not isinstance(w, tuple) or len(w) != 2 or w[0] not in ("raised", "rows"):
+        raise CandidateError("the engine's executor sent rows in no known form")
+    return _raised_back(w[1]) if w[0] == "raised" else unpack_tensor(w[1], "the engine's rows")  # type: ignore[return-value]
+
+
+def _grid3(g: Any) -> tuple[int, int, int] | None:
+    return None if g is None else tuple(int(v) for v in g)  # type: ignore[return-value]
+
+
+def trace_to_wire(trace: Trace) -> dict[str, Any]:
+    """A trace as builtins only (tensors as dtype, shape and bytes)."""
+    return {
+        "paths": [str(p) for p in trace.paths],
+        "prepared": [(int(r), [int(t) for t in p.input_ids], [list(g) for g in p.grids],
+                      [list(o) for o in p.offsets], _raised_wire(p.raised), str(p.ids_error))
+                     for r, p in trace.prepared.items()],
+        "encoded": [([list(m) for m in e.members], int(e.dp_size), int(e.total_rows), list(e.shape),
+                     None if e.data is None else pack_tensor(e.data), [None if g is None else list(g)
+                                                                        for g in e.item_grids],
+                     _raised_wire(e.raised)) for e in trace.encoded],
+        "alone": [(int(r), int(i), rows_to_wire(v)) for (r, i), v in trace.alone.items()],
+    }
+
+
+def trace_from_wire(w: Any) -> Trace:
+    """`trace_to_wire`'s data as a Trace of plain tensors; CandidateError when it does not hold
+    together."""
+    try:
+        trace = Trace(tuple(str(p) for p in w["paths"]))
+        for r, ids, grids, offsets, raised, ids_error in w["prepared"]:
+            trace.prepared[int(r)] = Prepared([int(t) for t in ids], [_grid3(g) for g in grids],  # type: ignore[misc]
+                                              [tuple(int(v) for v in o) for o in offsets],  # type: ignore[misc]
+                                              _raised_back(raised), str(ids_error))
+        for members, dp, total, shape, data, item_grids, raised in w["encoded"]:
+            trace.encoded.append(Encoded([tuple(int(v) for v in m) for m in members], int(dp),  # type: ignore[misc]
+                                         int(total), tuple(int(n) for n in shape),
+                                         None if data is None else unpack_tensor(data, "the engine's rows"),
+                                         [_grid3(g) for g in item_grids], None, _raised_back(raised)))
+        for r, i, rows in w["alone"]:
+            trace.alone[(int(r), int(i))] = rows_from_wire(rows)
+    except CandidateError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - forged or truncated
+        raise CandidateError(f"the engine's executor sent a trace that does not hold together: "
+                             f"{type(exc).__name__}: {exc}") from None
+    return trace
+
+
 __all__ = ["DEFAULT_PATHS", "ENGINE_BUILTINS", "ENGINE_ENTRY_POINT_GROUP", "Encoded", "EngineFactory", "Prepared",
-           "Raised", "Step", "Trace", "alone_rows", "engine_paths", "item_field", "item_grid", "item_offsets", "load_engine",
+           "Raised", "Step", "Trace", "alone_rows", "engine_paths", "rows_from_wire", "rows_to_wire", "trace_from_wire", "trace_to_wire", "item_field", "item_grid", "item_offsets", "load_engine",
            "run_program"]

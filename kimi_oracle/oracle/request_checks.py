@@ -173,6 +173,8 @@ def check_prepared(r: int, got: Prepared, sizes: Sequence[tuple[int, int]], prom
     except PlanError:
         return []  # the checkpoint rejects an image: no contract to hold the engine to
     out: list[RequestFinding] = []
+    if got.ids_error:
+        out.append(RequestFinding(INPUT_IDS, f"prepare returned input ids that are not token ids: {got.ids_error}", r))
     if len(got.grids) != len(sizes):
         out.append(RequestFinding(GRID_MISMATCH, f"prepare returned {len(got.grids)} item(s) for {len(sizes)} "
                                   "image(s)", r))
@@ -185,7 +187,7 @@ def check_prepared(r: int, got: Prepared, sizes: Sequence[tuple[int, int]], prom
                                r, i, None, {"expected": list(want), "got": list(have)})
             _stale(f, (w, h), tuple(have), config, earlier[i] if earlier else ())
             out.append(f)
-    ids = _check_ids(r, exp, got, tokenizer)
+    ids = [] if got.ids_error else _check_ids(r, exp, got, tokenizer)
     for f in ids:
         _stale_ids(f, got, sizes, prompt_ids, config, tokenizer, framing, earlier)
     out += ids
@@ -201,10 +203,51 @@ def _ranks(grids: Sequence[Sequence[int]], dp_size: int) -> list[int]:
     return where
 
 
-def check_encoded(call: int, enc: Encoded, trace: Trace, consistent: bool, config: PreprocessConfig
-                  ) -> list[RequestFinding]:
-    """One encode call: its raise, its row count and shape, and each image's rows against the
-    same image alone."""
+def checkpoint_grid(size: tuple[int, int], config: PreprocessConfig) -> tuple[int, int, int] | None:
+    """The checkpoint's grid for an image of `size` under `config` (None: the checkpoint rejects it)."""
+    try:
+        return tuple(int(v) for v in plan(size[0], size[1], config).grid_thw)  # type: ignore[return-value]
+    except PlanError:
+        return None
+
+
+def _count(grid: Sequence[int]) -> int:
+    return int(grid[0]) * int(grid[1]) * int(grid[2])
+
+
+def _grids_after(enc: Encoded, want: Sequence[tuple[int, int, int] | None], ranks: Sequence[int],
+                 base: dict) -> list[RequestFinding]:
+    # Each item's grid as it read after the call, against the checkpoint's for its image: an
+    # engine that writes its own (wrong) grid back into an item must not split its rows by it.
+    out = []
+    for k, ((r, i), have, need) in enumerate(zip(enc.members, enc.item_grids, want)):
+        if need is not None and (have is None or tuple(have) != tuple(need)):
+            shown = "no grid" if have is None else f"grid_thw {list(have)}"
+            out.append(RequestFinding(GRID_MISMATCH, f"after encode the item holds {shown}; the checkpoint's grid "
+                                      f"for this image is {list(need)} (the engine rewrote its item's grid)",
+                                      r, i, ranks[k], {**base, "expected": list(need),
+                                                       "got": None if have is None else list(have)}))
+    return out
+
+
+def split_rows(enc: Encoded, want: Sequence[Sequence[int]]) -> list[torch.Tensor] | None:
+    """The call's rows per member, split by the checkpoint's grids `want` (None when its rows are
+    not (sum of the grids, ...))."""
+    if enc.data is None or enc.data.dim() == 0 or int(enc.data.shape[0]) != sum(_count(g) for g in want):
+        return None
+    out, at = [], 0
+    for g in want:
+        out.append(enc.data[at:at + _count(g)])
+        at += _count(g)
+    return out
+
+
+def check_encoded(call: int, enc: Encoded, trace: Trace, consistent: bool, config: PreprocessConfig,
+                  want: Sequence[tuple[int, int, int] | None] | None = None) -> list[RequestFinding]:
+    """One encode call: its raise; each item's grid after the call and the row count against the
+    checkpoint's grids `want` (per member; None where the checkpoint rejects the image: its
+    prepared grid stands in), before anything is split; its shape; and each image's rows (split
+    by the checkpoint's grids) against the same image alone."""
     grids = [trace.prepared[r].grids[i] for r, i in enc.members]
     ranks = _ranks(grids, enc.dp_size)
     base = {"call": call, "dp_size": enc.dp_size, "members": [list(m) for m in enc.members]}
@@ -217,14 +260,18 @@ def check_encoded(call: int, enc: Encoded, trace: Trace, consistent: bool, confi
                                {**base, "traceback": enc.raised.traceback})]
     if not enc.members:
         return []
-    want_rows = sum(g[0] * g[1] * g[2] for g in grids)
-    if enc.rows is None:
-        return [RequestFinding(FEATURE_LENGTH if enc.total_rows != want_rows else SHAPE_DTYPE,
-                               f"encode returned shape {list(enc.shape)} for {len(enc.members)} item(s) whose grids "
-                               f"hold {want_rows} rows", None, None, None, base)]
-    out: list[RequestFinding] = []
+    want = list(want) if want is not None else [None] * len(grids)
+    sizes = [w if w is not None else g for w, g in zip(want, grids)]
+    out = _grids_after(enc, want, ranks, base) if enc.item_grids else []
+    want_rows = sum(_count(g) for g in sizes)
+    if enc.total_rows != want_rows:
+        return out + [RequestFinding(FEATURE_LENGTH, f"encode returned {enc.total_rows} rows (shape {list(enc.shape)}) "
+                                     f"for {len(enc.members)} item(s) whose checkpoint grids hold {want_rows} rows",
+                                     None, None, None, {**base, "expected_rows": want_rows,
+                                                        "got_rows": enc.total_rows})]
+    enc.rows = split_rows(enc, sizes)
     p = config.patch_size
-    if len(enc.shape) != 4 or tuple(enc.shape[1:]) != (3, p, p) or not enc.rows[0].is_floating_point():
+    if enc.rows is None or len(enc.shape) != 4 or tuple(enc.shape[1:]) != (3, p, p) or not enc.rows[0].is_floating_point():
         out.append(RequestFinding(SHAPE_DTYPE, f"encode returned shape {list(enc.shape)}, expected (N, 3, {p}, {p})"
                                   " floats", None, None, None, base))
         return out
@@ -233,9 +280,25 @@ def check_encoded(call: int, enc: Encoded, trace: Trace, consistent: bool, confi
         if isinstance(alone, Raised):
             out.append(RequestFinding(ENGINE_ERROR, f"alone, the image raised {alone.exc_type}: {alone.message}",
                                       r, i, ranks[k], base))
-        elif alone is not None and (alone.dtype != rows.dtype or not torch.equal(alone, rows)):
+        elif alone is not None and (alone.dim() == 0 or int(alone.shape[0]) != _count(sizes[k])):
+            out.append(RequestFinding(FEATURE_LENGTH, f"alone, the image's encode returned shape {list(alone.shape)}; "
+                                      f"its checkpoint grid {list(sizes[k])} holds {_count(sizes[k])} rows",
+                                      r, i, ranks[k], {**base, "expected_rows": _count(sizes[k])}))
+        elif alone is not None and not same_bits(alone, rows):
             out.append(_rows_finding(r, i, ranks[k], rows, alone, base))
     return out
+
+
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(_INT_OF_SIZE[t.element_size()]) if t.element_size() in _INT_OF_SIZE else t
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors hold the same dtype, shape and bytes (a NaN equals the same NaN)."""
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bits(a), _bits(b))
 
 
 def _rows_finding(r: int, i: int, rank: int, rows: torch.Tensor, alone: torch.Tensor, base: dict) -> RequestFinding:
@@ -243,10 +306,16 @@ def _rows_finding(r: int, i: int, rank: int, rows: torch.Tensor, alone: torch.Te
         how = f"shape {list(rows.shape)} in the batch, {list(alone.shape)} alone"
         count = None
     else:
-        diff = (rows.float() - alone.float()).abs()
-        differ = ~((rows == alone) | (torch.isnan(rows) & torch.isnan(alone)))
+        differ = _bits(rows) != _bits(alone) if rows.dtype == alone.dtype else torch.ones_like(rows, dtype=torch.bool)
         count = int(differ.sum())
-        how = f"{count} of {rows.numel()} values differ, max |diff| {float(diff[differ].max()) if count else 0:.6g}"
+        a, b = rows.double(), alone.double()
+        nans = int(torch.isnan(a).sum()), int(torch.isnan(b).sum())
+        finite = differ & torch.isfinite(a) & torch.isfinite(b)
+        worst = float((a - b).abs()[finite].max()) if bool(finite.any()) else 0.0
+        how = (f"{count} of {rows.numel()} values differ in their bits, max |diff| {worst:.6g} among the finite ones"
+               + (f"; NaN values: {nans[0]} in the batch, {nans[1]} alone" if any(nans) else ""))
+        if rows.dtype != alone.dtype:
+            how += f"; dtype {str(rows.dtype).replace('torch.', '')} in the batch, {str(alone.dtype).replace('torch.', '')} alone"
     return RequestFinding(ROWS_INVARIANCE, f"rows in the batch differ from the same image encoded alone in a "
                           f"fresh engine: {how}", r, i, rank, {**base, "differing_values": count})
 
@@ -288,7 +357,7 @@ def explain_rows(finding: RequestFinding, steps: Sequence[Step], trace: Trace, b
         hybrid = dataclasses.replace(own, image_mean=cfg.image_mean, image_std=cfg.image_std,
                                      transparent_bg_config=cfg.transparent_bg_config)
         got = alone(hybrid, table[where[me][0]], path)
-        if isinstance(got, torch.Tensor) and got.dtype == rows.dtype and torch.equal(got, rows):
+        if isinstance(got, torch.Tensor) and same_bits(got, rows):
             same_path = [x for x in (enc.members[g] for g in by_rank[rank_of[me]]) if where[x][1] == path]
             first = same_path[0] == m
             bg = cfg.transparent_bg_config.pattern if cfg.transparent_bg_config else "none"
@@ -342,9 +411,11 @@ def judge(steps: Sequence[Step], trace: Trace, base: PreprocessConfig, table: Se
         bad_images = {f.image for f in own if f.check == GRID_MISMATCH}
         if got.raised is None and None not in bad_images:
             consistent_items |= {(step.request, i) for i in range(len(got.grids)) if i not in bad_images}
+    sizes_of = {(s.request, i): table[k].size for s in steps if s.kind == "prepare" for i, k in enumerate(s.images)}
     for call, enc in enumerate(trace.encoded):
         consistent = all(m in consistent_items for m in enc.members)
-        found += check_encoded(call, enc, trace, consistent, base)
+        want = [checkpoint_grid(sizes_of[m], configs[m[0]]) for m in enc.members]
+        found += check_encoded(call, enc, trace, consistent, base, want)
     if pixels:
         found += _pixel_findings(steps, trace, configs, table, tolerance)
     order = {c: k for k, c in enumerate(REQUEST_CHECKS)}
@@ -371,5 +442,5 @@ def _pixel_findings(steps: Sequence[Step], trace: Trace, configs: dict[int, Prep
     return out
 
 
-__all__ = ["ENGINE_ERROR", "ENGINE_MESSAGES", "INPUT_IDS", "OFFSETS", "REQUEST_CHECKS", "ROWS_INVARIANCE", "RequestFinding", "check_encoded", "check_of_message", "check_pixels",
-           "check_prepared", "explain_rows", "in_force", "judge"]
+__all__ = ["ENGINE_ERROR", "ENGINE_MESSAGES", "INPUT_IDS", "OFFSETS", "REQUEST_CHECKS", "ROWS_INVARIANCE", "RequestFinding", "check_encoded", "checkpoint_grid", "check_of_message", "check_pixels",
+           "check_prepared", "explain_rows", "in_force", "judge", "same_bits", "split_rows"]

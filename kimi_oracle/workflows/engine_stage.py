@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.defaults import start_timeout
 from kimi_oracle.core.files import atomic_write_text, write_json
 from kimi_oracle.fuzzers.engine_sandbox import IsolatedEngine
 from kimi_oracle.fuzzers.scenario_fuzz import ScenarioFuzzOptions, ScenarioRun, fuzz_engine
@@ -21,9 +22,12 @@ from kimi_oracle.results.scenario_report import scenario_junit_cases, scenario_s
 
 
 def run_scenarios(spec: str, config: PreprocessConfig, options: ScenarioFuzzOptions, out_dir: Path | None,
-                  case_timeout_s: float = 60.0) -> tuple[ScenarioRun, dict[str, Any]]:
-    """The engine (isolated) on `options.examples` scenarios; findings under out_dir/findings."""
-    with IsolatedEngine(spec, config, timeout_s=max(case_timeout_s, 1.0)) as runner:
+                  case_timeout_s: float = 60.0, memory_limit_mb: int | None = None
+                  ) -> tuple[ScenarioRun, dict[str, Any]]:
+    """The engine (isolated, confined, under `memory_limit_mb`) on `options.examples` scenarios,
+    within `options.budget_s`; findings under out_dir/findings."""
+    with IsolatedEngine(spec, config, timeout_s=max(case_timeout_s, 1.0), memory_limit_mb=memory_limit_mb,
+                        start_timeout_s=start_timeout(options.budget_s)) as runner:
         run = fuzz_engine(runner, config, options, out_dir=out_dir)
     summary = {**run.summary(), "profile": config.name, "mixed_configs": options.mixed_configs,
                "pixels": options.pixels, "tolerance": options.tolerance}
@@ -43,10 +47,10 @@ def write_outputs(spec: str, summary: dict[str, Any], findings: Sequence[Any], j
 
 
 def engine_stage(spec: str, config: PreprocessConfig, out: Path, options: ScenarioFuzzOptions,
-                 case_timeout_s: float = 60.0) -> dict[str, Any]:
+                 case_timeout_s: float = 60.0, memory_limit_mb: int | None = None) -> dict[str, Any]:
     """The scenario stage into `out`: its summary with a verdict (`pass`, `fail`, `interrupted`)."""
     out.mkdir(parents=True, exist_ok=True)
-    run, summary = run_scenarios(spec, config, options, out, case_timeout_s)
+    run, summary = run_scenarios(spec, config, options, out, case_timeout_s, memory_limit_mb)
     summary["verdict"] = ("interrupted" if run.stopped == "interrupted" else "fail" if run.findings else "pass")
     write_outputs(spec, summary, run.findings, out / "summary.json", out / "junit.xml", out / "summary.md",
                   run.elapsed_s)
