@@ -70,8 +70,11 @@ def register(group: click.Group) -> None:
               metavar="MB", help="Each worker's log (and libFuzzer's) keeps at most its last MB MiB: a chatty "
                                  "candidate cannot fill the disk.")
 @click.option("--engine", "engine_spec", default=None, metavar="SPEC",
-              help="Also fuzz this engine's request layer after the campaign: a scenario stage of --max-examples "
-                   "(default 2000) scenarios, findings under OUT/engine/.")
+              help="Also fuzz this engine's request layer after the workers: a scenario stage of --max-examples "
+                   "(default 2000) scenarios within a quarter of --budget, findings under OUT/engine/ and in "
+                   "the summary, its JUnit and the exit code.")
+@click.option("--engine-scenarios", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Scenarios of the --engine stage (default: --max-examples, else 2000).")
 @interpret_option
 @isolation_options
 def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | None, planner_sizes: int,
@@ -79,7 +82,7 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
             corpus_dir: Path | None, db_dir: Path | None, engines: str, shard: str, jobs: int,
             case_timeout: float, tolerance: str, seed: int | None, fixed_config: bool,
             memory_limit_mb: int | None, max_findings: int, max_examples: int | None, no_shrink: bool,
-            log_limit_mb: float, engine_spec: str | None = None) -> int:
+            log_limit_mb: float, engine_spec: str | None = None, engine_scenarios: int | None = None) -> int:
     """Run a time-boxed fuzzing campaign (hypothesis + atheris) against a candidate.
 
     The candidate runs in worker subprocesses: a segfault, abort, out-of-memory kill or hang
@@ -109,6 +112,7 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
             case_timeout_s=float(case_timeout), tolerance=tolerance, seed=seed, vary_config=not fixed_config,
             max_findings=max_findings, memory_limit_mb=memory_limit_mb, max_examples=max_examples,
             shrink=not no_shrink, log_limit_mb=log_limit_mb, planner=planner_spec, planner_sizes=planner_sizes,
+            engine=engine_spec, engine_scenarios=engine_scenarios or max_examples or NIGHTLY_SCENARIOS,
         )
     except ValueError as exc:
         raise _UsageError(str(exc)) from None
@@ -120,11 +124,12 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
     s = result.summary
     _print_result(result)
     # (summary.json and junit.xml carry the planner's results and the campaign's exit code)
-    code = result.exit_code
-    if engine_spec is not None and code in (0, 1):
-        code = max(code, _nightly_engine(engine_spec, config, max_examples or NIGHTLY_SCENARIOS, s.get("seed"),
-                                         tolerance, result.out, case_timeout))
-    raise SystemExit(code)
+    # (and the --engine stage's: its findings are among the campaign's, its exit code counts them)
+    if s.get("request_engine"):
+        from kimi_oracle.cli.engine_fuzz import print_stage
+
+        print_stage(engine_spec, s["request_engine"], click.echo)
+    raise SystemExit(result.exit_code)
 
 
 NIGHTLY_SCENARIOS = 2000
@@ -153,17 +158,6 @@ def _print_result(result: CampaignResult) -> None:
     click.echo(f"{len(s['findings'])} finding(s); stopped: {s['stopped']}; summary: {result.out / 'summary.md'}")
     for line in (s.get("planner") or {}).get("lines") or []:
         click.echo(safe_text(line))  # (the planner's own exception text)
-
-
-def _nightly_engine(spec: str, config, scenarios: int, seed, tolerance: str, out: Path, case_timeout: float) -> int:
-    from kimi_oracle.cli.engine_fuzz import print_stage
-    from kimi_oracle.fuzzers.scenario_fuzz import ScenarioFuzzOptions
-    from kimi_oracle.workflows.engine_stage import engine_stage
-
-    summary = engine_stage(spec, config, out / "engine",
-                           ScenarioFuzzOptions(examples=scenarios, seed=seed, tolerance=tolerance), case_timeout)
-    print_stage(spec, summary, click.echo)
-    return EXIT_OK if summary["verdict"] == "pass" else EXIT_FINDINGS
 
 
 @click.group()

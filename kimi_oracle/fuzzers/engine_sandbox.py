@@ -16,12 +16,14 @@ import pickle
 import shutil
 import signal
 import tempfile
+import time
 from typing import Any, Sequence
 
 import torch
 from PIL import Image
 
 from kimi_oracle.core import memory, wire
+from kimi_oracle.core.activity import Activity
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.defaults import START_TIMEOUT_S
 from kimi_oracle.core.errors import CandidateError
@@ -181,6 +183,7 @@ class IsolatedEngine(Started):
         self.configurable = False
         self.description = ""
         self.restarts = -1
+        self.activity = Activity()  # spans in which the executor worked on a request (or was waited for)
 
     def start(self) -> None:
         """Start the executor; CandidateError when the engine cannot be loaded or made (its import
@@ -249,12 +252,15 @@ class IsolatedEngine(Started):
 
     def _call(self, msg: tuple) -> Any:
         self.start()
+        sent = time.monotonic()
         self._conn.send_bytes(pickle.dumps(msg))
         try:
             reply = self._receive(self.timeout_s)
         except KeyboardInterrupt:  # the answer would be read as the next call's: end the executor
             self._kill()
             raise
+        finally:
+            self.activity.add(sent, time.monotonic())
         if reply[0] == "error":
             raise CandidateError(str(reply[1]))
         if reply[0] == "raised":

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from kimi_oracle.core.activity import Activity
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.defaults import start_timeout
 from kimi_oracle.core.files import atomic_write_text, write_json
@@ -22,12 +23,16 @@ from kimi_oracle.results.scenario_report import scenario_junit_cases, scenario_s
 
 
 def run_scenarios(spec: str, config: PreprocessConfig, options: ScenarioFuzzOptions, out_dir: Path | None,
-                  case_timeout_s: float = 60.0, memory_limit_mb: int | None = None
+                  case_timeout_s: float = 60.0, memory_limit_mb: int | None = None, activity: Activity | None = None
                   ) -> tuple[ScenarioRun, dict[str, Any]]:
     """The engine (isolated, confined, under `memory_limit_mb`) on `options.examples` scenarios,
-    within `options.budget_s`; findings under out_dir/findings."""
-    with IsolatedEngine(spec, config, timeout_s=max(case_timeout_s, 1.0), memory_limit_mb=memory_limit_mb,
-                        start_timeout_s=start_timeout(options.budget_s)) as runner:
+    within `options.budget_s`; findings under out_dir/findings (`activity`: the spans in which the
+    engine's process worked, added to it)."""
+    runner = IsolatedEngine(spec, config, timeout_s=max(case_timeout_s, 1.0), memory_limit_mb=memory_limit_mb,
+                            start_timeout_s=start_timeout(options.budget_s))
+    if activity is not None:
+        runner.activity = activity
+    with runner:
         run = fuzz_engine(runner, config, options, out_dir=out_dir)
     summary = {**run.summary(), "profile": config.name, "mixed_configs": options.mixed_configs,
                "pixels": options.pixels, "tolerance": options.tolerance}
@@ -47,10 +52,11 @@ def write_outputs(spec: str, summary: dict[str, Any], findings: Sequence[Any], j
 
 
 def engine_stage(spec: str, config: PreprocessConfig, out: Path, options: ScenarioFuzzOptions,
-                 case_timeout_s: float = 60.0, memory_limit_mb: int | None = None) -> dict[str, Any]:
+                 case_timeout_s: float = 60.0, memory_limit_mb: int | None = None,
+                 activity: Activity | None = None) -> dict[str, Any]:
     """The scenario stage into `out`: its summary with a verdict (`pass`, `fail`, `interrupted`)."""
     out.mkdir(parents=True, exist_ok=True)
-    run, summary = run_scenarios(spec, config, options, out, case_timeout_s, memory_limit_mb)
+    run, summary = run_scenarios(spec, config, options, out, case_timeout_s, memory_limit_mb, activity)
     summary["verdict"] = ("interrupted" if run.stopped == "interrupted" else "fail" if run.findings else "pass")
     write_outputs(spec, summary, run.findings, out / "summary.json", out / "junit.xml", out / "summary.md",
                   run.elapsed_s)

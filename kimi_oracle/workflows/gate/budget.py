@@ -11,6 +11,8 @@ PLANNER_SHARE = 0.2
 PERF_SHARE = 0.3
 # Kept for the invariance stage, which runs after fuzzing (a few batches, each run ~10 times).
 INVARIANCE_SHARE = 0.05
+# Kept for the engine stage (`--engine`), which runs after the invariances and before the timing.
+ENGINE_SHARE = 0.2
 # With a baseline, the fuzz stage's budget: NEW and OLD fuzzed in lockstep (one draw, one image
 # and one reference run per example, both candidates at work on it at once) get this share; the
 # rest goes to judging every failing input on the other side (an attribution per differing output).
@@ -42,6 +44,7 @@ class Budget:
     total_s: float
     t0: float
     with_baseline: bool = False
+    with_engine: bool = False
 
     def elapsed_s(self) -> float:
         """Seconds since the gate started."""
@@ -57,7 +60,13 @@ class Budget:
 
     def fuzz_s(self) -> float:
         """The fuzz stage's budget: what is left less the timing's and the invariances' shares."""
-        return self.total_s - self.elapsed_s() - self.perf_s() - INVARIANCE_SHARE * self.total_s
+        return (self.total_s - self.elapsed_s() - self.perf_s() - INVARIANCE_SHARE * self.total_s
+                - (ENGINE_SHARE * self.total_s if self.with_engine else 0.0))
+
+    def engine_s(self) -> float:
+        """The engine stage's time: what is left less the timing's share (its ENGINE_SHARE was kept
+        from the fuzz stage)."""
+        return max(self.left_s() - self.perf_s(), 0.0)
 
     def fuzz_overhead_s(self, overhead_so_far_s: float) -> float:
         """The harness time left for fuzzing, given the harness time spent so far (OVERHEAD_AIM

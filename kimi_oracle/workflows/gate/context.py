@@ -85,8 +85,10 @@ class GateContext:
         self.seed = options.seed if options.seed is not None else fresh_seed()
         self.interrupted = False  # Ctrl-C or SIGTERM arrived: the running stage is an error
         self.hung: dict[str, str] = {}  # mode class -> golden case NEW timed out on
+        self.engine_activity = Activity()  # the --engine stage's engine process at work (or waited for)
         # from now until Gate.run() starts the clock again
-        self.budget = Budget(options.budget_s, time.monotonic(), with_baseline=self.old is not None)
+        self.budget = Budget(options.budget_s, time.monotonic(), with_baseline=self.old is not None,
+                             with_engine=options.engine is not None)
 
     def candidate(self, side: str) -> IsolatedCandidate:
         """NEW (`side` "new") or OLD ("old")."""
@@ -116,7 +118,7 @@ class GateContext:
         """Wall-clock seconds (within `window`) in which a candidate's process worked or was
         waited for, or (with `reference`) the reference ran: the union of their spans."""
         return union_seconds(self.new.activity, self.old.activity if self.old is not None else None,
-                             self.clock.reference if reference else None, window=window)
+                             self.clock.reference if reference else None, self.engine_activity, window=window)
 
     def overhead(self, t0: float, t1: float) -> float:
         """The harness's time within [t0, t1]: the seconds in which no candidate's process worked

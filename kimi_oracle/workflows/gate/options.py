@@ -55,6 +55,11 @@ class GateOptions:
     known_path: Path | None = None
     write_known_path: Path | None = None
     strict: bool = False
+    # `--engine SPEC`: its request layer fuzzed on `engine_scenarios` scenarios (within the
+    # budget's engine share; `mixed_configs` varies mean, std and background too): any finding fails.
+    engine: str | None = None
+    engine_scenarios: int = 500
+    mixed_configs: bool = False
     # Library callers and tests: only the golden cases this accepts run (golden.CaseFilter).
     golden_select: Callable[[Any], bool] | None = None
 

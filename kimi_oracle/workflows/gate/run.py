@@ -184,7 +184,8 @@ class Gate:
         started = utc_now()
         t0 = time.monotonic()
         budget = self.ctx.options.budget_s
-        self.ctx.budget = Budget(budget, t0, with_baseline=self.ctx.old is not None)
+        self.ctx.budget = Budget(budget, t0, with_baseline=self.ctx.old is not None,
+                                 with_engine=self.ctx.options.engine is not None)
         try:
             self.start()
             with self.ctx.clock.reference_timed(), one_torch_thread():

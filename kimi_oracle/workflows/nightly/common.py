@@ -73,6 +73,10 @@ class CampaignOptions:
     # --planner SPEC: validated before any worker starts, fuzzed after them (workflows.nightly_planner)
     planner: str | None = None
     planner_sizes: int = 200_000
+    # --engine SPEC: its request layer fuzzed after the workers, within the budget's engine share
+    # (workflows.nightly_engine), in the summary, JUnit and exit code
+    engine: str | None = None
+    engine_scenarios: int = 2000
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)

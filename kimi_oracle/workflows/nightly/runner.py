@@ -22,7 +22,7 @@ from kimi_oracle.core.errors import (
     EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, KimiOracleError,
 )
 from kimi_oracle.core.files import utc_now
-from kimi_oracle.workflows import nightly_planner
+from kimi_oracle.workflows import nightly_engine, nightly_planner
 from kimi_oracle.workflows.nightly.common import (
     CampaignOptions, CampaignResult, DiskFullError, LOCK_NAME, OutInUseError, _count_db, _os_error,
     atheris_available, derive_seed,
@@ -178,6 +178,7 @@ class _Campaign:
     workers: list[_Worker] = field(default_factory=list)
     config: PreprocessConfig | None = None
     planner_info: dict[str, Any] | None = None
+    request_info: dict[str, Any] | None = None  # the --engine stage's summary (workflows.nightly_engine)
 
 
 def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[str]) -> CampaignResult:
@@ -188,10 +189,21 @@ def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[s
     try:
         work = _prepare(opts, run)
         _run_phases(opts, run, work, say)
+        kept = opts.budget_s - nightly_engine.worker_budget(opts.budget_s, opts.engine)  # (the engine stage's)
         if opts.planner is not None and not run.errors and run.config is not None:
-            left = max(opts.budget_s - (time.monotonic() - run.started), opts.case_timeout_s)
+            left = max(opts.budget_s - kept - (time.monotonic() - run.started), opts.case_timeout_s)
             run.planner_info = nightly_planner.run(opts.planner, opts.planner_sizes, run.config, run.seed,
                                                    opts.vary_config, opts.out, opts.case_timeout_s, left)
+        if opts.engine is not None and not run.errors and run.config is not None:
+            left = opts.budget_s - (time.monotonic() - run.started)
+            try:
+                run.request_info = nightly_engine.run(opts.engine, run.config, opts.out, opts.engine_scenarios,
+                                                     run.seed, opts.tolerance, opts.case_timeout_s, opts.memory_limit_mb,
+                                                     left)
+            except KimiOracleError as exc:  # the engine cannot be loaded or made: said in the summary
+                run.errors.append(f"engine {opts.engine}: {exc}")
+            if nightly_engine.interrupted(run.request_info):
+                raise KeyboardInterrupt
     except KeyboardInterrupt:
         run.stopped = "interrupted"
         say("interrupted: stopping workers and writing the summary")
@@ -219,6 +231,9 @@ def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[s
         summary["notes"] = notes + summary.get("notes", [])
         if run.planner_info is not None:
             summary["planner"] = run.planner_info
+        if run.request_info is not None:
+            summary["request_engine"] = run.request_info
+            summary["findings"] += nightly_engine.finding_entries(run.request_info)
         code = _exit_code(summary, run.stopped, run.planner_info)
         summary["exit_code"] = code
         try:
@@ -259,7 +274,8 @@ def _prepare(opts: CampaignOptions, run: _Campaign) -> Path:
 
 def _run_phases(opts: CampaignOptions, run: _Campaign, work: Path, say: Callable[[str], None]) -> None:
     """Launch the planned workers phase by phase, each phase waited for."""
-    phases = plan_jobs(run.engines, opts.jobs, opts.budget_s) if run.engines and not run.errors else []
+    budget_s = nightly_engine.worker_budget(opts.budget_s, opts.engine)  # (less the --engine stage's share)
+    phases = plan_jobs(run.engines, opts.jobs, budget_s) if run.engines and not run.errors else []
     index = 0
     for phase in phases:
         batch = []

@@ -11,7 +11,7 @@ from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
 from kimi_oracle.core.text import safe_text
 from kimi_oracle.oracle.checks import FINDING_KINDS, INVARIANCE
-from kimi_oracle.workflows import nightly_planner
+from kimi_oracle.workflows import nightly_engine, nightly_planner
 from kimi_oracle.results.report import (
     JUnitCase, junit_cases_for, root_cause_junit, root_cause_markdown, root_cause_rows, write_junit,
 )
@@ -288,6 +288,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         out += ["", "Reproduce one: `kimi-oracle repro <directory>`."]
     if summary.get("planner"):
         out += ["", "## Planner", ""] + [f"- {safe_text(line)}" for line in summary["planner"].get("lines") or []]
+    out += nightly_engine.markdown(summary.get("request_engine"))
     if summary["errors"]:
         out += ["", "## Harness errors", ""] + [f"- {e}" for e in summary["errors"]]
     notes = list(summary.get("notes") or []) + [n for info in summary["engines"].values() for n in info.get("notes", [])]
@@ -314,9 +315,10 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
 
 def _write_junit(out: Path, summary: dict[str, Any]) -> None:
     cases = root_cause_junit(summary.get("root_causes") or [], "kimi-oracle.nightly")
-    cases += junit_cases_for([{**f, "check": f["kind"]} for f in summary["findings"]], FINDING_KINDS,
-                            classname="kimi-oracle.nightly")
+    cases += junit_cases_for([{**f, "check": f["kind"]} for f in summary["findings"] if f.get("engine") != "requests"],
+                            FINDING_KINDS, classname="kimi-oracle.nightly")  # (the --engine stage's: below)
     cases += nightly_planner.junit_cases(summary.get("planner"))
+    cases += nightly_engine.junit_cases(summary.get("request_engine"))
     for err in summary["errors"]:
         cases.append(JUnitCase("harness", "kimi-oracle.nightly", error=err, details=err))
     if summary.get("stopped") == "interrupted":
