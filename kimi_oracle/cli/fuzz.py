@@ -79,7 +79,8 @@ from kimi_oracle.oracle.kinds import FINDING_KINDS, failing
               help="Hypothesis example database (default OUT/hypothesis-db; failures replay first).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write a machine-readable summary here (its `time`: seconds in the candidate, the "
-                   "reference, diagnosis, shrinking, writing and the harness).")
+                   "reference, diagnosis, shrinking, writing and the harness; its `cpu`: CPU seconds of this "
+                   "process and of the candidate's, per example, and their ratio).")
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write JUnit XML (one test case per check) here.")
 @click.option("--max-images", type=click.IntRange(1, 16), default=3, show_default=True,
@@ -234,6 +235,10 @@ def _print_fuzz_run(run: Any, summary: dict[str, Any], planner_report: Any, spec
     footer = (f"{run.examples} examples ({run.calls} runs incl. shrinking, {run.rejected} rejected) in "
               f"{run.elapsed_s:.1f} s; seed {run.seed}; stopped: {run.stopped}; "
               f"{len(run.findings)} finding(s)" + (f" under {out_dir / 'findings'}" if run.findings else ""))
+    cpu = getattr(run, "cpu", None) or {}
+    if cpu.get("ratio") is not None:
+        footer += (f"; CPU per example: oracle {cpu['oracle_ms_per_example']:.2f} ms, candidate "
+                   f"{cpu['candidate_ms_per_example']:.2f} ms (ratio {cpu['ratio']:.2f})")
     print_findings_table(f"kimi-oracle fuzz: {spec} vs reference ({config.describe()}, "
                          f"tolerance {tolerance}, config variation {'off' if fixed_config else 'on'})",
                          run.findings, FINDING_KINDS, run.first_found, footer, strict)

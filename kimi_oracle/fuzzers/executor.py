@@ -147,7 +147,8 @@ def _serve(conn: Any, spec: str, fault_path: str, memory_limit_mb: int | None, w
             reply = reply[0]
         # Every answer carries the span this process worked on it (time.monotonic is one
         # system-wide clock): the gate's overhead is the time no candidate and no reference works.
-        conn.send((reply, (began, time.monotonic())))
+        # (and this process's CPU seconds so far: the fuzzer's CPU split, `IsolatedCandidate.cpu_s`)
+        conn.send((reply, (began, time.monotonic(), time.process_time())))
 
 
 def _load(conn: Any, spec: str, load_spec: str) -> Candidate | None:

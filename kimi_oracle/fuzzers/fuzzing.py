@@ -45,6 +45,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import resource
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,6 +150,7 @@ def _fuzz(candidate: Candidate | str, config: PreprocessConfig, options: FuzzOpt
         # fuzz(): finding folders are written by a background thread while the run goes on
         engine.publisher = Publisher(engine.clock, options.db_dir, options.diagnosis_share, background=True)
     run, publisher = engine.run, engine.publisher
+    cpu0 = (_own_cpu_s(), getattr(candidate, "cpu_s", None))
     try:
         with publisher.times.reference_timed(reference):
             abort = _search_and_settle(engine, partner, options)
@@ -156,12 +158,30 @@ def _fuzz(candidate: Candidate | str, config: PreprocessConfig, options: FuzzOpt
         publisher.writer.close()  # every queued folder is written (or its error raised) before the run ends
     run.elapsed_s = engine.clock() - engine.start  # (the last writes included)
     run.time = publisher.times.to_dict(getattr(engine.candidate, "activity", None))
+    run.cpu = cpu_report(_own_cpu_s() - cpu0[0], None if cpu0[1] is None else candidate.cpu_s - cpu0[1],
+                         run.examples)
     if abort is not None:
         raise abort.error from None
     if partner is not None:
         partner.run.search_s, partner.run.elapsed_s, partner.run.stopped = run.search_s, run.elapsed_s, run.stopped
         return run, partner.run
     return run
+
+
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # (every thread of this process; no child)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_report(oracle_s: float, candidate_s: float | None, examples: int) -> dict[str, Any]:
+    """The run's CPU split: seconds of the fuzzing process (the oracle: drawing, the reference,
+    comparing, diagnosing, shrinking, writing) and of the candidate's executors (None: the
+    candidate ran in this process), per example, and oracle / candidate."""
+    per = max(examples, 1)
+    return {"oracle_s": round(oracle_s, 3), "candidate_s": None if candidate_s is None else round(candidate_s, 3),
+            "oracle_ms_per_example": round(1e3 * oracle_s / per, 4),
+            "candidate_ms_per_example": None if candidate_s is None else round(1e3 * candidate_s / per, 4),
+            "ratio": round(oracle_s / candidate_s, 4) if candidate_s else None}
 
 
 def _search_and_settle(engine: _Engine, partner: _Engine | None, options: FuzzOptions) -> _HarnessAbort | None:

@@ -138,6 +138,9 @@ class FuzzRun:
     # where the time went (fuzzers.publishing.RunTimes: candidate, reference, diagnosis,
     # shrinking, writing, harness), set at the end of the run
     time: dict[str, Any] = field(default_factory=dict)
+    # CPU seconds of this (the fuzzing) process and of the candidate's executors over the run, per
+    # example and their ratio (`cpu_report`): which of the two bounds the rate
+    cpu: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -179,6 +182,7 @@ class FuzzRun:
             "stopped": self.stopped,
             "started": self.started,
             "time": dict(self.time),
+            "cpu": dict(self.cpu),
             "counts": self.counts(),
             "root_causes": root_cause_rows(self.findings),
             "assume": [full_name(f, v) for f, v in self.options.assume],

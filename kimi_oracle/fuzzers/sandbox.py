@@ -122,6 +122,13 @@ class IsolatedCandidate(Started, Candidate):
         self._accepts: tuple[str, ...] | None = None
         # (mode, alpha class, resample kind, fill stage, background) seen: a behaviour coverage.
         self.behaviours: set[tuple[str, ...]] = set()
+        self._cpu: dict[int, float] = {}  # executor pid -> CPU seconds it reported last
+
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds the candidate's executors reported, all of them together (a call that
+        killed its executor is not counted)."""
+        return sum(self._cpu.values())
 
     @property
     def accepts(self) -> tuple[str, ...]:
@@ -346,7 +353,9 @@ class IsolatedCandidate(Started, Candidate):
             except (EOFError, OSError):
                 call._settle(error=self._capture(self._died))
                 return
-            self.activity.add(*span)
+            self.activity.add(span[0], span[1])
+            if len(span) > 2 and self._proc is not None:  # its CPU so far (each executor counted once)
+                self._cpu[self._proc.pid] = float(span[2])
             call._settle(answer=answer)
         except KeyboardInterrupt:
             call._settle(error=CandidateError(f"candidate {self.spec!r}: interrupted while waiting for its answer"))
