@@ -1,9 +1,11 @@
-"""The reference against its floor (issue 26): Pillow's own resize (or copy) plus one read of the
-pixels, what any implementation of the checkpoint must do at least.
+"""The reference against its floor (issues 26 and 33): Pillow's own resize (or the image as it is)
+read out once, plus one pass writing the float32 output of the right size into a buffer kept
+between calls (as the reference keeps its output slabs): the least any implementation of the
+checkpoint does, its reads and its writes.
 
 Side by side in one process, one thread (`threads=1`), median of 7 per-pair ratios
-(`bench.interleaved_ratio`, the two alternating). Targets: <= 1.5x without resampling, <= 1.1x
-with resampling, <= 3x for RGBA composited on the K3 chessboard.
+(`bench.interleaved_ratio`, the two alternating). Targets (issue 33): <= 1.5x on every case
+without alpha, resampled or not, and <= 2.5x for RGBA composited on the K3 chessboard.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ pytestmark = pytest.mark.targets  # (left out of a plain `kimi-oracle bench`)
 CASES = {
     "rgb-2048x2048-k3": (CaseParams(2048, 2048, "RGB", content="noise", seed=7), "k3", False, 1.5),
     "rgb-4032x3024-k3": (CaseParams(4032, 3024, "RGB", content="noise", seed=4), "k3", False, 1.5),
-    "rgb-4032x3024-k25": (CaseParams(4032, 3024, "RGB", content="noise", seed=4), "k25", True, 1.1),
-    "rgba-1920x1080-k3-chessboard": (CaseParams(1920, 1080, "RGBA", "gradient", "noise", seed=3), "k3", False, 3.0),
+    "rgb-4032x3024-k25": (CaseParams(4032, 3024, "RGB", content="noise", seed=4), "k25", True, 1.5),
+    "rgba-1920x1080-k3-chessboard": (CaseParams(1920, 1080, "RGBA", "gradient", "noise", seed=3), "k3", False, 2.5),
 }
 
 
@@ -38,9 +40,14 @@ def test_reference_near_its_floor(benchmark, case):
     size = (p.new_w, p.new_h)
     assert (img.size != size) == resampled
 
+    # The output's float32 values, (padded height, padded width, 3), kept between calls.
+    kept = np.zeros((p.new_h + p.pad_h, p.new_w + p.pad_w, 3), dtype=np.float32)
+
     def floor():
-        out = img.resize(size, Image.Resampling.BICUBIC) if resampled else img.copy()
-        return np.asarray(out)
+        out = img.resize(size, Image.Resampling.BICUBIC) if resampled else img
+        pixels = np.asarray(out)
+        np.copyto(kept[: p.new_h, : p.new_w], pixels[..., :3], casting="unsafe")  # the one writing pass
+        return kept
 
     def full():
         return reference.preprocess([img], config, threads=1)
