@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "kimi_oracle.cli.check",
     "kimi_oracle.cli.golden",
     "kimi_oracle.cli.nightly",
+    "kimi_oracle.cli.merge",
     "kimi_oracle.cli.bench",
     "kimi_oracle.cli.gate",
     "kimi_oracle.cli.gpu",

@@ -257,8 +257,10 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     """summary.md: what ran, how much, and what was found."""
     out = [f"# kimi-oracle nightly: candidate `{summary['candidate']}`", ""]
     shard = summary.get("shard", {})
-    out.append(f"- profile {summary['profile']}, tolerance {summary['tolerance']}, shard "
-               f"{shard.get('index')}/{shard.get('count')}, {summary['jobs']} job(s), seed {summary['seed']}")
+    where = (f"merged from {len(summary['shards'])} shard(s)" if summary.get("shards") is not None
+             else f"shard {shard.get('index')}/{shard.get('count')}")
+    out.append(f"- profile {summary['profile']}, tolerance {summary['tolerance']}, {where}, "
+               f"{summary['jobs']} job(s), seed {summary['seed']}")
     limit = f", at most {summary['max_examples']} examples per worker" if summary.get("max_examples") else ""
     out.append(f"- {summary['start_time']} → {summary['end_time']} ({summary['elapsed_s']:.0f} s of a "
                f"{summary['budget_s']:.0f} s budget{limit}; stopped: {summary['stopped']})")
@@ -286,6 +288,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
             msg = str(f.get("message", "")).replace("|", "\\|").replace("\n", " ")[:200]
             out.append(f"| {f['kind']} | {f['check']} | {f['engine']} | {msg} | [{f['id']}]({f['path']}) |")
         out += ["", "Reproduce one: `kimi-oracle repro <directory>`."]
+    out += _shards_markdown(summary.get("shards"))
     if summary.get("planner"):
         out += ["", "## Planner", ""] + [f"- {safe_text(line)}" for line in summary["planner"].get("lines") or []]
     out += nightly_engine.markdown(summary.get("request_engine"))
@@ -296,6 +299,18 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         out += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     out.append("")
     return "\n".join(out)
+
+
+def _shards_markdown(shards: list[dict[str, Any]] | None) -> list[str]:
+    """A merged summary's shards (`kimi-oracle merge`): where each came from and what it found."""
+    if not shards:
+        return []
+    out = ["", "## Shards", "", "| folder | shard | seed | stopped | findings | errors | exit |", "|---|---|---|---|---|---|---|"]
+    for s in shards:
+        sh = s.get("shard") or {}
+        out.append(f"| {s['dir']} | {sh.get('index')}/{sh.get('count')} | {s.get('seed')} | {s.get('stopped')} | "
+                   f"{s.get('findings')} | {s.get('errors')} | {s.get('exit_code')} |")
+    return out
 
 
 def write_summary(out: Path, summary: dict[str, Any]) -> None:
