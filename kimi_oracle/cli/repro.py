@@ -13,7 +13,7 @@ from kimi_oracle.cli.differential import (duration_callback, input_form_option, 
                                           tolerance_callback)
 from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT
 from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK, InputError
-from kimi_oracle.core.specs import spec_path
+from kimi_oracle.core.specs import spec_inside, spec_path
 from kimi_oracle.core.text import rich_text, safe_text
 
 
@@ -48,14 +48,14 @@ def repro_cmd(finding: Path, candidate_spec: str | None, tolerance: str | None, 
     if (finding / SCENARIO_FILE).is_file() or finding.name == SCENARIO_FILE:
         from kimi_oracle.cli.engine_fuzz import run_repro
 
-        return run_repro(finding, engine_spec, json_path, case_timeout)
+        return run_repro(finding, engine_spec, json_path, case_timeout, refuse_spec_inside)
     setup_interpret(interpret)
     case, directory = read_case(finding)
     spec = candidate_spec or case.get("candidate")
     if not spec:
         raise InputError("case.json names no candidate; give --candidate", source=str(finding))
     if candidate_spec is None:
-        _refuse_candidate_inside(spec, directory)
+        refuse_spec_inside(spec, directory)
     console = stdout_console()
     origin = "--candidate" if candidate_spec else "recorded in case.json"
     console.print(rich_text(f"candidate: {spec} ({origin})"), highlight=False)
@@ -102,20 +102,16 @@ def _print_still_failing(console: Any, verdict: Any, case: dict[str, Any], spec:
     return f
 
 
-def _refuse_candidate_inside(spec: str, directory: Path) -> None:
-    """A finding folder is untrusted: never import a candidate file that lives inside it."""
+def refuse_spec_inside(spec: str, directory: Path, what: str = "candidate", doc: str = "case.json") -> None:
+    """A finding folder is untrusted: never import a file that lives inside it. The spec is
+    resolved as loading it resolves it (absolute as recorded, or relative to the current
+    directory: `core.specs.spec_inside`), so a relative spec recorded by an older run still replays."""
     target = spec_path(spec)
-    if target is None:
-        return
-    candidates = [Path(target), directory / target]
-    for path in candidates:
-        try:
-            resolved = path.resolve()
-        except OSError:
-            continue
-        if resolved == directory.resolve() or directory.resolve() in resolved.parents:
-            raise InputError(f"case.json names candidate {spec!r}, a file inside the finding folder: refused "
-                             "(a finding folder is untrusted); give --candidate to replay it", source=str(directory))
+    # (and a relative spec naming a file the folder holds: what a crafted folder would plant)
+    planted = target is not None and not Path(target).is_absolute() and (directory / target).exists()
+    if spec_inside(spec, directory) or planted:
+        raise InputError(f"{doc} names {what} {spec!r}, a file inside the finding folder: refused "
+                         f"(a finding folder is untrusted); give --{what} to replay it", source=str(directory))
 
 
 def register(group: click.Group) -> None:

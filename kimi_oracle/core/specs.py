@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ["spec_path", "split_spec"]
+import os
+from pathlib import Path
+
+__all__ = ["absolute_spec", "spec_inside", "spec_path", "split_spec"]
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -17,3 +20,27 @@ def spec_path(spec: str) -> str | None:
     module's name."""
     target, _ = split_spec(spec)
     return target if target.endswith(".py") or "/" in target or "\\" in target else None
+
+
+def absolute_spec(spec: str) -> str:
+    """`spec` with its file path made absolute against the current directory (`c/x.py:fn` ->
+    `/cwd/c/x.py:fn`); other specs as they are. Recorded so in a finding folder, so that a replay
+    from anywhere loads what the run loaded."""
+    target = spec_path(spec)
+    if target is None:
+        return spec
+    return os.path.abspath(target) + spec[len(target):]
+
+
+def spec_inside(spec: str, directory: str | os.PathLike) -> bool:
+    """Whether the file `spec` names, resolved as loading it would resolve it (an absolute path,
+    or a relative one against the current directory), lies inside `directory` (a finding folder:
+    untrusted, never a source of code)."""
+    target = spec_path(spec)
+    if target is None:
+        return False
+    try:
+        resolved, folder = Path(target).resolve(), Path(directory).resolve()
+    except OSError:
+        return False
+    return resolved == folder or folder in resolved.parents

@@ -23,20 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kimi_oracle.core.specs import spec_path
+from kimi_oracle.core.specs import absolute_spec  # noqa: F401 - (its one home is core.specs)
 
 OUTPUT_NAME = "output.log"
 OUTPUT_CAP = 64 << 10  # bytes of a process's output kept in its log
-
-
-def absolute_spec(spec: str) -> str:
-    """`spec` with its file path made absolute (`c/x.py:fn` -> `/cwd/c/x.py:fn`); other specs as
-    they are (`core.specs.spec_path`'s rule)."""
-    target = spec_path(spec)
-    if target is None:
-        return spec
-    path = os.path.abspath(target)
-    return path + spec[len(target):]
 
 
 def confine(directory: str | os.PathLike) -> None:

@@ -13,6 +13,7 @@ from PIL import Image
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.files import utc_now, versions
 from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.core.specs import absolute_spec
 
 FINDING_SCHEMA = "kimi-oracle.finding"
 FINDING_SCHEMA_VERSION = 1
@@ -105,7 +106,8 @@ class Finding:
             "kind": self.kind,
             "message": self.message,
             "engine": self.engine,
-            "candidate": self.candidate,
+            # (a file spec made absolute: a replay from anywhere loads what this run loaded)
+            "candidate": absolute_spec(self.candidate) if self.candidate else self.candidate,
             "tolerance": self.tolerance,
             "profile": self.config.name,
             "config": self.config.to_hf_json(),

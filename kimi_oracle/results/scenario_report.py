@@ -21,14 +21,14 @@ from typing import Any, Mapping, Sequence
 from PIL import Image
 
 from kimi_oracle.core.errors import InputError
-from kimi_oracle.core.files import fsync_dir, to_json, versions
+from kimi_oracle.core.files import fsync_dir, load_json, read_file, to_json, versions
 from kimi_oracle.core.images import lossless_bytes, open_encoded
+from kimi_oracle.core.specs import absolute_spec
 from kimi_oracle.core.text import safe_text
 from kimi_oracle.inputs.scenarios import Scenario
 from kimi_oracle.results.report import JUnitCase
 
 SCENARIO_FILE = "scenario.json"
-_MAX_JSON_BYTES = 16 * 1024 * 1024
 _PNG = b"\x89PNG"
 
 
@@ -55,7 +55,8 @@ class ScenarioFinding:
 
     def to_dict(self, files: Sequence[Mapping[str, str]] = ()) -> dict[str, Any]:
         """The `scenario.json` document."""
-        return {"kind": "scenario", "check": self.check, "message": self.message, "engine": self.engine,
+        # (a file spec made absolute: a replay from anywhere loads what this run loaded)
+        return {"kind": "scenario", "check": self.check, "message": self.message, "engine": absolute_spec(self.engine),
                 "seed": self.seed, "example": self.example, "original_requests": self.original_requests,
                 "scenario": self.scenario.to_dict(), "findings": self.findings, "image_files": list(files),
                 "versions": versions(), **self.extra}
@@ -107,37 +108,67 @@ def write_scenario_finding(out_dir: str | os.PathLike, finding: ScenarioFinding,
     return final
 
 
+# Bounds on an untrusted scenario folder (a fuzzed scenario holds at most 8 requests of 6 images,
+# sides of 40): far above what a run writes, far below what would take a run's time or memory.
+MAX_SCENARIO_BYTES = 4 << 20
+MAX_SCENARIO_REQUESTS = 256
+MAX_SCENARIO_IMAGES = 256
+MAX_SCENARIO_CONFIGS = 64
+MAX_IMAGE_BYTES = 16 << 20
+MAX_IMAGE_PIXELS = 4096 * 4096
+MAX_TOTAL_PIXELS = 4 * 4096 * 4096
+
+
+def _bounded(doc: Any, doc_path: Path) -> None:
+    # The counts a replay would build, refused past the bounds before anything is built.
+    scen = doc.get("scenario") if isinstance(doc, dict) else None
+    if not isinstance(scen, dict):
+        raise InputError("not a scenario finding: no scenario object", source=str(doc_path))
+    for key, cap in (("requests", MAX_SCENARIO_REQUESTS), ("images", MAX_SCENARIO_IMAGES),
+                     ("configs", MAX_SCENARIO_CONFIGS)):
+        items = scen.get(key)
+        if not isinstance(items, list):
+            raise InputError(f"not a scenario finding: scenario.{key} is not a list", source=str(doc_path))
+        if len(items) > cap:
+            raise InputError(f"scenario.json: {len(items)} {key}, more than the {cap} a scenario finding may hold",
+                             source=str(doc_path))
+
+
 def read_scenario(path: str | os.PathLike) -> tuple[dict[str, Any], Scenario, list[Image.Image], Path]:
     """An untrusted finding folder (or its scenario.json): the document, the scenario and its
-    images (plain names inside the folder, their recorded SHA-256); InputError otherwise."""
+    images (plain names inside the folder, their recorded SHA-256); InputError otherwise. Read as
+    case folders are (`core.files`: regular files only, capped, nesting bounded), its counts and
+    pixels bounded (`MAX_SCENARIO_*`, `MAX_*_PIXELS`)."""
     p = Path(path)
     directory = p if p.is_dir() else p.parent
     doc_path = directory / SCENARIO_FILE
     try:
-        raw = doc_path.read_bytes()[:_MAX_JSON_BYTES + 1]
-        if len(raw) > _MAX_JSON_BYTES:
-            raise InputError("scenario.json is too large", source=str(doc_path))
-        doc = json.loads(raw.decode("utf-8"))
+        doc = load_json(doc_path, max_bytes=MAX_SCENARIO_BYTES)
+        _bounded(doc, doc_path)
         scenario = Scenario.from_dict(doc["scenario"])
         entries = doc["image_files"]
-    except InputError:
-        raise
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except InputError as exc:
+        if exc.reason.startswith(("scenario.json", "not a scenario")):
+            raise
+        raise InputError(f"not a scenario finding: {exc.reason}", source=str(doc_path)) from None
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise InputError(f"not a scenario finding: {type(exc).__name__}: {exc}", source=str(doc_path)) from None
     if not isinstance(entries, list) or len(entries) != len(scenario.images):
         raise InputError("scenario.json: image_files do not match the scenario's images", source=str(doc_path))
-    images = []
+    images, total = [], 0
     for entry in entries:
         name = str(entry.get("file", "")) if isinstance(entry, dict) else ""
         if not name or Path(name).name != name or name.startswith("."):
             raise InputError(f"scenario.json: bad image file name {name!r}", source=str(doc_path))
-        try:
-            data = (directory / name).read_bytes()
-        except OSError as exc:
-            raise InputError(f"{name}: cannot be read: {exc.strerror or exc}", source=str(doc_path)) from None
+        data = read_file(directory / name, max_bytes=MAX_IMAGE_BYTES, name=str(directory / name))
         if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
             raise InputError(f"{name}: its SHA-256 is not the recorded one", source=str(doc_path))
-        images.append(open_encoded(data, name=name))
+        img = open_encoded(data, name=name, max_pixels=MAX_IMAGE_PIXELS)
+        total += img.width * img.height
+        if total > MAX_TOTAL_PIXELS:
+            raise InputError(f"scenario.json: its images hold more than {MAX_TOTAL_PIXELS} pixels",
+                             source=str(doc_path))
+        images.append(img)
     return doc, scenario, images, directory
 
 
