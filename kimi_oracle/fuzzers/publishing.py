@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from kimi_oracle.core.activity import Activity, union_seconds
-from kimi_oracle.core.files import write_json
+from kimi_oracle.core.errors import InputError
+from kimi_oracle.core.files import read_file, write_json
 from kimi_oracle.oracle.checks import PIXEL_MISMATCH, Verdict, update_digest
 
 __all__ = ["DIAGNOSIS_FIELDS", "TIME_KEYS", "DiagnosisStore", "Publisher", "RunTimes", "Writer", "code_digest",
@@ -85,11 +86,9 @@ class DiagnosisStore:
     def get(self, key: str) -> dict[str, Any] | None:
         """The stored diagnosis fields, or None (absent, unreadable or not of this shape)."""
         path = self.folder / f"{key}.json"
-        try:
-            if path.stat().st_size > _MAX_STORED_BYTES:
-                return None
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        try:  # (a regular file, capped: a FIFO or a /dev/zero link is passed over unread)
+            data = json.loads(read_file(path, max_bytes=_MAX_STORED_BYTES).decode("utf-8"))
+        except (InputError, ValueError, RecursionError):
             return None
         if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("fields"), dict):
             return None
@@ -232,6 +231,16 @@ class Publisher:
         """Whether the diagnoses have had their share of `budget` (never without either)."""
         return budget is not None and self.share is not None and self.diagnosis_s >= self.share * budget
 
+    @staticmethod
+    def _holds(known: Mapping[str, Any], verdict: Verdict, images: list, config: Any) -> bool:
+        from kimi_oracle.oracle.diagnosis import diagnosis_holds
+        from kimi_oracle.oracle.grouping import image_at_fault
+
+        if verdict.expected is None or verdict.actual is None or not images:
+            return False
+        index = min(image_at_fault(verdict.stats), len(images) - 1)
+        return diagnosis_holds(known, images, config, verdict.actual, verdict.expected, index)
+
     def diagnose(self, verdict: Verdict, images: list, config: Any, case_key: tuple[bytes, tuple[int, ...]],
                  budget: float | None, diagnose: Diagnose) -> dict[str, Any]:
         """The diagnosis fields of a finding: the store's for the same case (`case_key`: the run's
@@ -242,7 +251,9 @@ class Publisher:
             key = DiagnosisStore.key(case_key[0], case_key[1],
                                      (result_digest(verdict.actual), result_digest(verdict.expected)))
             known = self.store.get(key)
-            if known is not None:
+            # A stored diagnosis is a hint anyone may have written: used only once its levels and
+            # its variants' residual are measured again on this result (else diagnosed anew).
+            if known is not None and self._holds(known, verdict, images, config):
                 return known
         if verdict.check == PIXEL_MISMATCH and self.spent(budget):
             fields = diagnose(str(verdict.check), verdict.stats, images, config)  # the levels only

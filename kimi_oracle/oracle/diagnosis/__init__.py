@@ -12,7 +12,7 @@ Magnitudes are in levels: one level is one step of the 8-bit input (`checks.leve
 from __future__ import annotations
 
 from kimi_oracle.core.explanation import EXPLAINED, EXPLANATIONS, PARTLY_EXPLAINED
-from kimi_oracle.oracle.diagnosis.attribution import Attribution, attribute
+from kimi_oracle.oracle.diagnosis.attribution import Attribution, attribute, diagnosis_holds
 from kimi_oracle.oracle.diagnosis.catalogue import (_BY_ID, ALL_MODES, BY_ELIMINATION, BY_ID, CATALOGUE,
                                                     CONVERTED_FIRST, MEANINGS, ROOT_CAUSE_IDS, UNEXPLAINED, RootCause,
                                                     Variant, assumed_steps, full_name, meaning, parse_assumption,
@@ -25,6 +25,7 @@ from kimi_oracle.oracle.diagnosis.search import (BEAM, KEEP_AT_MOST, MAX_STACK, 
 
 __all__ = [
     "ALL_MODES",
+    "diagnosis_holds",
     "BEAM",
     "BY_ELIMINATION",
     "BY_ID",

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.core.errors import CandidateError
+from kimi_oracle.core.errors import CandidateError, KimiOracleError
 from kimi_oracle.core.explanation import EXPLAINED, PARTLY_EXPLAINED
 from kimi_oracle.core.geometry import plan
 from kimi_oracle.core.images import ImageSource, load_images
@@ -26,7 +26,7 @@ from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.core.threads import one_torch_thread
 from kimi_oracle.oracle.candidates import as_result
 from kimi_oracle.oracle.diagnosis.catalogue import (BY_ELIMINATION, BY_ID, CATALOGUE, ROOT_CAUSE_IDS, UNEXPLAINED,
-                                                    assumed_steps, full_name)
+                                                    assumed_steps, full_name, steps_for)
 from kimi_oracle.oracle.diagnosis.levels import LevelSummary, Target, merge
 from kimi_oracle.oracle.diagnosis.search import (GREEDY_RUNS, PAIR_FIRST, RESTARTS, Budget, Explained, OutOfRuns,
                                                  Search, _Option)
@@ -249,6 +249,49 @@ def attribute(
                 break
     return _combined(outcomes, scope, budget, time.perf_counter() - start,
                      tuple(full_name(f, v) for f, v in assume))
+
+
+def _same(a: Any, b: float) -> bool:
+    if a is None:
+        return not np.isfinite(b)
+    return isinstance(a, (int, float)) and not isinstance(a, bool) and bool(np.isclose(float(a), b, rtol=1e-9, atol=0))
+
+
+def diagnosis_holds(fields: Mapping[str, Any], images: Sequence[ImageSource], config: PreprocessConfig, actual: Any,
+                    expected: PreprocessResult, image: int) -> bool:
+    """Whether a stored diagnosis (`findings.finding_diagnosis`'s fields, read back from a cache
+    anyone may write) is what this result's diagnosis is: the candidate's levels measured again
+    from `expected` and `actual` on the image at fault, and its variants applied again to the
+    reference, leaving the residual it states (none, when it says `explained`: the variants
+    reproduce the candidate's bytes). Anything that does not hold, or that cannot be checked (a
+    cause found by elimination, a name this catalogue does not know), is False: the caller
+    diagnoses anew."""
+    att = fields.get("attribution")
+    if not isinstance(att, Mapping) or att.get("assumed") or att.get("images") != [image]:
+        return False
+    names = att.get("variants")
+    if not isinstance(names, list) or not all(isinstance(n, str) and "/" in n for n in names):
+        return False
+    try:
+        pairs = [tuple(n.split("/", 1)) for n in names]
+        decoded = load_images(images)
+        act = as_result(actual)
+        offsets = _offsets(decoded, config, act)
+        lo, hi = offsets[image], offsets[image + 1]
+        target = Target(act.pixel_values[lo:hi], config)
+        before = target.summary(expected.pixel_values[lo:hi])
+        search = Search(decoded, config, [image], {image: target}, (), Budget(2))
+        with one_torch_thread():
+            after = target.summary(search.run(image, steps_for(config, pairs)))  # type: ignore[arg-type]
+    except (KimiOracleError, KeyError, ValueError, IndexError, TypeError, OutOfRuns):
+        return False
+    causes = fields.get("root_causes")
+    families = {family for family, _ in pairs}
+    return (isinstance(causes, list) and set(causes) == families and bool(pairs)
+            and _same(fields.get("max_levels"), before.max_levels) and _same(fields.get("mean_levels"), before.mean_levels)
+            and _same(fields.get("residual_max_levels"), after.max_levels)
+            and _same(fields.get("residual_mean_levels"), after.mean_levels)
+            and (after.differing == 0) == (att.get("explanation") == EXPLAINED))
 
 
 def _combined(outcomes: list[_ImageOutcome], scope: list[int], budget: Budget, seconds: float,

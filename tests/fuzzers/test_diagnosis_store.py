@@ -1,0 +1,74 @@
+"""The diagnosis cache (`<db>-diagnoses/`) is a hint, never a verdict: a forged entry is measured
+again and replaced by the true diagnosis; entries that are FIFOs or /dev/zero links are passed
+over unread, the run going on."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+PLUS_HALF_RANGE = textwrap.dedent("""
+    from kimi_oracle.core.result import PreprocessResult
+    from kimi_oracle.pipelines.reference import preprocess as reference
+
+    def plus_one(images, config):
+        out = reference(images, config)
+        return PreprocessResult(out.pixel_values + 1.0, out.grid_thws)
+""")
+
+
+def _fuzz(tmp_path, out: str) -> tuple[int, dict, str]:
+    # In its own process, bounded: a run that hung on a cache entry would fail here, not hang the suite.
+    proc = subprocess.run([sys.executable, "-m", "kimi_oracle", "fuzz", "--candidate",
+                           f"{tmp_path / 'kernel.py'}:plus_one", "--examples", "2", "--seed", "4", "--fixed-config", "--no-shrink",
+                           "--out", str(tmp_path / out), "--db", str(tmp_path / "db"), "--json", str(tmp_path / f"{out}.json")],
+                          capture_output=True, text=True, timeout=300)
+    doc = json.loads((tmp_path / f"{out}.json").read_text()) if (tmp_path / f"{out}.json").exists() else {}
+    return proc.returncode, doc, proc.stdout + proc.stderr
+
+
+def _pixel(doc: dict) -> dict:
+    return next(f for f in doc["findings"] if f["check"] == "pixel_mismatch")
+
+
+def test_a_forged_diagnosis_is_measured_again(tmp_path):
+    (tmp_path / "kernel.py").write_text(PLUS_HALF_RANGE)
+    code, first, text = _fuzz(tmp_path, "one")
+    assert code == 1, text
+    truth = _pixel(first)
+    assert truth["max_levels"] == 127.5  # +1.0 at std 0.5: half of 255 levels (a hand calculation)
+    store = tmp_path / "db-diagnoses"
+    entries = list(store.glob("*.json"))
+    assert entries
+    for path in entries:  # "explained by normalize-float/float16, 0.4 levels"
+        data = json.loads(path.read_text())
+        data["fields"].update(root_causes=["normalize-float"], max_levels=0.4, mean_levels=0.4, residual_max_levels=0.0,
+                              residual_mean_levels=0.0,
+                              attribution={"root_causes": ["normalize-float"], "explanation": "explained",
+                                           "variants": ["normalize-float/float16"], "images": [0], "assumed": []})
+        path.write_text(json.dumps(data))
+    code, second, text = _fuzz(tmp_path, "two")
+    assert code == 1, text
+    # Every pixel finding keeps its measured levels; none carries the forgery.
+    pixel = [f for f in second["findings"] if f["check"] == "pixel_mismatch"]
+    assert pixel and all(f["max_levels"] == 127.5 for f in pixel)
+    assert not [f for f in pixel if f["root_causes"] == ["normalize-float"]]
+
+
+def test_fifo_and_dev_zero_entries_are_passed_over(tmp_path):
+    (tmp_path / "kernel.py").write_text(PLUS_HALF_RANGE)
+    code, first, text = _fuzz(tmp_path, "one")
+    assert code == 1, text
+    entries = sorted((tmp_path / "db-diagnoses").glob("*.json"))
+    for k, path in enumerate(entries):
+        path.unlink()
+        if k % 2:
+            os.mkfifo(path)
+        else:
+            path.symlink_to("/dev/zero")
+    code, second, text = _fuzz(tmp_path, "two")
+    assert code == 1 and "Traceback" not in text and "MemoryError" not in text, text
+    assert _pixel(second)["max_levels"] == 127.5
