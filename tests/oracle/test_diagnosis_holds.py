@@ -32,3 +32,18 @@ def test_a_true_diagnosis_holds_and_a_forged_one_does_not():
     forged = copy.deepcopy(fields)
     forged["attribution"]["variants"] = ["normalize-float/bfloat16"]
     assert not diagnosis_holds(forged, [img], config, verdict.actual, verdict.expected, 0)
+
+
+def test_an_unexplained_entry_holds_only_with_its_measured_levels():
+    config = PreprocessConfig.profile("k3")
+    img = make_image(CaseParams(30, 20, "RGB", content="noise", seed=5))
+    expected = preprocess([img], config)
+    actual = PreprocessResult(expected.pixel_values + 1.0 / 255, expected.grid_thws)  # no catalogued variant
+    verdict = compare(expected, actual, config, sizes=[img.size])
+    fields = finding_diagnosis("pixel_mismatch", verdict.stats, [img], config, expected=verdict.expected,
+                               actual=verdict.actual)
+    assert fields["root_causes"] == ["unexplained"]
+    assert diagnosis_holds(fields, [img], config, verdict.actual, verdict.expected, 0)
+    forged = copy.deepcopy(fields)
+    forged["max_levels"] = forged["residual_max_levels"] = 0.4
+    assert not diagnosis_holds(forged, [img], config, verdict.actual, verdict.expected, 0)

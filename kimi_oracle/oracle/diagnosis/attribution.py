@@ -260,34 +260,39 @@ def _same(a: Any, b: float) -> bool:
 def diagnosis_holds(fields: Mapping[str, Any], images: Sequence[ImageSource], config: PreprocessConfig, actual: Any,
                     expected: PreprocessResult, image: int) -> bool:
     """Whether a stored diagnosis (`findings.finding_diagnosis`'s fields, read back from a cache
-    anyone may write) is what this result's diagnosis is: the candidate's levels measured again
-    from `expected` and `actual` on the image at fault, and its variants applied again to the
-    reference, leaving the residual it states (none, when it says `explained`: the variants
-    reproduce the candidate's bytes). Anything that does not hold, or that cannot be checked (a
-    cause found by elimination, a name this catalogue does not know), is False: the caller
-    diagnoses anew."""
+    anyone may write) agrees with everything measurable on this result: the candidate's levels
+    measured again from `expected` and `actual` on the image at fault; its variants applied again
+    to the reference, leaving exactly the residual it states (none when it says `explained`: they
+    reproduce the candidate's bytes); its root causes, the variants' families (plus `decoder`
+    found by elimination, or `unexplained` alone with no variant and a residual equal to the
+    levels). What it cannot measure is the search's own claim that no further variant helps:
+    that is taken as the hint it is. False: the caller diagnoses anew."""
     att = fields.get("attribution")
     if not isinstance(att, Mapping) or att.get("assumed") or att.get("images") != [image]:
         return False
     names = att.get("variants")
     if not isinstance(names, list) or not all(isinstance(n, str) and "/" in n for n in names):
         return False
+    pairs = [tuple(n.split("/", 1)) for n in names]
+    applied = [p for p in pairs if p[1] != BY_ELIMINATION]
     try:
-        pairs = [tuple(n.split("/", 1)) for n in names]
         decoded = load_images(images)
         act = as_result(actual)
         offsets = _offsets(decoded, config, act)
         lo, hi = offsets[image], offsets[image + 1]
         target = Target(act.pixel_values[lo:hi], config)
         before = target.summary(expected.pixel_values[lo:hi])
-        search = Search(decoded, config, [image], {image: target}, (), Budget(2))
-        with one_torch_thread():
-            after = target.summary(search.run(image, steps_for(config, pairs)))  # type: ignore[arg-type]
+        after = before
+        if applied:
+            search = Search(decoded, config, [image], {image: target}, (), Budget(2))
+            with one_torch_thread():
+                after = target.summary(search.run(image, steps_for(config, applied)))  # type: ignore[arg-type]
     except (KimiOracleError, KeyError, ValueError, IndexError, TypeError, OutOfRuns):
         return False
     causes = fields.get("root_causes")
-    families = {family for family, _ in pairs}
-    return (isinstance(causes, list) and set(causes) == families and bool(pairs)
+    families = {family for family, _ in pairs} or {UNEXPLAINED}
+    return (isinstance(causes, list) and set(causes) == families
+            and all(p[0] == "decoder" for p in pairs if p[1] == BY_ELIMINATION)
             and _same(fields.get("max_levels"), before.max_levels) and _same(fields.get("mean_levels"), before.mean_levels)
             and _same(fields.get("residual_max_levels"), after.max_levels)
             and _same(fields.get("residual_mean_levels"), after.mean_levels)
