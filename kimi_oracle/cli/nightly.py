@@ -75,6 +75,11 @@ def register(group: click.Group) -> None:
                    "the summary, its JUnit and the exit code.")
 @click.option("--engine-scenarios", type=click.IntRange(min=1), default=None, metavar="N",
               help="Scenarios of the --engine stage (default: --max-examples, else 2000).")
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS|auto",
+              help="Place the --jobs workers on a Ray cluster (auto: join a running one or start a local "
+                   "one); the driver alone writes OUT, --corpus and --db. Needs pip install 'kimi-oracle[ray]'.")
+@click.option("--gpus-per-worker", type=click.FloatRange(min=0), default=None, metavar="N",
+              help="GPUs Ray gives each worker under --ray (default: 1 for the gpu candidate, else 0).")
 @interpret_option
 @isolation_options
 def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | None, planner_sizes: int,
@@ -82,7 +87,8 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
             corpus_dir: Path | None, db_dir: Path | None, engines: str, shard: str, jobs: int,
             case_timeout: float, tolerance: str, seed: int | None, fixed_config: bool,
             memory_limit_mb: int | None, max_findings: int, max_examples: int | None, no_shrink: bool,
-            log_limit_mb: float, engine_spec: str | None = None, engine_scenarios: int | None = None) -> int:
+            log_limit_mb: float, engine_spec: str | None = None, engine_scenarios: int | None = None,
+            ray_address: str | None = None, gpus_per_worker: float | None = None) -> int:
     """Run a time-boxed fuzzing campaign (hypothesis + atheris) against a candidate.
 
     The candidate runs in worker subprocesses: a segfault, abort, out-of-memory kill or hang
@@ -96,6 +102,10 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
     # Both checked before any work (and before torch is imported): --profile with --config, and
     # a bad config file, are usage errors.
     config = resolve_config(profile, config_path)
+    if ray_address is not None:  # (before any work: without Ray, one line saying how to install it)
+        from kimi_oracle.workflows.nightly.ray_runner import import_ray
+
+        import_ray()
     from kimi_oracle.fuzzers.harnesses import parse_shard
     from kimi_oracle.oracle.kinds import Tolerance
     from kimi_oracle.workflows.nightly import CampaignOptions, run_campaign
@@ -120,7 +130,13 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
     click.echo(f"nightly: candidate {candidate}, {config_path or config.name}, "
                f"budget {budget:.0f} s{limit}, engines {','.join(names)}, shard {shard_tuple[0]}/{shard_tuple[1]}, "
                f"jobs {jobs}", err=True)
-    result = run_campaign(options, progress=lambda msg: click.echo(f"  {msg}", err=True))
+    if ray_address is not None:
+        from kimi_oracle.workflows.nightly.ray_driver import run_ray_campaign
+
+        result = run_ray_campaign(options, ray_address, gpus_per_worker,
+                                  progress=lambda msg: click.echo(f"  {msg}", err=True))
+    else:
+        result = run_campaign(options, progress=lambda msg: click.echo(f"  {msg}", err=True))
     s = result.summary
     _print_result(result)
     # (summary.json and junit.xml carry the planner's results and the campaign's exit code)

@@ -56,3 +56,18 @@ def gated(images, config):
         while not os.path.exists(os.path.join(folder, "go")):
             time.sleep(0.005)
     return reference.preprocess(images, config)
+
+
+def dropping_blocking(images, config):
+    """Forgets the last patch row (a finding on every call); while `<events>/block` exists each
+    call waits (after writing `blocked-<pid>`), and goes on once the test removes it."""
+    folder = os.environ.get(EVENTS)
+    if folder:
+        open(os.path.join(folder, "called"), "a").close()
+        block = os.path.join(folder, "block")
+        if os.path.exists(block):
+            open(os.path.join(folder, f"blocked-{os.getpid()}"), "w").close()
+            while os.path.exists(block):
+                time.sleep(0.05)
+    out = reference.preprocess(images, config)
+    return out.pixel_values[:-1], out.grid_thws
