@@ -10,7 +10,8 @@ from typing import Any, Sequence
 import click
 from rich.text import Text
 
-from kimi_oracle.cli.common import interpret_option, isolation_options, profile_options, resolve_config, setup_interpret
+from kimi_oracle.cli.common import (interpret_option, isolation_options, out_dir_callback,
+                                    profile_options, resolve_config, setup_interpret)
 from kimi_oracle.cli.differential import (
     CANDIDATE_HELP,
     STRICT_HELP,
@@ -37,7 +38,7 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".ti
 @profile_options
 @click.option("--tolerance", default="exact", show_default=True, callback=tolerance_callback, help=TOLERANCE_HELP)
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), callback=out_dir_callback,
               default=Path("kimi-oracle-out"), show_default=True, help="Findings go to OUT/findings/<id>/.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None)
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None)

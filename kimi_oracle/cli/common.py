@@ -13,6 +13,27 @@ from kimi_oracle.core.config import PROFILES, PreprocessConfig
 from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT, start_timeout
 
 
+def out_dir_callback(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """An output folder that can be made: refused before any work (exit 2, naming the option)
+    when it, or the nearest of its parents that exists, is not a writable directory (`--out
+    afile/x` failed only after the whole run, as an internal error)."""
+    if value is None:
+        return None
+    probe = Path(value)
+    while not probe.exists():
+        if probe.is_symlink():  # (a dangling link)
+            raise click.BadParameter(f"{value}: {probe} is a link to nothing", ctx=ctx, param=param)
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        where = "is a file" if probe == Path(value) else f"cannot be made: {probe} is a file, not a directory"
+        raise click.BadParameter(f"{value} {where}", ctx=ctx, param=param)
+    if probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
+        raise click.BadParameter(f"{value}: {probe} is not writable", ctx=ctx, param=param)
+    return value
+
+
 def profile_options(func):
     """Add `--profile k3|k25` and `--config FILE` (mutually exclusive)."""
     func = click.option(

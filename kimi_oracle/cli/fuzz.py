@@ -11,6 +11,7 @@ import click
 from kimi_oracle.cli.check import IMAGE_SUFFIXES
 from kimi_oracle.cli.common import (
     interpret_option,
+    out_dir_callback,
     isolation_options,
     parse_duration,
     profile_options,
@@ -73,7 +74,7 @@ from kimi_oracle.oracle.kinds import FINDING_KINDS, failing
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
 @click.option("--fixed-config", is_flag=True,
               help="Use the profile/config as is (default: vary budget, side cap, background, fill stage).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), callback=out_dir_callback,
               default=Path("kimi-oracle-out"), show_default=True, help="Findings go to OUT/findings/<id>/.")
 @click.option("--db", "db_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Hypothesis example database (default OUT/hypothesis-db; failures replay first).")

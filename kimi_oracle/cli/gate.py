@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from kimi_oracle.cli.common import interpret_option, isolation_options, parse_duration, parse_percent, setup_interpret
+from kimi_oracle.cli.common import (interpret_option, isolation_options, out_dir_callback, parse_duration,
+                                    parse_percent, setup_interpret)
 from kimi_oracle.core.config import PROFILES
 from kimi_oracle.workflows.known import DEFAULT_MARGIN_PCT
 
@@ -38,7 +39,8 @@ def register(group: click.Group) -> None:
                    "does not depend on the machine's speed (the budget still bounds the timing).")
 @click.option("--golden-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Golden files to use (default: the installed ones).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("gate-out"),
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), callback=out_dir_callback,
+              default=Path("gate-out"),
               show_default=True, help="Where gate-report.json/.md, findings and diff images go.")
 @click.option("--margin", default=f"{DEFAULT_MARGIN_PCT:g}%", show_default=True, metavar="PCT",
               help="How far a shared root cause's max/mean levels or share of values may grow (beyond OLD, "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kimi_oracle.cli.common import interpret_option, isolation_options, setup_interpret
+from kimi_oracle.cli.common import interpret_option, isolation_options, out_dir_callback, setup_interpret
 from kimi_oracle.core.config import PROFILES
 from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK
 from kimi_oracle.core.text import safe_text
@@ -24,7 +24,8 @@ def _common(func):
                         help="Only these profiles (repeatable; default: all).")(func)
     func = click.option("--golden-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                         help="Directory of the golden files (default: the ones shipped with kimi-oracle).")(func)
-    func = click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    func = click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), callback=out_dir_callback,
+                        default=None,
                         help="Where .obtained files and golden-report.json/.md go (default: "
                              "./kimi-oracle-out/golden; never inside the golden directory).")(func)
     return func

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kimi_oracle.cli.common import (interpret_option, isolation_options, parse_duration, profile_options,
-                                    resolve_config, setup_interpret)
+from kimi_oracle.cli.common import (interpret_option, isolation_options, out_dir_callback, parse_duration,
+                                    profile_options, resolve_config, setup_interpret)
 from kimi_oracle.cli.fuzz import TOLERANCE_HELP
 from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK, KimiOracleError
 from kimi_oracle.core.text import safe_text
@@ -35,7 +35,8 @@ def register(group: click.Group) -> None:
 @click.command()
 @click.option("--budget", default="30m", show_default=True, callback=_duration,
               help="Wall-clock budget of the whole campaign (90s, 30m, 1.5h).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), callback=out_dir_callback,
+              required=True,
               help="Output directory: summary.json, summary.md, junit.xml, findings/.")
 @click.option("--candidate", default="reference", show_default=True,
               help="Candidate spec: reference, gpu, eager, sglang-0.5.23, package.module:function, "

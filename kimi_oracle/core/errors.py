@@ -48,6 +48,22 @@ class CandidateError(KimiOracleError):
     """A candidate spec cannot be loaded, or the candidate returned something unusable."""
 
 
+class WriteError(KimiOracleError, OSError):
+    """A file of ours could not be written (a full disk, the file-size limit, permissions): names
+    the file. An OSError too, so that every handler of a failed write still catches it."""
+
+    _HINTS = {28: "no space left on the device", 27: "over the file-size limit (ulimit -f)",
+              122: "over the disk quota", 13: "permission denied", 30: "a read-only file system"}
+
+    def __init__(self, path: str, exc: OSError):
+        hint = self._HINTS.get(exc.errno or 0) or exc.strerror or str(exc)
+        OSError.__init__(self, exc.errno, f"cannot write {path}: {hint}")
+        self.path = path
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 class AssumptionError(KimiOracleError, ValueError):
     """An assumed step variant (`--assume FAMILY=VARIANT`, a `--known` file's variant) names no
     family or no variant of the diagnosis catalogue."""

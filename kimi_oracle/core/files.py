@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from kimi_oracle.core.errors import InputError
+from kimi_oracle.core.errors import InputError, WriteError
 
 TMP_SUFFIX = ".tmp"
 
@@ -78,14 +78,25 @@ def _write_chunks(fh: Any, data: bytes) -> None:
 
 def _stage(path: Path, data: bytes) -> Path:
     """Write `data` to a fresh temporary file next to `path`, flushed and fsynced."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
+    except WriteError:
+        raise
+    except OSError as exc:
+        raise WriteError(str(path), exc) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             _write_chunks(fh, data)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, _file_mode(path))
+    except OSError as exc:  # (a full disk, the file-size limit: one line naming the file)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, WriteError):
+            raise
+        raise WriteError(str(path), exc) from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from PIL import Image
 
+from kimi_oracle.core.errors import WriteError
 from kimi_oracle.core.files import fsync_dir, to_json
 from kimi_oracle.core.images import RAW_MAGIC, decode, encoded_bytes, pack_raw, read_file, unpack_raw
 from kimi_oracle.results.diffs import diff_image
@@ -122,6 +123,9 @@ def write_finding(out_dir: str | os.PathLike, finding: Finding, *,
                 shutil.rmtree(tmp, ignore_errors=True)
             else:
                 raise
+    except OSError as exc:  # (a full disk, the file-size limit: one line naming the finding)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise exc if isinstance(exc, WriteError) else WriteError(str(final), exc) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

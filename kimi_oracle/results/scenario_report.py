@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from PIL import Image
 
-from kimi_oracle.core.errors import InputError
+from kimi_oracle.core.errors import InputError, WriteError
 from kimi_oracle.core.files import fsync_dir, load_json, read_file, to_json, versions
 from kimi_oracle.core.images import lossless_bytes, open_encoded
 from kimi_oracle.core.specs import absolute_spec
@@ -102,6 +102,9 @@ def write_scenario_finding(out_dir: str | os.PathLike, finding: ScenarioFinding,
             if not final.exists():
                 raise
             shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as exc:  # (a full disk, the file-size limit: one line naming the finding)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise exc if isinstance(exc, WriteError) else WriteError(str(final), exc) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -1,0 +1,40 @@
+"""Where output cannot go, the command says so in one line naming the place, exit 2: `--out` under
+a file, before any work; a file-size limit met while writing a finding, naming the finding."""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+
+import pytest
+
+from cli_run import run_cli
+
+
+@pytest.mark.parametrize("argv", [
+    ["fuzz", "--candidate", "reference", "--examples", "2"],
+    ["fuzz", "--engine", "sglang-0.5.23", "--examples", "2"],
+    ["nightly", "--engines", "hypothesis", "--max-examples", "2", "--budget", "30s"],
+    ["gate", "--engine", "sglang-0.5.23", "--engine-scenarios", "2"],
+    ["golden", "check", "--candidate", "reference"],
+])
+def test_out_under_a_file_is_refused_before_any_work(tmp_path, capsys, argv):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    code, out, err = run_cli(capsys, *argv, "--out", afile / "x")
+    assert code == 2
+    assert "is a file, not a directory" in err and "internal error" not in err
+    assert afile.read_text() == "x"
+
+
+def test_a_file_size_limit_names_the_file(tmp_path):
+    def limit():  # 20 KiB: the first finding's folder does not fit
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20 << 10, 20 << 10))
+
+    proc = subprocess.run([sys.executable, "-m", "kimi_oracle", "fuzz", "--candidate", "eager", "--examples", "3", "--no-shrink",
+                           "--seed", "1", "--out", str(tmp_path / "out")], preexec_fn=limit, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "internal error" not in proc.stderr
+    assert f"cannot write {tmp_path / 'out' / 'findings'}" in proc.stderr and "file-size limit" in proc.stderr
