@@ -9,6 +9,17 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+
+import pytest
+
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.fuzzers.publishing import DiagnosisStore, Publisher, result_digest
+from kimi_oracle.inputs.generators import CaseParams, make_image
+from kimi_oracle.oracle.checks import compare
+from kimi_oracle.oracle.diagnosis import finding_diagnosis
+from kimi_oracle.pipelines.reference import preprocess
 
 PLUS_HALF_RANGE = textwrap.dedent("""
     from kimi_oracle.core.result import PreprocessResult
@@ -34,6 +45,63 @@ def _pixel(doc: dict) -> dict:
     return next(f for f in doc["findings"] if f["check"] == "pixel_mismatch")
 
 
+FORGED = {"root_causes": ["normalize-float"], "max_levels": 0.4, "mean_levels": 0.4, "residual_max_levels": 0.0,
+          "residual_mean_levels": 0.0,
+          "attribution": {"root_causes": ["normalize-float"], "explanation": "explained",
+                          "variants": ["normalize-float/float16"], "images": [0], "assumed": []}}
+CASE_KEY = (b"namespace", (3, 1, 4))
+
+
+def _plus_one_case():
+    config = PreprocessConfig.profile("k3")
+    img = make_image(CaseParams(40, 30, "RGB", content="noise", seed=7))
+    expected = preprocess([img], config)
+    verdict = compare(expected, PreprocessResult(expected.pixel_values + 1.0, expected.grid_thws), config,
+                      sizes=[img.size])
+    key = DiagnosisStore.key(CASE_KEY[0], CASE_KEY[1], (result_digest(verdict.actual), result_digest(verdict.expected)))
+    return config, img, verdict, key
+
+
+def test_a_forged_entry_is_a_hint_diagnosed_anew(tmp_path):
+    config, img, verdict, key = _plus_one_case()
+    publisher = Publisher(lambda: 0.0, tmp_path / "db", share=None)
+    publisher.store.put(key, FORGED)
+    assert publisher.store.get(key) == FORGED  # the forgery is read back: only its check stops it
+    fields = publisher.diagnose(verdict, [img], config, CASE_KEY, None, finding_diagnosis)
+    assert fields["max_levels"] == 127.5  # +1.0 at std 0.5: half of 255 levels (a hand calculation)
+    assert fields["root_causes"] != ["normalize-float"]
+    assert publisher.store.get(key)["max_levels"] == 127.5  # the entry rewritten with the truth
+
+
+def _get_bounded(store: DiagnosisStore, key: str):
+    # In a thread joined with a bound: a read that blocked on a FIFO fails here, not hangs the suite.
+    out: list = []
+    worker = threading.Thread(target=lambda: out.append(store.get(key)), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "reading the entry blocked"
+    return out[0]
+
+
+def test_fifo_and_dev_zero_entries_are_passed_over_unread(tmp_path):
+    config, img, verdict, key = _plus_one_case()
+    publisher = Publisher(lambda: 0.0, tmp_path / "db", share=None)
+    entry = publisher.store.folder / f"{key}.json"
+    entry.parent.mkdir(parents=True)
+    os.mkfifo(entry)
+    writer = os.open(entry, os.O_RDWR)  # a writer that never closes: a plain read would wait forever
+    try:
+        assert _get_bounded(publisher.store, key) is None
+    finally:
+        os.close(writer)
+    entry.unlink()
+    entry.symlink_to("/dev/zero")
+    assert _get_bounded(publisher.store, key) is None
+    fields = publisher.diagnose(verdict, [img], config, CASE_KEY, None, finding_diagnosis)  # the run goes on
+    assert fields["max_levels"] == 127.5
+
+
+@pytest.mark.slow
 def test_a_forged_diagnosis_is_measured_again(tmp_path):
     (tmp_path / "kernel.py").write_text(PLUS_HALF_RANGE)
     code, first, text = _fuzz(tmp_path, "one")
@@ -58,6 +126,7 @@ def test_a_forged_diagnosis_is_measured_again(tmp_path):
     assert not [f for f in pixel if f["root_causes"] == ["normalize-float"]]
 
 
+@pytest.mark.slow
 def test_fifo_and_dev_zero_entries_are_passed_over(tmp_path):
     (tmp_path / "kernel.py").write_text(PLUS_HALF_RANGE)
     code, first, text = _fuzz(tmp_path, "one")
