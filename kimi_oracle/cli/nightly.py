@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -104,12 +104,10 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
     # a bad config file, are usage errors.
     config = resolve_config(profile, config_path)
     if ray_address is not None:  # (before any work: without Ray, one line saying how to install it)
-        from kimi_oracle.workflows.nightly.ray_runner import import_ray
-
-        import_ray()
+        _import_ray()
     from kimi_oracle.fuzzers.harnesses import parse_shard
     from kimi_oracle.oracle.kinds import Tolerance
-    from kimi_oracle.workflows.nightly import CampaignOptions, run_campaign
+    from kimi_oracle.workflows.nightly import CampaignOptions
 
     setup_interpret(interpret)
     names = tuple(e.strip() for e in engines.split(",") if e.strip())
@@ -131,13 +129,7 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
     click.echo(f"nightly: candidate {candidate}, {config_path or config.name}, "
                f"budget {budget:.0f} s{limit}, engines {','.join(names)}, shard {shard_tuple[0]}/{shard_tuple[1]}, "
                f"jobs {jobs}", err=True)
-    if ray_address is not None:
-        from kimi_oracle.workflows.nightly.ray_driver import run_ray_campaign
-
-        result = run_ray_campaign(options, ray_address, gpus_per_worker,
-                                  progress=lambda msg: click.echo(f"  {msg}", err=True))
-    else:
-        result = run_campaign(options, progress=lambda msg: click.echo(f"  {msg}", err=True))
+    result = _run(options, ray_address, gpus_per_worker)
     s = result.summary
     _print_result(result)
     # (summary.json and junit.xml carry the planner's results and the campaign's exit code)
@@ -150,6 +142,26 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
 
 
 NIGHTLY_SCENARIOS = 2000
+
+
+def _import_ray() -> None:
+    from kimi_oracle.workflows.nightly.ray_runner import import_ray
+
+    import_ray()
+
+
+def _run(options: Any, ray_address: str | None, gpus_per_worker: float | None) -> CampaignResult:
+    """The campaign on this machine, or with its workers on the Ray cluster at `ray_address`."""
+    def say(msg: str) -> None:
+        click.echo(f"  {msg}", err=True)
+
+    if ray_address is not None:
+        from kimi_oracle.workflows.nightly.ray_driver import run_ray_campaign
+
+        return run_ray_campaign(options, ray_address, gpus_per_worker, progress=say)
+    from kimi_oracle.workflows.nightly import run_campaign
+
+    return run_campaign(options, progress=say)
 
 
 def _print_result(result: CampaignResult) -> None:

@@ -19,7 +19,7 @@ from kimi_oracle.core.specs import absolute_spec
 from kimi_oracle.workflows.nightly.common import CampaignOptions, CampaignResult, UnknownCheckError, _count_db
 from kimi_oracle.workflows.nightly.processes import _Worker
 from kimi_oracle.workflows.nightly.ray_runner import (
-    POLL_S, connect, default_gpus, import_ray, ray_worker_class, runtime_env_for, snapshot,
+    POLL_S, RayUnavailableError, connect, default_gpus, import_ray, ray_worker_class, runtime_env_for, snapshot,
 )
 from kimi_oracle.workflows.nightly.runner import OutLock, _Campaign, _exit_code, _prepare, plan_jobs
 from kimi_oracle.workflows.nightly.summary import _summarize, finding_entry, write_summary
@@ -105,21 +105,27 @@ def run_ray_campaign(opts: CampaignOptions, address: str, gpus_per_worker: float
     say = progress or (lambda _msg: None)
     opts.out.mkdir(parents=True, exist_ok=True)
     lock = OutLock(opts.out).acquire()
+    # A caller already connected to Ray (a notebook, a benchmark) keeps its connection.
+    owned = not ray.is_initialized()
     try:
         env, spec = runtime_env_for(opts.candidate)
-        joined = connect(ray, address, opts.jobs, env)
+        if not owned and env:
+            raise RayUnavailableError(f"Ray is already connected in this process: a candidate file ({opts.candidate}) "
+                                      f"reaches the workers only through the job's runtime_env {env}")
+        joined = connect(ray, address, opts.jobs, env) if owned else "the Ray connection of the caller"
         say(f"ray: {joined}")
+        gpus = default_gpus(opts.candidate) if gpus_per_worker is None else gpus_per_worker
         try:
-            return _run(ray, opts, spec, default_gpus(opts.candidate) if gpus_per_worker is None else gpus_per_worker,
-                        say, joined)
+            return _run(ray, opts, spec, gpus, say, joined)
         finally:
-            ray.shutdown()
+            if owned:
+                ray.shutdown()
     finally:
         lock.release()
 
 
-def _run(ray: Any, opts: CampaignOptions, spec: str, gpus: float, say: Callable[[str], None],
-         joined: str) -> CampaignResult:
+def _run(ray: Any, opts: CampaignOptions, spec: str, gpus: float,
+         say: Callable[[str], None], joined: str) -> CampaignResult:
     from kimi_oracle.core.defaults import fresh_seed
 
     run = _Campaign(started_wall=utc_now(), started=time.monotonic(),
@@ -153,8 +159,8 @@ def _run(ray: Any, opts: CampaignOptions, spec: str, gpus: float, say: Callable[
         return _finish(opts, run, placed, sink, joined)
 
 
-def _place(ray: Any, opts: CampaignOptions, spec: str, gpus: float, engine: str, budget: float, index: int,
-           seed: int, work: Path, shared: tuple[Any, Any]) -> _Placed:
+def _place(ray: Any, opts: CampaignOptions, spec: str, gpus: float, engine: str,
+           budget: float, index: int, seed: int, work: Path, shared: tuple[Any, Any]) -> _Placed:
     from kimi_oracle.workflows.nightly.common import derive_seed
     from kimi_oracle.workflows.nightly.spec import WorkerSpec
 

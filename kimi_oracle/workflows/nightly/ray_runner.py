@@ -55,9 +55,10 @@ def import_ray() -> Any:
 
 
 def connect(ray: Any, address: str, jobs: int, runtime_env: dict[str, Any]) -> str:
-    """Join the cluster at `address`; `auto` joins a running cluster or starts a local one
-    (dashboard off). What was joined, in words."""
-    kwargs = {"runtime_env": runtime_env, "log_to_driver": False, "ignore_reinit_error": True}
+    """Join the cluster at `address` with the job's `runtime_env` (Ray uploads a `working_dir`
+    only at the job level); `auto` joins a running cluster or starts a local one (dashboard
+    off). What was joined, in words."""
+    kwargs = {"log_to_driver": False, "runtime_env": runtime_env or None}
     if address != "auto":
         ray.init(address=address, **kwargs)
         return f"Ray cluster at {address}"
@@ -65,8 +66,7 @@ def connect(ray: Any, address: str, jobs: int, runtime_env: dict[str, Any]) -> s
         ray.init(address="auto", **kwargs)
         return "the running Ray cluster"
     except (ConnectionError, RuntimeError, ValueError):
-        ray.init(num_cpus=max(jobs, os.cpu_count() or 1), include_dashboard=False, _node_ip_address="127.0.0.1",
-                 **kwargs)
+        ray.init(num_cpus=max(jobs, os.cpu_count() or 1), include_dashboard=False, **kwargs)
         return "a local Ray cluster started for this run"
 
 
