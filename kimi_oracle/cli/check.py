@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import click
 from rich.text import Text
 
-from kimi_oracle.cli.common import (interpret_option, isolation_options, out_dir_callback,
+from kimi_oracle.cli.common import (check_outputs, interpret_option, isolation_options, out_dir_callback,
                                     profile_options, resolve_config, setup_interpret)
 from kimi_oracle.cli.differential import (
     CANDIDATE_HELP,
@@ -59,6 +59,7 @@ def check_cmd(paths: tuple[Path, ...], candidate_spec: str, profile: str | None,
     from kimi_oracle.core.files import utc_now, versions
     from kimi_oracle.results.report import finding_summary, root_cause_rows
 
+    check_outputs(None, json_path, junit_path)
     config = resolve_config(profile, config_path)
     loaded, errors, skipped = _load(paths)
     setup_interpret(interpret)

@@ -34,6 +34,18 @@ def out_dir_callback(ctx: click.Context, param: click.Parameter, value: Path | N
     return value
 
 
+def check_outputs(out_dir: Path | None, json_path: Path | None, junit_path: Path | None) -> None:
+    """The paths a run writes, checked before it starts (InputError, exit 2, naming the option):
+    `--json afile/x` failed only after the whole run."""
+    from kimi_oracle.core.files import check_writable
+
+    if out_dir is not None:
+        check_writable(out_dir, "--out", directory=True)
+    for option, path in (("--json", json_path), ("--junit", junit_path)):
+        if path is not None and str(path) != "-":
+            check_writable(path, option)
+
+
 def profile_options(func):
     """Add `--profile k3|k25` and `--config FILE` (mutually exclusive)."""
     func = click.option(

@@ -11,6 +11,7 @@ import click
 from kimi_oracle.cli.check import IMAGE_SUFFIXES
 from kimi_oracle.cli.common import (
     interpret_option,
+    check_outputs,
     out_dir_callback,
     isolation_options,
     parse_duration,
@@ -129,7 +130,7 @@ def fuzz_cmd(candidate_spec: str | None, planner_spec: str | None, planner_sizes
     if candidate_spec is None and planner_spec is None:
         raise click.UsageError("give --candidate SPEC, --planner SPEC, --engine SPEC, or a combination")
     config = resolve_config(profile, config_path)
-    _check_outputs(out_dir if candidate_spec is not None else None, json_path, junit_path)
+    check_outputs(out_dir if candidate_spec is not None else None, json_path, junit_path)
     if candidate_spec is None:
         setup_interpret(interpret)
         return _planner_only(planner_spec, planner_sizes, config, seed, fixed_config, json_path, junit_path,
@@ -256,17 +257,6 @@ def _fuzz_exit_code(run: Any, strict: bool, planner_report: Any) -> int:
     failed = failing([f.check for f in run.findings], strict)
     return EXIT_FINDINGS if failed or (planner_report is not None and not planner_report.ok) else EXIT_OK
 
-
-
-def _check_outputs(out_dir: Path | None, json_path: Path | None, junit_path: Path | None) -> None:
-    """The paths a run writes, checked before it starts (InputError, exit 2, naming the option)."""
-    from kimi_oracle.core.files import check_writable
-
-    if out_dir is not None:
-        check_writable(out_dir, "--out", directory=True)
-    for option, path in (("--json", json_path), ("--junit", junit_path)):
-        if path is not None and str(path) != "-":
-            check_writable(path, option)
 
 
 def _run_planner(spec: str, sizes: int | None, config: PreprocessConfig, seed: int | None, fixed_config: bool,

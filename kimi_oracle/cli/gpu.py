@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from kimi_oracle.cli.common import out_dir_callback
 from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK
 
 
@@ -21,7 +22,7 @@ def register(group: click.Group) -> None:
     @click.option("--arch", "arch", default="sm_90,sm_80", show_default=True,
                   help="Comma-separated architectures: sm_90 (H100/H200), sm_80 (A100).")
     @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
-                  help="Folder for build.json and build.md.")
+                  callback=out_dir_callback, help="Folder for build.json and build.md.")
     def build_cmd(arch: str, out: Path) -> int:
         """Compile every specialization the pipeline launches; exit 1 on a compile error, a
         spill, or more than 64 registers per thread."""

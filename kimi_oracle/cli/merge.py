@@ -6,10 +6,13 @@ from pathlib import Path
 
 import click
 
+from kimi_oracle.cli.common import out_dir_callback
+
 
 @click.command("merge")
 @click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              callback=out_dir_callback,
               help="Folder for the merged summary.json, summary.md, junit.xml, findings/, corpus/, hypothesis-db/.")
 @click.option("--allow-mixed", is_flag=True, default=False,
               help="Merge shards of different candidates, profiles, configs or tolerances (said in the notes).")

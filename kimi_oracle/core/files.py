@@ -370,6 +370,8 @@ def check_writable(path: str | os.PathLike, what: str, *, directory: bool = Fals
         if path.is_dir():
             raise InputError(f"{what}: is a directory, not a file", source=str(path))
         folder = path.parent
+        if folder.exists() and not folder.is_dir():
+            raise InputError(f"{what}: cannot be written: {folder} is a file, not a directory", source=str(path))
         if not folder.is_dir():
             raise InputError(f"{what}: the directory {folder} does not exist", source=str(path))
     try:

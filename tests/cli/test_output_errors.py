@@ -18,13 +18,28 @@ from cli_run import run_cli
     ["nightly", "--engines", "hypothesis", "--max-examples", "2", "--budget", "30s"],
     ["gate", "--engine", "sglang-0.5.23", "--engine-scenarios", "2"],
     ["golden", "check", "--candidate", "reference"],
+    ["merge", "SHARD"],
+    ["gpu", "build"],
 ])
 def test_out_under_a_file_is_refused_before_any_work(tmp_path, capsys, argv):
     afile = tmp_path / "afile"
     afile.write_text("x")
+    argv = [str(tmp_path) if a == "SHARD" else a for a in argv]
     code, out, err = run_cli(capsys, *argv, "--out", afile / "x")
     assert code == 2
     assert "is a file, not a directory" in err and "internal error" not in err
+    assert afile.read_text() == "x"
+
+
+@pytest.mark.parametrize("option", ["--json", "--junit"])
+def test_a_report_under_a_file_is_refused_before_any_work(tmp_path, capsys, option):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    image = tmp_path / "img.png"
+    image.write_bytes(b"not read: the check comes first")
+    code, out, err = run_cli(capsys, "check", image, "--candidate", "reference", option, afile / "x")
+    assert code == 2 and "row(s)" not in out  # before any image is checked
+    assert f"{option}: cannot be written: {afile} is a file, not a directory" in err and "internal error" not in err
     assert afile.read_text() == "x"
 
 
