@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "kimi_oracle.cli.bench",
     "kimi_oracle.cli.gate",
     "kimi_oracle.cli.gpu",
+    "kimi_oracle.cli.engines",
 )
 
 

@@ -29,6 +29,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
+from kimi_oracle.adapters.engines import engine_planner, is_engine_spec
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import BackendError, CandidateError, PlanError
 from kimi_oracle.core.geometry import ResizePlan, plan
@@ -111,6 +112,9 @@ def load_planner(spec: str) -> Planner:
         func = getattr(module, attr, None)
         if not callable(func):
             raise CandidateError(f"built-in candidate {spec!r} has no planner ({module_name} defines no {attr}())")
+        return Planner(spec, func, description)
+    if is_engine_spec(spec):  # a real engine's own planner (`sglang`, `transformers@5.23.0`: kimi_oracle.adapters)
+        func, description = engine_planner(spec)
         return Planner(spec, func, description)
     obj = resolve(spec, "planner")
     if not inspect.isroutine(obj) and callable(getattr(obj, "plan", None)):

@@ -1,0 +1,159 @@
+"""The built-in engines (`sglang`, `transformers`, `vllm`): their paths, and the planners taken
+from their own code by name (no code of an engine is copied here).
+
+A spec is `ENGINE[-PATH][@SOURCE]` (`adapters.sources`). So far the adapters provide the
+*planners*, the engines' host-side resize/token functions:
+
+- `sglang`: `sglang/srt/multimodal/processors/kimi_k25.py` `navit_resize_config(width, height,
+  patch_size, merge_kernel_size, in_patch_limit, patch_limit_on_one_side, fixed_output_tokens)`,
+  the one planner both K2.5 and K3 processors call; it returns the engine's dict as is.
+- `transformers`: `transformers/models/kimi_k25/image_processing_kimi_k25.py` `navit_resize(height,
+  width, patch_size, merge_kernel_size, max_patches, max_size_per_side)`, which
+  `Kimi_K25ImageProcessor` calls; it returns padded totals, turned here into pad amounts and a
+  token count `(pad_h / p) * (pad_w / p) / merge^2`. It takes no `fixed_output_tokens`.
+
+`ENGINES` also lists the paths each engine has for candidates and request engines; those not yet
+adapted say so (`adapted`), and a spec naming one is a CandidateError, never a half-loaded run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from kimi_oracle.adapters.loading import load_module, require
+from kimi_oracle.adapters.sources import Tree, locate, split_engine_spec
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import CandidateError
+
+
+@dataclass(frozen=True)
+class EnginePath:
+    """One public path of an engine for Kimi images."""
+
+    name: str  # the spec's `ENGINE-PATH` (or `ENGINE` for the engine's default path)
+    role: str  # "planner", "candidate", "request engine"
+    file: str  # inside the package
+    function: str
+    adapted: bool
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A built-in engine: its import package, the releases its adapter knows, its paths."""
+
+    name: str
+    package: str
+    known: tuple[str, ...]
+    paths: tuple[EnginePath, ...]
+
+
+_SG_K25 = "srt/multimodal/processors/kimi_k25.py"
+_TF_K25 = "models/kimi_k25/image_processing_kimi_k25.py"
+ENGINES = {
+    "sglang": Engine("sglang", "sglang", ("0.5.23",), (
+        EnginePath("sglang", "planner", _SG_K25, "navit_resize_config", True),
+        EnginePath("sglang", "candidate", "srt/multimodal/kimi_k3_image_processing.py",
+                   "prepare_kimi_k3_encoder_inputs (deferred GPU path)", False),
+        EnginePath("sglang-cpu", "candidate", "srt/multimodal/kimi_k3_image_processing.py",
+                   "materialize_kimi_k3_cpu_features (CPU backend)", False),
+        EnginePath("sglang", "request engine", "srt/multimodal/processors/kimi_k3.py", "KimiK3ImageProcessor", False),
+    )),
+    "transformers": Engine("transformers", "transformers", ("5.23.0",), (
+        EnginePath("transformers", "planner", _TF_K25, "navit_resize", True),
+        EnginePath("transformers", "candidate", _TF_K25, "Kimi_K25ImageProcessor", False),
+    )),
+    "vllm": Engine("vllm", "vllm", ("0.33.0",), (
+        EnginePath("vllm", "candidate", "(fused CPU processor: file not located yet)", "-", False),
+        EnginePath("vllm-k3", "candidate", "(K3 processor: file not located yet)", "-", False),
+    )),
+}
+
+
+def is_engine_spec(spec: str) -> bool:
+    """Whether `spec` names a built-in engine: `ENGINE`, `ENGINE-PATH`, either with `@SOURCE`."""
+    name, source = split_engine_spec(spec)
+    return any(name == e or name.startswith(e + "-") for e in ENGINES) and (source is not None or "/" not in name)
+
+
+def _engine(spec: str) -> tuple[Engine, str, str | None]:
+    name, source = split_engine_spec(spec)
+    engine = ENGINES[name.split("-")[0]]
+    return engine, name, source
+
+
+def _path(engine: Engine, name: str, role: str, spec: str) -> EnginePath:
+    found = [p for p in engine.paths if p.name == name and p.role == role]
+    if not found:
+        names = sorted({p.name for p in engine.paths if p.role == role}) or ["none"]
+        raise CandidateError(f"{role} {spec!r}: {engine.name} has no path {name!r} as a {role} (its {role}s: "
+                             f"{', '.join(names)})")
+    if not found[0].adapted:
+        raise CandidateError(f"{role} {spec!r}: {engine.name}'s {found[0].function} in {found[0].file} is not "
+                             f"adapted yet; only its planner is")
+    return found[0]
+
+
+def _sglang_planner(func: Callable[..., Any]) -> Callable[[int, int, PreprocessConfig], Any]:
+    def plan(width: int, height: int, config: PreprocessConfig) -> Any:
+        return func(width=width, height=height, patch_size=config.patch_size,
+                    merge_kernel_size=config.merge_kernel_size, in_patch_limit=config.in_patch_limit,
+                    patch_limit_on_one_side=config.patch_limit_on_one_side,
+                    fixed_output_tokens=config.fixed_output_tokens)
+    return plan
+
+
+def _transformers_planner(func: Callable[..., Any]) -> Callable[[int, int, PreprocessConfig], Any]:
+    def plan(width: int, height: int, config: PreprocessConfig) -> Any:
+        p, m = config.patch_size, config.merge_kernel_size
+        # Kimi_K25ImageProcessor's own arguments: max_patches and size["max_height"] (patches per side).
+        (new_h, new_w), (padded_h, padded_w) = func(
+            height=height, width=width, patch_size=p, merge_kernel_size=m,
+            max_patches=config.in_patch_limit, max_size_per_side=config.patch_limit_on_one_side)
+        return {"new_width": new_w, "new_height": new_h, "pad_width": padded_w - new_w,
+                "pad_height": padded_h - new_h, "num_tokens": (padded_h // p) * (padded_w // p) // (m * m)}
+    return plan
+
+
+_PLANNER_PARAMS = {
+    "sglang": (("width", "height", "patch_size", "merge_kernel_size", "in_patch_limit", "patch_limit_on_one_side",
+                "fixed_output_tokens"), _sglang_planner),
+    "transformers": (("height", "width", "patch_size", "merge_kernel_size", "max_patches", "max_size_per_side"),
+                     _transformers_planner),
+}
+
+
+def load_tree(spec: str) -> tuple[Engine, str, Tree]:
+    """The engine, the spec's path name and the tree a spec names (fetched when a release)."""
+    engine, name, source = _engine(spec)
+    return engine, name, locate(engine.name, engine.package, source)
+
+
+def engine_planner(spec: str) -> tuple[Callable[[int, int, PreprocessConfig], Any], str]:
+    """The planner `(width, height, config) -> plan` of an engine spec and its description."""
+    engine, name, tree = load_tree(spec)
+    path = _path(engine, name, "planner", spec)
+    params, wrap = _PLANNER_PARAMS[engine.name]
+    module = load_module(tree, path.file)
+    func = require(module, tree, path.file, path.function, params, engine.known)
+    return wrap(func), (f"{engine.name} {tree.version or '(unknown version)'} {path.function} "
+                        f"({tree.origin}: {tree.file(path.file)})")
+
+
+def describe_engines() -> list[dict[str, Any]]:
+    """For `kimi-oracle engines`: each engine and path, where it would load from here, or why not."""
+    rows = []
+    for engine in ENGINES.values():
+        try:
+            tree = locate(engine.name, engine.package, None)
+            where, version = str(tree.root), tree.version
+        except CandidateError as exc:
+            where, version = f"not loadable: {exc}", None
+        for path in engine.paths:
+            rows.append({"engine": engine.name, "path": path.name, "role": path.role, "file": path.file,
+                         "function": path.function, "adapted": path.adapted, "loads_from": where,
+                         "version": version, "known_versions": list(engine.known)})
+    return rows
+
+
+__all__ = ["ENGINES", "Engine", "EnginePath", "describe_engines", "engine_planner", "is_engine_spec", "load_tree"]

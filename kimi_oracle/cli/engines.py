@@ -1,0 +1,34 @@
+"""`kimi-oracle engines`: the built-in real engines, their paths, where each would load from."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from kimi_oracle.core.errors import EXIT_OK
+
+
+def register(group: click.Group) -> None:
+    """Attach `engines` to the CLI group."""
+
+    @group.command("engines")
+    @click.option("--json", "as_json", is_flag=True, help="One JSON list instead of the text table.")
+    def engines_cmd(as_json: bool) -> int:
+        """List the built-in engines (sglang, transformers, vllm) and their paths: the file and
+        function each calls, whether it is adapted, the version installed here (ENGINE alone
+        loads it) or why it cannot load. ENGINE@VERSION, @WHEEL or @DIR loads another tree."""
+        from kimi_oracle.adapters.engines import describe_engines
+        from kimi_oracle.adapters.sources import cache_dir
+
+        rows = describe_engines()
+        if as_json:
+            click.echo(json.dumps(rows, indent=1))
+            return EXIT_OK
+        click.echo(f"release cache (ENGINE@VERSION): {cache_dir()}")
+        for row in rows:
+            state = "adapted" if row["adapted"] else "not adapted yet"
+            version = row["version"] or "-"
+            click.echo(f"{row['path']:<14} {row['role']:<15} {row['function']} in {row['file']} [{state}]; "
+                       f"here: {version} from {row['loads_from']}; knows {', '.join(row['known_versions'])}")
+        return EXIT_OK
