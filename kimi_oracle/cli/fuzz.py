@@ -89,6 +89,10 @@ from kimi_oracle.oracle.kinds import FINDING_KINDS, failing
               help="Largest batch drawn.")
 @click.option("--max-side", type=click.IntRange(1, 20000), default=DEFAULT_MAX_SIDE, show_default=True,
               help="Longest side drawn (ratio sizes reach about 4x).")
+@click.option("--photo-sizes", "photo_sizes", type=click.IntRange(0, 10000), default=0, show_default=True,
+              metavar="N", help="Draw N examples at real-photo sizes (one image of 4032x3024 or 3840x2160, "
+              "landscape or portrait, the mode classes in turn: RGB, L, P, RGBA/LA/PA with alpha, ...), one "
+              "generated example in 8 until N are drawn; each costs ~0.1-0.5 s (gate and nightly draw 8 and 32).")
 @click.option("--modes", default=None, metavar="M1,M2", help=f"Restrict modes (default all: {','.join(MODES)}).")
 @click.option("--no-invariance", is_flag=True, help="Skip the batch/subset/permutation/determinism checks "
               "(by default they run on every 4th generated example).")
@@ -107,7 +111,7 @@ def fuzz_cmd(candidate_spec: str | None, planner_spec: str | None, planner_sizes
              budget: str | None, hypothesis_profile: str, seed: int | None, tolerance: str,
              assume: tuple[tuple[str, str], ...], strict: bool, fixed_config: bool, out_dir: Path,
              db_dir: Path | None, json_path: Path | None, junit_path: Path | None, max_images: int, max_side: int, modes: str | None, no_invariance: bool,
-             no_shrink: bool, group_by: str, stop_early: bool, input_form: str | None, interpret: bool | None,
+             photo_sizes: int, no_shrink: bool, group_by: str, stop_early: bool, input_form: str | None, interpret: bool | None,
              case_timeout: float, memory_limit_mb: int | None, engine_spec: str | None = None,
              mixed_configs: bool = False, pixels: bool = False, markdown_path: Path | None = None) -> int:
     """Differential fuzzing of a candidate against the reference; findings written under --out.
@@ -144,6 +148,7 @@ def fuzz_cmd(candidate_spec: str | None, planner_spec: str | None, planner_sizes
     options = FuzzOptions(
         examples=examples, budget_s=budget_s, seed=seed, tolerance=tolerance, vary_config=not fixed_config,
         max_images=max_images, max_side=max_side, modes=mode_list, invariance=not no_invariance,
+        photo_examples=photo_sizes,
         shrink=not no_shrink, hypothesis_profile=hypothesis_profile, split_by_mode=group_by == "mode",
         keep_searching=not stop_early, db_dir=db_dir if db_dir is not None else out_dir / "hypothesis-db",
         assume=assume)

@@ -11,7 +11,8 @@ from PIL import Image
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.fuzzers.options import FuzzOptions
 from kimi_oracle.inputs.draw import RandomSource, derive, draw_fuzz_case, is_tile_example
-from kimi_oracle.inputs.generators import FuzzCase
+from kimi_oracle.inputs.generators import MODES, FuzzCase
+from kimi_oracle.inputs.sizes import PHOTO_EVERY, photo_forced, photo_slot
 from kimi_oracle.oracle.checks import INVARIANCE, Tolerance, Verdict, update_digest
 from kimi_oracle.oracle.diagnosis import finding_diagnosis, full_name
 from kimi_oracle.oracle.grouping import finding_key
@@ -86,16 +87,22 @@ def outcome_digest(verdict: Verdict | None) -> str:
     return h.hexdigest()[:24]
 
 
-def example_source(seed: int, index: int, tile_share: float) -> tuple[RandomSource, bool]:
-    """Generated example `index`'s source of choices, and whether it is a tile-crossing example:
-    the search's and `generated_case`'s one definition."""
+def example_source(seed: int, index: int, tile_share: float, photo_examples: int = 0,
+                   photo_every: int = PHOTO_EVERY, modes: tuple[str, ...] = MODES) -> tuple[RandomSource, bool]:
+    """Generated example `index`'s source of choices, and whether it is a large one (tile-crossing,
+    or a real-photo one: `sizes.photo_slot`): the search's and `generated_case`'s one definition."""
+    slot = photo_slot(index, photo_examples, photo_every)
+    if slot is not None:  # the kind (2), then the photo's kind and size, forced by its slot
+        return RandomSource(derive(seed, index), (2, *photo_forced(slot, tuple(modes)))), True
     tiles = tile_share > 0
     tile = tiles and is_tile_example(index, tile_share)
-    return RandomSource(derive(seed, index), (int(tile),) if tiles else ()), tile
+    forced = (int(tile),) if tiles or photo_examples > 0 else ()
+    return RandomSource(derive(seed, index), forced), tile
 
 
 def generated_case(config: PreprocessConfig, options: FuzzOptions, seed: int, index: int) -> FuzzCase:
     """Generated example `index` of a run with this seed and these options (the search draws
     exactly this case: it depends on nothing else)."""
-    source, _ = example_source(seed, index, options.tile_share)
+    source, _ = example_source(seed, index, options.tile_share, options.photo_examples, options.photo_every,
+                               options.modes)
     return draw_fuzz_case(source, config, options.draw_options())

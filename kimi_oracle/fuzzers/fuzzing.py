@@ -82,7 +82,8 @@ from kimi_oracle.results.report import (Finding, finding_summary,
 from kimi_oracle.fuzzers.budget import _Budget  # noqa: F401
 from kimi_oracle.fuzzers.cases import (_Record, example_source, finding_from,  # noqa: F401
                                        generated_case, outcome_digest)
-from kimi_oracle.fuzzers.options import (COSTLY_FAILURES, DIAGNOSIS_SHARE,  # noqa: F401
+from kimi_oracle.fuzzers.options import (COSTLY_FAILURES, DIAGNOSIS_SHARE, GATE_PHOTO_EXAMPLES,  # noqa: F401
+                                         NIGHTLY_PHOTO_EVERY, NIGHTLY_PHOTO_EXAMPLES,
                                          HYPOTHESIS_PROFILES, INVARIANCE_EVERY,
                                          MAX_COSTLY_SHRINK_STEPS, OVERHEAD_CHECK_S,
                                          OVERHEAD_LAG_S, SEARCH_SHARE,
@@ -254,6 +255,9 @@ __all__ = [
     "FuzzRun",
     "HYPOTHESIS_PROFILES",
     "TILE_SHARE",
+    "GATE_PHOTO_EXAMPLES",
+    "NIGHTLY_PHOTO_EVERY",
+    "NIGHTLY_PHOTO_EXAMPLES",
     "Rejected",
     "fuzz_pair",
     "check_images",

@@ -11,6 +11,7 @@ from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.files import versions
 from kimi_oracle.inputs.draw import DrawOptions
 from kimi_oracle.inputs.generators import MODES
+from kimi_oracle.inputs.sizes import PHOTO_EVERY
 from kimi_oracle.inputs.strategies import DEFAULT_MAX_SIDE
 from kimi_oracle.oracle.checks import FINDING_KINDS, Tolerance
 from kimi_oracle.oracle.diagnosis import full_name, infer_profile
@@ -35,6 +36,14 @@ INVARIANCE_EVERY = 4
 # generated example in 200 is one image with both sides around 256, 512, 1024 or 2048 (±1). Such
 # an example costs as much as many small ones; what this share costs: docs/measurements.md.
 TILE_SHARE = 0.005
+# The real-photo examples (`FuzzOptions.photo_examples`) the gate's fuzz stage draws per side by
+# default: the first eight mode classes of `inputs.sizes.PHOTO_KINDS` (RGB, L, P, RGBA, LA, PA
+# with alpha, CMYK, I;16), 12 Mpx and 4K in turn. Each costs a reference run and a candidate call
+# on a 12 Mpx or 8 Mpx image (~0.1-0.5 s here): a fixed cost, whatever the budget.
+GATE_PHOTO_EXAMPLES = 8
+# ... and each nightly worker, one example in NIGHTLY_PHOTO_EVERY.
+NIGHTLY_PHOTO_EXAMPLES = 32
+NIGHTLY_PHOTO_EVERY = 64
 
 # Failures whose every reproduction costs a killed or restarted candidate process (the sandbox's
 # exception names), and how many shrink steps such a finding gets before its smallest case so far
@@ -71,6 +80,10 @@ class FuzzOptions:
     invariance: bool = True
     invariance_every: int = INVARIANCE_EVERY  # invariances on generated examples i % this == 0
     tile_share: float = 0.0  # share of generated examples that are one tile-crossing image (draw.TILE_SIDES)
+    # Real-photo examples (one image at a 12 Mpx or 4K size, `inputs.sizes.PHOTO_SIZES`, the mode
+    # classes in turn): one generated example in `photo_every`, until `photo_examples` are drawn.
+    photo_examples: int = 0
+    photo_every: int = PHOTO_EVERY
     # Record a digest of each generated example's outcome (FuzzRun.outcomes): the gate compares
     # NEW's and OLD's, example by example, to find every input where they disagree.
     record_outcomes: bool = False
@@ -109,7 +122,7 @@ class FuzzOptions:
         """What each example is drawn from."""
         return DrawOptions(self.vary_config, self.max_images, self.max_side, tuple(self.modes),
                            tuple(self.alpha_patterns) if self.alpha_patterns is not None else None,
-                           tiles=self.tile_share > 0)
+                           tiles=self.tile_share > 0, photos=self.photo_examples > 0)
 
 
 @dataclass
@@ -171,6 +184,7 @@ class FuzzRun:
             "vary_config": self.options.vary_config,
             "invariance_every": self.options.invariance_every if self.options.invariance else None,
             "tile_share": self.options.tile_share,
+            "photo_examples": self.options.photo_examples,
             "examples": self.examples,
             "calls": self.calls,
             "shrink_calls": self.shrink_calls,

@@ -272,7 +272,8 @@ class _Engine(_Budget, _Shrinking, _Settling):
             run.stopped = "overhead"
             return None
         i = run.examples - first
-        source, tile = example_source(run.seed, i, options.tile_share)
+        source, tile = example_source(run.seed, i, options.tile_share, options.photo_examples,
+                                      options.photo_every, options.modes)
         # The example in flight counts as begun: the next one must end within the budget too.
         if self.search_over(self.longest[tile], self.longest[pending["tile"]] if pending else 0.0):
             run.stopped = "budget"

@@ -44,6 +44,7 @@ from kimi_oracle.inputs.generators import (
     vary_config,
 )
 from kimi_oracle.inputs.requests import draw_request
+from kimi_oracle.inputs.sizes import PHOTO_SIZES, photo_kinds
 
 T = TypeVar("T")
 
@@ -463,6 +464,7 @@ class DrawOptions:
     alpha_patterns: tuple[str, ...] | None = None
     contents: tuple[str, ...] = CONTENTS
     tiles: bool = False  # a leading choice says whether the case is a tile-crossing one
+    photos: bool = False  # ... or (its third value) a real-photo one (sizes.PHOTO_SIZES)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "modes", tuple(self.modes))
@@ -483,7 +485,9 @@ def draw_fuzz_case(source: Source, base: PreprocessConfig, options: DrawOptions 
     base's budget and side cap, so that the output is large too). The fast loop forces that
     choice by example index (`RandomSource(..., forced=(1,))`), so that the share is exact.
     """
-    kind = source.integer(0, 1) if options.tiles else 0
+    kind = source.integer(0, 2) if options.photos else source.integer(0, 1) if options.tiles else 0
+    if kind == 2:
+        return _photo_case(source, base, options)
     config = draw_config(source, base, options.vary_config)
     if kind == 1:
         if source.integer(0, 1) == 1:
@@ -507,6 +511,16 @@ def draw_fuzz_case(source: Source, base: PreprocessConfig, options: DrawOptions 
         if patches >= 2:
             config = dataclasses.replace(config, in_patch_limit=source.integer(1, patches - 1))
     return FuzzCase(config, tuple(images))
+
+
+def _photo_case(source: Source, base: PreprocessConfig, options: DrawOptions) -> FuzzCase:
+    """A real-photo case (kind 2): the base config and one image of a PHOTO_SIZES size, its mode
+    and transparency from `sizes.PHOTO_KINDS` (the fast loop forces both by the example's slot:
+    `sizes.photo_forced`), built in memory like the tile-crossing ones."""
+    mode, alpha = choice(source, photo_kinds(options.modes))
+    width, height = choice(source, PHOTO_SIZES)
+    content = choice(source, options.contents)
+    return FuzzCase(base, (CaseParams(width, height, mode, alpha, content, source.integer(0, SEED_MAX), 8),))
 
 
 def is_tile_example(index: int, share: float) -> bool:

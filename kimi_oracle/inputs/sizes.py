@@ -12,6 +12,40 @@ from kimi_oracle.core.config import PreprocessConfig
 
 # Largest side the fuzzers draw by default (ratio sizes reach about four times that).
 DEFAULT_MAX_SIDE = 64
+# Real-photo sizes (`FuzzOptions.photo_examples`): a 12 Mpx phone photo and a 4K frame, each
+# landscape and portrait; the fuzzers' ordinary sizes never reach them (longest side 64).
+PHOTO_SIZES = ((4032, 3024), (3840, 2160), (3024, 4032), (2160, 3840))
+# The (mode, alpha pattern) of the k-th real-photo example, k taken in turn: every mode class, the
+# commonest first (RGB, L, P, then RGBA, LA and PA with transparency).
+PHOTO_KINDS = (("RGB", "opaque"), ("L", "opaque"), ("P", "opaque"), ("RGBA", "gradient"),
+               ("LA", "checker"), ("PA", "gradient"), ("CMYK", "opaque"), ("I;16", "opaque"),
+               ("1", "opaque"), ("RGBA", "opaque"), ("P", "transparent"), ("I", "opaque"),
+               ("F", "opaque"), ("YCbCr", "opaque"), ("LAB", "opaque"), ("I;16B", "opaque"))
+# One generated example in this many is a real-photo one (the k-th at index k * PHOTO_EVERY +
+# PHOTO_EVERY - 1), until a run's `photo_examples` are drawn.
+PHOTO_EVERY = 8
+
+
+def photo_slot(index: int, count: int, every: int = PHOTO_EVERY) -> int | None:
+    """Which real-photo example (k, 0-based) generated example `index` is, or None: example
+    k * every + every - 1 for k < count (a run draws `count` of them at most: a fixed cost)."""
+    every = max(1, int(every))
+    if count <= 0 or index % every != every - 1 or index // every >= count:
+        return None
+    return index // every
+
+
+def photo_forced(slot: int, modes: tuple[str, ...]) -> tuple[int, int]:
+    """The indices (into `photo_kinds(modes)` and PHOTO_SIZES) of real-photo example `slot`: the
+    kinds in turn, the sizes shifted by one each round so every kind meets 12 Mpx and 4K."""
+    kinds = photo_kinds(modes)
+    return slot % len(kinds), (slot + slot // len(kinds)) % len(PHOTO_SIZES)
+
+
+def photo_kinds(modes: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """PHOTO_KINDS of the drawn `modes` (none of them listed: the first mode, opaque)."""
+    kept = tuple(k for k in PHOTO_KINDS if k[0] in modes)
+    return kept or ((modes[0] if modes else "RGB", "opaque"),)
 REAL_WORLD_SIZES = (
     (640, 480),
     (480, 640),

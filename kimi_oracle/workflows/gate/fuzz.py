@@ -41,7 +41,8 @@ def _fuzz_options(ctx: GateContext, examples: int | None, budget_s: float | None
                        # With a baseline no example database: NEW and OLD draw the same cases.
                        db_dir=None if ctx.old is not None else ctx.out_dir / "hypothesis-db",
                        max_side=ctx.options.fuzz_max_side, shrink=ctx.options.fuzz_shrink,
-                       tile_share=ctx.options.tile_share, record_outcomes=ctx.old is not None,
+                       tile_share=ctx.options.tile_share, photo_examples=ctx.options.photo_examples,
+                       record_outcomes=ctx.old is not None,
                        diagnosis_share=None)  # (the verdict reads every finding's root causes)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT_S
-from kimi_oracle.fuzzers.fuzzing import TILE_SHARE
+from kimi_oracle.fuzzers.fuzzing import GATE_PHOTO_EXAMPLES, TILE_SHARE
 from kimi_oracle.workflows.known import DEFAULT_MARGIN_PCT
 
 
@@ -43,6 +43,9 @@ class GateOptions:
     fuzz_max_side: int = 256
     fuzz_examples: int | None = None
     tile_share: float = TILE_SHARE
+    # Real-photo examples of the fuzz stage (fuzzers.fuzzing.GATE_PHOTO_EXAMPLES: 12 Mpx and 4K,
+    # the mode classes in turn, one example in inputs.sizes.PHOTO_EVERY until drawn).
+    photo_examples: int = GATE_PHOTO_EXAMPLES
     fuzz_shrink: bool = True
     # The timing stage: the slowdown that fails, and the interleaved rounds.
     perf_threshold_pct: float = 10.0

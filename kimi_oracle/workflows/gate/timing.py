@@ -6,9 +6,14 @@ import time
 from typing import Any
 
 from kimi_oracle.core import interrupts
+from kimi_oracle.core.errors import InputError
 from kimi_oracle.oracle.candidates import CandidateCrash
+from kimi_oracle.oracle.checks import Verdict, compare
+from kimi_oracle.oracle.grouping import mode_class
+from kimi_oracle.pipelines import reference
 from kimi_oracle.workflows.bench import BENCH_INPUTS, interleaved_ratio
 from kimi_oracle.workflows.gate.context import GateContext
+from kimi_oracle.workflows.gate.observations import crash_check
 from kimi_oracle.workflows.gate.options import Stage
 
 # The stage's place in the gate (workflows.gate.run finds it): its name in the report, its
@@ -60,7 +65,7 @@ def timed(ctx: GateContext, budget_s: float) -> Stage:
     for name in PERF_INPUTS:
         if rows and time.monotonic() > deadline:
             break
-        row = _time_input(ctx, name, clock, limit, deadline, rows)
+        row = _time_input(ctx, name, clock, limit, deadline, rows, stage)
         if row is None:
             stage.details.setdefault("not_timed", []).append(name)
             continue
@@ -69,7 +74,8 @@ def timed(ctx: GateContext, budget_s: float) -> Stage:
             stage.reasons.append(
                 f"performance on {name}: NEW takes {row['ratio']:.2f}x OLD's time "
                 f"(±{row['noise']:.2f}; threshold {limit:.2f}x)")
-    stage.details.update({"threshold_ratio": limit, "inputs": rows})
+    stage.details.update({"threshold_ratio": limit, "inputs": rows,
+                          "outputs_compared": [r["input"] for r in rows if r.get("compared")]})
     stage.status = "fail" if stage.reasons else "pass"
     worst = max(rows, key=lambda r: r["ratio"])
     stage.summary = (f"{len(rows)} inputs timed; worst {worst['input']} at {worst['ratio']:.2f}x "
@@ -78,8 +84,9 @@ def timed(ctx: GateContext, budget_s: float) -> Stage:
 
 
 def _time_input(ctx: GateContext, name: str, clock: _VirtualClock, limit: float, deadline: float,
-                rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """One input's row (None: after the first, it does not fit before `deadline`)."""
+                rows: list[dict[str, Any]], stage: Stage) -> dict[str, Any] | None:
+    """One input's row (None: after the first, it does not fit before `deadline`); an input that
+    is timed has its outputs compared first (`check_outputs`)."""
     spec = BENCH_INPUTS[name]
     images = spec.images()
     config = spec.config()
@@ -101,6 +108,7 @@ def _time_input(ctx: GateContext, name: str, clock: _VirtualClock, limit: float,
     t_pair = time.monotonic() - t_pair
     if rows and t_pair * (ctx.options.perf_rounds + 1) > deadline - time.monotonic():
         return None
+    compared = check_outputs(ctx, name, images, config, stage)
     result = interleaved_ratio(new_fn, old_fn, rounds=ctx.options.perf_rounds, warmup=0, timer=clock)
     retried = False
     if (abs(result["ratio"] - limit) <= max(result["noise"], 0.02)
@@ -114,4 +122,38 @@ def _time_input(ctx: GateContext, name: str, clock: _VirtualClock, limit: float,
     return {"input": name, "description": spec.description, "ratio": result["ratio"],
             "noise": result["noise"], "new_median_s": result["new_median_s"],
             "old_median_s": result["old_median_s"], "rounds": result["rounds"], "retried": retried,
-            "slower": result["ratio"] > limit}
+            "slower": result["ratio"] > limit, "compared": compared}
+
+
+def check_outputs(ctx: GateContext, name: str, images: list[Any], config: Any, stage: Stage) -> bool:
+    """Issue 34: every output the gate computes is compared. NEW's (and OLD's) output on timing
+    input `name` against the reference's, under the gate's tolerance: where NEW's differs and
+    OLD's (with a baseline) does not, a finding of the stage and a reason that fails it. Returns
+    whether the outputs were compared (False: the reference rejects the input)."""
+    interrupts.raise_if_requested()
+    try:
+        expected = reference.preprocess(images, config)
+    except InputError:
+        return False
+    sizes = [img.size for img in images]
+    try:
+        new_verdict = compare(expected, ctx.new(images, config), config, ctx.options.tolerance, sizes=sizes)
+    except CandidateCrash as exc:
+        new_verdict = Verdict(crash_check(exc), str(exc))
+    old_verdict = None
+    if ctx.old is not None:
+        try:
+            old_verdict = compare(expected, ctx.old(images, config), config, ctx.options.tolerance, sizes=sizes)
+        except CandidateCrash as exc:
+            raise BaselineCrash(exc) from exc
+    if new_verdict.ok or (old_verdict is not None and not old_verdict.ok):
+        if not new_verdict.ok:  # both differ: OLD's too, recorded, not failed
+            stage.details.setdefault("differ_on_both", []).append(name)
+        return True
+    stats = new_verdict.stats
+    classes = sorted({mode_class(img) for img in images})
+    ctx.findings.append({"stage": NAME, "check": str(new_verdict.check), "input": name, "mode_classes": classes,
+                         "max_levels": stats.get("max_level_diff"), "mean_levels": stats.get("mean_level_diff"),
+                         "message": new_verdict.message})
+    stage.reasons.append(f"outputs on {name} ({', '.join(classes)}): {new_verdict.check}: {new_verdict.message}")
+    return True

@@ -96,7 +96,8 @@ def _hypothesis_worker(spec: WorkerSpec, status: _Status) -> None:
     after each failure (new seeds, the groups found so far masked), replays the persistent
     database first and keys its findings with `grouping.finding_key`: its findings are reported
     as it wrote them."""
-    from kimi_oracle.fuzzers.fuzzing import TILE_SHARE, FuzzOptions, fuzz
+    from kimi_oracle.fuzzers.fuzzing import (NIGHTLY_PHOTO_EVERY, NIGHTLY_PHOTO_EXAMPLES, TILE_SHARE,
+                                             FuzzOptions, fuzz)
     from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 
     config = _base_config(spec)
@@ -134,7 +135,8 @@ def _hypothesis_worker(spec: WorkerSpec, status: _Status) -> None:
         options = FuzzOptions(examples=max_examples, budget_s=max(deadline - time.monotonic(), 0.0),
                               seed=derive_seed(spec.seed, spec.shard, spec.worker),
                               tolerance=spec.tolerance, vary_config=spec.vary_config,
-                              shrink=spec.shrink, db_dir=Path(spec.db), tile_share=TILE_SHARE)
+                              shrink=spec.shrink, db_dir=Path(spec.db), tile_share=TILE_SHARE,
+                              photo_examples=NIGHTLY_PHOTO_EXAMPLES, photo_every=NIGHTLY_PHOTO_EVERY)
         run = fuzz(candidate, config, options, out_dir=out, on_example=live)
         for finding in run.findings:
             data["findings"].append({"id": finding.id, "path": str(finding.path), "kind": finding.check,
