@@ -205,9 +205,13 @@ class IsolatedEngine(Started):
             proc.start()
         child.close()
         self._proc, self._conn = proc, parent
-        msg = self._receive(self.start_timeout_s, starting="loading it")
-        if msg[0] == "loaded":
-            msg = self._receive(self.timeout_s, starting="making an engine (its factory)")
+        try:  # (a start that fails leaves nothing behind: its directory and fault file go with it)
+            msg = self._receive(self.start_timeout_s, starting="loading it")
+            if msg[0] == "loaded":
+                msg = self._receive(self.timeout_s, starting="making an engine (its factory)")
+        except BaseException:
+            self.close()
+            raise
         if msg[0] == "error":
             self.close()
             raise CandidateError(str(msg[1]))

@@ -166,18 +166,21 @@ class IsolatedCandidate(Started, Candidate):
             proc.start()
         child.close()
         self._proc, self._conn = proc, parent
+        # (a start that fails leaves nothing behind: its directory and fault file go with it)
         if not parent.poll(self.start_timeout_s):
-            self._kill()
+            self.close()
             raise CandidateError(f"candidate {self.spec!r}: the executor did not start within "
                                  f"{self.start_timeout_s:.0f} s")
         try:
             msg = parent.recv()
         except (EOFError, OSError):
             code = self._reap()
-            raise CandidateError(f"candidate {self.spec!r}: the executor died while loading it "
-                                 f"({signal_name(code)}){self._fault_excerpt()}") from None
+            text = (f"candidate {self.spec!r}: the executor died while loading it "
+                    f"({signal_name(code)}){self._fault_excerpt()}")
+            self.close()
+            raise CandidateError(text) from None
         if msg[0] == "error":
-            self._kill()
+            self.close()
             raise CandidateError(msg[2])
         self.description = msg[1] or ""
         self._accepts = tuple(msg[2]) if len(msg) > 2 else ("pil",)
