@@ -1,8 +1,9 @@
 """The built-in engines (`sglang`, `transformers`, `vllm`): their paths, and the planners taken
 from their own code by name (no code of an engine is copied here).
 
-A spec is `ENGINE[-PATH][@SOURCE]` (`adapters.sources`). So far the adapters provide the
-*planners*, the engines' host-side resize/token functions:
+A spec is `ENGINE[-PATH][@SOURCE]` (`adapters.sources`). So far the adapters provide SGLang's K3
+deferred GPU image path as candidate `sglang` (`adapters.sglang`) and the *planners*, the
+engines' host-side resize/token functions:
 
 - `sglang`: `sglang/srt/multimodal/processors/kimi_k25.py` `navit_resize_config(width, height,
   patch_size, merge_kernel_size, in_patch_limit, patch_limit_on_one_side, fixed_output_tokens)`,
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kimi_oracle.adapters.loading import load_module, require
+from kimi_oracle.adapters.sglang import deferred_gpu_path
 from kimi_oracle.adapters.sources import Tree, locate, split_engine_spec
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
@@ -53,8 +55,7 @@ _TF_K25 = "models/kimi_k25/image_processing_kimi_k25.py"
 ENGINES = {
     "sglang": Engine("sglang", "sglang", ("0.5.23",), (
         EnginePath("sglang", "planner", _SG_K25, "navit_resize_config", True),
-        EnginePath("sglang", "candidate", "srt/multimodal/kimi_k3_image_processing.py",
-                   "prepare_kimi_k3_encoder_inputs (deferred GPU path)", False),
+        EnginePath("sglang", "candidate", _SG_K25, "_gpu_preprocess_images (K3 deferred GPU path)", True),
         EnginePath("sglang-cpu", "candidate", "srt/multimodal/kimi_k3_image_processing.py",
                    "materialize_kimi_k3_cpu_features (CPU backend)", False),
         EnginePath("sglang", "request engine", "srt/multimodal/processors/kimi_k3.py", "KimiK3ImageProcessor", False),
@@ -90,7 +91,7 @@ def _path(engine: Engine, name: str, role: str, spec: str) -> EnginePath:
                              f"{', '.join(names)})")
     if not found[0].adapted:
         raise CandidateError(f"{role} {spec!r}: {engine.name}'s {found[0].function} in {found[0].file} is not "
-                             f"adapted yet; only its planner is")
+                             f"adapted yet (kimi-oracle engines lists what is)")
     return found[0]
 
 
@@ -140,6 +141,14 @@ def engine_planner(spec: str) -> tuple[Callable[[int, int, PreprocessConfig], An
                         f"({tree.origin}: {tree.file(path.file)})")
 
 
+def engine_candidate(spec: str) -> tuple[Callable[..., Any], str, Callable[..., Any]]:
+    """(preprocess, description, plan) of an engine spec's image path: its own functions."""
+    engine, name, tree = load_tree(spec)
+    path = _path(engine, name, "candidate", spec)
+    preprocess, plan = deferred_gpu_path(tree, engine.known)  # the one adapted image path so far
+    return preprocess, f"{engine.name} {tree.version or '(unknown version)'} {path.function} ({tree.origin}: {tree.root})", plan
+
+
 def describe_engines() -> list[dict[str, Any]]:
     """For `kimi-oracle engines`: each engine and path, where it would load from here, or why not."""
     rows = []
@@ -156,4 +165,4 @@ def describe_engines() -> list[dict[str, Any]]:
     return rows
 
 
-__all__ = ["ENGINES", "Engine", "EnginePath", "describe_engines", "engine_planner", "is_engine_spec", "load_tree"]
+__all__ = ["ENGINES", "Engine", "EnginePath", "describe_engines", "engine_candidate", "engine_planner", "is_engine_spec", "load_tree"]

@@ -3,7 +3,7 @@
 An engine's modules import its whole serving stack (schedulers, model registries, CUDA IPC,
 torchvision backends) that is not installed here. The functions an adapter calls (the planners
 `navit_resize_config`, `navit_resize`) are pure arithmetic in modules whose *other* imports are
-infrastructure. `load_module` runs the module's own file, as shipped, with:
+infrastructure. `load_modules` runs the modules' own files, as shipped, with:
 
 - every import of the engine's own package other than the file itself (`sglang.srt.environ`,
   `transformers.image_processing_backends`, ...) answered by a stand-in module, and
@@ -22,7 +22,6 @@ function and the versions the adapter knows (exit 2), before anything runs.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -34,8 +33,6 @@ from typing import Any, Sequence
 
 from kimi_oracle.adapters.sources import Tree
 from kimi_oracle.core.errors import CandidateError
-from kimi_oracle.core.files import read_file
-from kimi_oracle.core.errors import InputError
 
 
 class _StandMeta(type):
@@ -82,19 +79,21 @@ class _StandModule(types.ModuleType):
 
 
 class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Answers imports of `roots` (the engine's package) and of missing packages with stand-ins."""
+    """Serves `real` (dotted name -> file of the tree) as shipped; answers the other imports of
+    `roots` (the engine's package) and missing packages the engine's files import with stand-ins."""
 
-    def __init__(self, roots: Sequence[str], filename: str):
+    def __init__(self, roots: Sequence[str], real: dict[str, Path]):
         self.roots = tuple(roots)
-        self.filename = filename
+        self.real = real
+        self.filenames = {str(path) for path in real.values()}
         self.stood_in: list[str] = []
 
     def _from_engine_file(self) -> bool:
-        # The importer is the engine's file itself (not torch probing its own optional imports).
+        # The importer is one of the engine's files (not torch probing its own optional imports).
         frame = sys._getframe(2)
         while frame is not None and (frame.f_code.co_filename.startswith("<frozen") or frame.f_code.co_filename == __file__):
             frame = frame.f_back  # type: ignore[assignment]
-        return frame is not None and frame.f_code.co_filename == self.filename
+        return frame is not None and frame.f_code.co_filename in self.filenames
 
     def _ours(self, fullname: str) -> bool:
         top = fullname.split(".")[0]
@@ -106,6 +105,10 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return top in sys.modules and isinstance(sys.modules[top], _StandModule)
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname in self.real:
+            file = self.real[fullname]
+            return importlib.util.spec_from_file_location(
+                fullname, file, submodule_search_locations=[str(file.parent)] if file.name == "__init__.py" else None)
         if not self._ours(fullname):
             return None
         return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
@@ -120,38 +123,45 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
-def load_module(tree: Tree, relative: str) -> Any:
-    """Run `tree`'s file `relative` (a path inside its package) as a module, stand-ins for the rest."""
-    path = tree.file(relative)
-    if not path.is_file():
-        raise CandidateError(f"engine {tree.engine} ({tree.version or 'unknown version'}, {tree.root}): "
-                             f"no file {tree.package}/{relative}")
-    try:
-        source = read_file(path, max_bytes=16 << 20)
-    except InputError as exc:
-        raise CandidateError(f"cannot load {path}: {exc.reason}") from None
-    dotted = f"{tree.package}.{relative[:-3].replace('/', '.')}"
-    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
-    module = types.ModuleType(f"_kimi_engine_{tree.package}_{digest}")
-    module.__file__ = str(path)
-    module.__package__ = dotted.rpartition(".")[0]  # its relative imports resolve inside the engine
-    finder = _StandInFinder([tree.package], str(path))
+def _dotted(tree: Tree, relative: str) -> str:
+    parts = [tree.package, *relative[:-3].split("/")]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def load_modules(tree: Tree, relatives: Sequence[str]) -> list[Any]:
+    """Run `tree`'s files `relatives` (paths inside its package) as its own modules, under their
+    own names, stand-ins for the engine's other modules; nothing of the engine stays in
+    `sys.modules` afterwards (a second tree loads beside it)."""
+    real = {}
+    for relative in relatives:
+        path = tree.file(relative)
+        if not path.is_file():
+            raise CandidateError(f"engine {tree.engine} ({tree.version or 'unknown version'}, {tree.root}): "
+                                 f"no file {tree.package}/{relative}")
+        real[_dotted(tree, relative)] = path
+    finder = _StandInFinder([tree.package], real)
     saved = {name: mod for name, mod in sys.modules.items() if name.split(".")[0] == tree.package}
     for name in saved:
         del sys.modules[name]
     sys.meta_path.insert(0, finder)
     try:
-        exec(compile(source, str(path), "exec"), module.__dict__)
+        modules = [importlib.import_module(name) for name in real]
     except Exception as exc:
-        raise CandidateError(f"engine {tree.engine} {tree.version or ''}: running {path} failed: "
-                             f"{type(exc).__name__}: {exc}") from None
+        raise CandidateError(f"engine {tree.engine} {tree.version or ''}: loading {', '.join(relatives)} from "
+                             f"{tree.root} failed: {type(exc).__name__}: {exc}") from None
     finally:
         sys.meta_path.remove(finder)
-        for name in finder.stood_in:
-            sys.modules.pop(name, None)
+        for name in [n for n in sys.modules if n.split(".")[0] == tree.package]:
+            del sys.modules[name]
         sys.modules.update(saved)
-    module.__kimi_stand_ins__ = tuple(finder.stood_in)
-    return module
+    for module in modules:
+        module.__kimi_stand_ins__ = tuple(finder.stood_in)
+    return modules
+
+
+def load_module(tree: Tree, relative: str) -> Any:
+    """`load_modules` of one file."""
+    return load_modules(tree, [relative])[0]
 
 
 def require(module: Any, tree: Tree, relative: str, function: str, params: Sequence[str],
@@ -168,4 +178,4 @@ def require(module: Any, tree: Tree, relative: str, function: str, params: Seque
     return func
 
 
-__all__ = ["load_module", "require"]
+__all__ = ["load_module", "load_modules", "require"]

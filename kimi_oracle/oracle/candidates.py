@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from kimi_oracle.adapters.engines import engine_candidate, is_engine_spec
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import BackendError, CandidateError, InputError
 from kimi_oracle.core.files import read_file
@@ -398,6 +399,9 @@ def load_candidate(spec: str) -> Candidate:
         except BackendError as exc:
             raise CandidateError(f"built-in candidate {spec!r} cannot run here: {exc}") from None
         return Candidate(spec, func, description)
+    if is_engine_spec(spec):  # a real engine's own image path (`sglang@0.5.23`: kimi_oracle.adapters)
+        func, description, plan = engine_candidate(spec)
+        return Candidate(spec, func, description, plan)
     obj = resolve(spec, "candidate")
     if is_engine(obj):
         plan = getattr(obj, "plan", None)

@@ -1,0 +1,67 @@
+"""SGLang's K3 deferred GPU image path, from the release's own functions (candidate `sglang`).
+
+The functions are SGLang's, called by name, staged as `KimiK3ForConditionalGeneration.
+get_image_feature` (`srt/models/kimi_k3.py`) stages one deferred group of the `gpu` backend:
+
+- `prepare_kimi_k3_encoder_inputs(use_gpu_preprocessing=True)` keeps each image as
+  `to_chw_uint8(image)` with `navit_resize_config(width, height, patch_size, merge_kernel_size,
+  in_patch_limit, patch_limit_on_one_side, fixed_output_tokens)` of the `media_proc_cfg`;
+- `get_image_feature` calls `normalization_tensors(image_mean, image_std, device)` of the group's
+  first item and `_gpu_preprocess_images(features, resize_configs, scale, bias, patch_size,
+  to_chw=to_chw_uint8(image, device=device), post_resize=fill_transparent_bg(x,
+  transparent_bg_config))`.
+
+Here `device` is the CPU: SGLang's own `normalize_and_patchify` then takes its torch branch (it
+launches its Triton kernel only for CUDA tensors). One call is one group: every image of a call
+shares the call's config, as the oracle's batches do.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from kimi_oracle.adapters.loading import load_modules, require
+from kimi_oracle.adapters.sources import Tree
+from kimi_oracle.core.config import PreprocessConfig
+
+K25_FILE = "srt/multimodal/processors/kimi_k25.py"
+K3_FILE = "srt/multimodal/kimi_k3_image_processing.py"
+# SGLang's own kernel module (kimi_k25.py imports normalize_and_patchify from its package).
+KERNEL_FILES = ("kernels/ops/mm/process/__init__.py", "kernels/ops/mm/process/image.py")
+_PLANNER_PARAMS = ("width", "height", "patch_size", "merge_kernel_size", "in_patch_limit",
+                   "patch_limit_on_one_side", "fixed_output_tokens")
+
+
+def deferred_gpu_path(tree: Tree, known: tuple[str, ...]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """(preprocess(images, config), plan(width, height, config)) taken from SGLang's `tree`."""
+    k25, k3 = load_modules(tree, [K25_FILE, K3_FILE, *KERNEL_FILES])[:2]
+    resize_config = require(k25, tree, K25_FILE, "navit_resize_config", _PLANNER_PARAMS, known)
+    run = require(k25, tree, K25_FILE, "_gpu_preprocess_images",
+                  ("images", "resize_configs", "image_scale", "image_bias", "patch_size", "to_chw", "post_resize"), known)
+    to_chw = require(k3, tree, K3_FILE, "to_chw_uint8", ("image", "device"), known)
+    fill = require(k3, tree, K3_FILE, "fill_transparent_bg", ("x", "bg_config"), known)
+    tensors = require(k3, tree, K3_FILE, "normalization_tensors", ("image_mean", "image_std", "device"), known)
+
+    def plan(width: int, height: int, config: PreprocessConfig) -> dict:
+        cfg = config.to_hf_json()
+        return resize_config(width, height, cfg["patch_size"], cfg["merge_kernel_size"], cfg["in_patch_limit"],
+                             cfg["patch_limit_on_one_side"], cfg.get("fixed_output_tokens"))
+
+    def preprocess(images: list, config: PreprocessConfig) -> tuple[torch.Tensor, torch.Tensor]:
+        """SGLang's K3 deferred GPU path (its own functions, on CPU tensors)."""
+        cfg = config.to_hf_json()
+        features = [to_chw(image) for image in images]
+        configs = [plan(*image.size, config) for image in images]
+        scale, bias = tensors(list(cfg["image_mean"]), list(cfg["image_std"]), "cpu")
+        bg = cfg.get("transparent_bg_config")
+        pixel_values, grids = run(features, configs, scale, bias, cfg["patch_size"],
+                                  to_chw=lambda image: to_chw(image, device="cpu"),
+                                  post_resize=lambda x: fill(x, bg))
+        return pixel_values, grids
+
+    return preprocess, plan
+
+
+__all__ = ["deferred_gpu_path"]
