@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
-__all__ = ["absolute_spec", "spec_inside", "spec_path", "split_spec"]
+# `ENGINE[-PATH]@SOURCE` (kimi_oracle.adapters): a built-in engine's name, then where it loads from.
+ENGINE_NAMES = ("sglang", "transformers", "vllm")  # adapters.engines.ENGINES' keys
+_ENGINE_AT = re.compile(rf"^({'|'.join(ENGINE_NAMES)})(-[a-z0-9]+)*@")
+
+__all__ = ["ENGINE_NAMES", "absolute_spec", "spec_inside", "spec_path", "split_spec"]
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -18,6 +23,8 @@ def spec_path(spec: str) -> str | None:
     """The file path a spec names (`c/x.py:fn` -> `c/x.py`, `c/x.py` -> `c/x.py`), or None: a spec
     naming a path (a `/` or a backslash, or a `.py` file) is a path, never an entry point's or a
     module's name."""
+    if _ENGINE_AT.match(spec):  # an engine loaded from SOURCE: a name, never a file of code
+        return None
     target, _ = split_spec(spec)
     return target if target.endswith(".py") or "/" in target or "\\" in target else None
 
@@ -26,6 +33,9 @@ def absolute_spec(spec: str) -> str:
     """`spec` with its file path made absolute against the current directory (`c/x.py:fn` ->
     `/cwd/c/x.py:fn`); other specs as they are. Recorded so in a finding folder, so that a replay
     from anywhere loads what the run loaded."""
+    if _ENGINE_AT.match(spec):  # ENGINE@SOURCE: a source that is a path, made absolute
+        name, _, source = spec.partition("@")
+        return f"{name}@{os.path.abspath(source)}" if os.path.exists(source) else spec
     target = spec_path(spec)
     if target is None:
         return spec
@@ -35,8 +45,8 @@ def absolute_spec(spec: str) -> str:
 def spec_inside(spec: str, directory: str | os.PathLike) -> bool:
     """Whether the file `spec` names, resolved as loading it would resolve it (an absolute path,
     or a relative one against the current directory), lies inside `directory` (a finding folder:
-    untrusted, never a source of code)."""
-    target = spec_path(spec)
+    untrusted, never a source of code). For `ENGINE@SOURCE` that file is SOURCE."""
+    target = spec.partition("@")[2] if _ENGINE_AT.match(spec) else spec_path(spec)
     if target is None:
         return False
     try:
