@@ -111,12 +111,22 @@ def _unpack_wheel(engine: str, package: str, wheel: Path) -> Path:
             if not any(n.startswith(f"{package}/") for n in names):
                 raise CandidateError(f"engine {engine!r}: wheel {wheel} holds no package {package!r}")
             archive.extractall(staging, members=names)
-        os.replace(staging, target)  # one rename: a reader sees the whole tree or none
+        _publish(staging, target)
     except zipfile.BadZipFile:
         raise CandidateError(f"engine {engine!r}: {wheel} is not a wheel (not a zip file)") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _publish(staging: Path, target: Path) -> None:
+    # One rename: a reader sees the whole folder or none. A process that got there first (two
+    # test workers fetching the same release) already published the same content: keep theirs.
+    try:
+        os.replace(staging, target)
+    except OSError:
+        if not target.is_dir():
+            raise
 
 
 def _made(path: Path) -> Path:
@@ -142,7 +152,7 @@ def fetch_release(engine: str, package: str, version: str) -> Path:
             last = (run.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
             raise CandidateError(f"engine {engine}@{version}: pip download --no-deps {package}=={version} "
                                  f"failed: {last}")
-        os.replace(staging, folder)
+        _publish(staging, folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return sorted(folder.glob("*.whl"))[0]

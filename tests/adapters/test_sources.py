@@ -75,3 +75,17 @@ def test_a_file_that_is_no_wheel(tmp_path):
     bad.write_bytes(b"not a zip")
     with pytest.raises(CandidateError, match="not a wheel"):
         locate("sglang", "sglang", str(bad))
+
+
+def test_a_tree_another_process_published_first_is_kept(sglang_tree, tmp_path, monkeypatch):
+    import kimi_oracle.adapters.sources as sources
+
+    wheel = next((cache_dir() / "wheels" / "sglang-0.5.23").glob("*.whl"))
+    monkeypatch.setenv("KIMI_ORACLE_ENGINE_CACHE", str(tmp_path))
+    first = locate("sglang", "sglang", str(wheel))
+    # the other process's rename happened between our check and ours: ours finds the folder there
+    (first.root / "sglang" / "marker").write_text("theirs")
+    staging = tmp_path / "staging"
+    (staging / "sglang").mkdir(parents=True)
+    sources._publish(staging, first.root)
+    assert (first.root / "sglang" / "marker").read_text() == "theirs"
