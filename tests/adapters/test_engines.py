@@ -51,4 +51,5 @@ def test_describe_engines_says_why_an_engine_cannot_load(monkeypatch):
     rows = describe_engines()
     assert {r["engine"] for r in rows} == {"sglang", "transformers", "vllm"}
     assert all(r["loads_from"].startswith("not loadable: package") for r in rows)
-    assert [r["function"] for r in rows if r["adapted"]] == ["navit_resize_config", "navit_resize"]
+    assert [(r["path"], r["role"]) for r in rows if r["adapted"]] == [
+        ("sglang", "planner"), ("sglang", "candidate"), ("transformers", "planner")]
