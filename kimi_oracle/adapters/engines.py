@@ -95,6 +95,13 @@ def _path(engine: Engine, name: str, role: str, spec: str) -> EnginePath:
     return found[0]
 
 
+def check_path(spec: str, role: str) -> EnginePath:
+    """The engine path an `ENGINE[-PATH][@SOURCE]` spec names in `role`; CandidateError (exit 2)
+    when the engine has none or it is not adapted yet (`--engine sglang`: its request layer)."""
+    engine, name, _ = _engine(spec)
+    return _path(engine, name, role, spec)
+
+
 def _sglang_planner(func: Callable[..., Any]) -> Callable[[int, int, PreprocessConfig], Any]:
     def plan(width: int, height: int, config: PreprocessConfig) -> Any:
         return func(width=width, height=height, patch_size=config.patch_size,
@@ -165,4 +172,4 @@ def describe_engines() -> list[dict[str, Any]]:
     return rows
 
 
-__all__ = ["ENGINES", "Engine", "EnginePath", "describe_engines", "engine_candidate", "engine_planner", "is_engine_spec", "load_tree"]
+__all__ = ["ENGINES", "Engine", "EnginePath", "check_path", "describe_engines", "engine_candidate", "engine_planner", "is_engine_spec", "load_tree"]

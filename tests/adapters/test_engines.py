@@ -53,3 +53,11 @@ def test_describe_engines_says_why_an_engine_cannot_load(monkeypatch):
     assert all(r["loads_from"].startswith("not loadable: package") for r in rows)
     assert [(r["path"], r["role"]) for r in rows if r["adapted"]] == [
         ("sglang", "planner"), ("sglang", "candidate"), ("transformers", "planner")]
+
+
+def test_a_real_request_layer_is_refused_until_adapted():
+    from kimi_oracle.oracle.engines import load_engine
+
+    with pytest.raises(CandidateError, match="KimiK3ImageProcessor in srt/multimodal/processors/kimi_k3.py is not adapted"):
+        load_engine("sglang@0.5.23")
+    assert load_engine("sglang-0.5.23").spec == "sglang-0.5.23"  # the model is untouched
