@@ -88,12 +88,13 @@ def run_repro(folder: Path, spec: str | None, json_path: Path | None, case_timeo
     The folder is checked as a case folder is (`read_scenario`); an engine that scenario.json names
     inside the folder is refused (`refuse_inside(spec, folder, "engine", "scenario.json")`)."""
     from kimi_oracle.core.errors import InputError
+    from kimi_oracle.results.scenario_report import read_scenario
+
+    doc, scenario, images, directory = read_scenario(folder)  # (every check before the heavy imports)
     from kimi_oracle.core.files import write_json
     from kimi_oracle.fuzzers.engine_sandbox import IsolatedEngine
     from kimi_oracle.fuzzers.scenario_fuzz import ScenarioFuzzOptions, evaluate
-    from kimi_oracle.results.scenario_report import read_scenario
 
-    doc, scenario, images, directory = read_scenario(folder)
     given = spec
     spec = spec or doc.get("engine")
     if not isinstance(spec, str) or not spec:

@@ -40,15 +40,15 @@ def repro_cmd(finding: Path, candidate_spec: str | None, tolerance: str | None, 
     the folder with their recorded SHA-256, and a candidate is never imported from inside it.
     The candidate runs in a separate process, so a crash or hang is reported, never fatal.
     """
-    from kimi_oracle.core.files import write_json
-    from kimi_oracle.fuzzers.fuzzing import replay_case
-    from kimi_oracle.results.report import read_case
     from kimi_oracle.results.scenario_report import SCENARIO_FILE
 
     if (finding / SCENARIO_FILE).is_file() or finding.name == SCENARIO_FILE:
         from kimi_oracle.cli.engine_fuzz import run_repro
 
         return run_repro(finding, engine_spec, json_path, case_timeout, refuse_spec_inside)
+    from kimi_oracle.core.files import write_json
+    from kimi_oracle.fuzzers.fuzzing import replay_case
+    from kimi_oracle.results.report import read_case
     setup_interpret(interpret)
     case, directory = read_case(finding)
     spec = candidate_spec or case.get("candidate")

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from PIL import Image
 
@@ -25,8 +25,10 @@ from kimi_oracle.core.files import fsync_dir, load_json, read_file, to_json, ver
 from kimi_oracle.core.images import lossless_bytes, open_encoded
 from kimi_oracle.core.specs import absolute_spec
 from kimi_oracle.core.text import safe_text
-from kimi_oracle.inputs.scenarios import Scenario
 from kimi_oracle.results.report import JUnitCase
+
+if TYPE_CHECKING:  # (imported where a scenario is built: it brings torch, ~1.5 s, after the checks)
+    from kimi_oracle.inputs.scenarios import Scenario
 
 SCENARIO_FILE = "scenario.json"
 _PNG = b"\x89PNG"
@@ -112,51 +114,66 @@ def write_scenario_finding(out_dir: str | os.PathLike, finding: ScenarioFinding,
 
 
 # Bounds on an untrusted scenario folder (a fuzzed scenario holds at most 8 requests of 6 images,
-# sides of 40): far above what a run writes, far below what would take a run's time or memory.
+# sides of 40, texts of a few characters): far above what a run writes, far below what would take
+# a replay's time or memory. Items are the images of all requests (one image may recur).
 MAX_SCENARIO_BYTES = 4 << 20
 MAX_SCENARIO_REQUESTS = 256
 MAX_SCENARIO_IMAGES = 256
 MAX_SCENARIO_CONFIGS = 64
+MAX_SCENARIO_ITEMS = 1024
+MAX_REQUEST_TEXT = 4096
 MAX_IMAGE_BYTES = 16 << 20
 MAX_IMAGE_PIXELS = 4096 * 4096
 MAX_TOTAL_PIXELS = 4 * 4096 * 4096
 
 
-def _bounded(doc: Any, doc_path: Path) -> None:
+def _too_many(what: str, count: int, cap: int, doc_path: Path) -> InputError:
+    return InputError(f"scenario.json: {count} {what}, more than the {cap} a scenario finding may hold",
+                      source=str(doc_path))
+
+
+def _bounded(doc: Any, doc_path: Path) -> dict[str, Any]:
     # The counts a replay would build, refused past the bounds before anything is built.
     scen = doc.get("scenario") if isinstance(doc, dict) else None
     if not isinstance(scen, dict):
         raise InputError("not a scenario finding: no scenario object", source=str(doc_path))
     for key, cap in (("requests", MAX_SCENARIO_REQUESTS), ("images", MAX_SCENARIO_IMAGES),
-                     ("configs", MAX_SCENARIO_CONFIGS)):
-        items = scen.get(key)
+                     ("configs", MAX_SCENARIO_CONFIGS), ("cuts", MAX_SCENARIO_ITEMS)):
+        items = scen.get(key, [])
         if not isinstance(items, list):
             raise InputError(f"not a scenario finding: scenario.{key} is not a list", source=str(doc_path))
         if len(items) > cap:
-            raise InputError(f"scenario.json: {len(items)} {key}, more than the {cap} a scenario finding may hold",
-                             source=str(doc_path))
+            raise _too_many(key, len(items), cap, doc_path)
+    requests = [r if isinstance(r, dict) else {} for r in scen.get("requests", [])]
+    lists = [r.get(k) if isinstance(r.get(k), list) else [] for r in requests for k in ("images", "texts")]
+    count = sum(len(r["images"]) for r in requests if isinstance(r.get("images"), list))
+    if count > MAX_SCENARIO_ITEMS:
+        raise _too_many("images over all requests", count, MAX_SCENARIO_ITEMS, doc_path)
+    if any(len(x) > MAX_SCENARIO_ITEMS + 1 for x in lists):
+        raise _too_many("images or texts in one request", max(map(len, lists)), MAX_SCENARIO_ITEMS, doc_path)
+    for r, req in enumerate(requests):
+        texts = req.get("texts") if isinstance(req.get("texts"), list) else []
+        size = sum(len(t) for t in texts if isinstance(t, str))
+        if size > MAX_REQUEST_TEXT:
+            raise InputError(f"scenario.json: request {r} has {size} characters of text, more than the "
+                             f"{MAX_REQUEST_TEXT} a scenario finding may hold", source=str(doc_path))
+    return scen
 
 
-def read_scenario(path: str | os.PathLike) -> tuple[dict[str, Any], Scenario, list[Image.Image], Path]:
-    """An untrusted finding folder (or its scenario.json): the document, the scenario and its
-    images (plain names inside the folder, their recorded SHA-256); InputError otherwise. Read as
-    case folders are (`core.files`: regular files only, capped, nesting bounded), its counts and
-    pixels bounded (`MAX_SCENARIO_*`, `MAX_*_PIXELS`)."""
-    p = Path(path)
-    directory = p if p.is_dir() else p.parent
-    doc_path = directory / SCENARIO_FILE
-    try:
-        doc = load_json(doc_path, max_bytes=MAX_SCENARIO_BYTES)
-        _bounded(doc, doc_path)
-        scenario = Scenario.from_dict(doc["scenario"])
-        entries = doc["image_files"]
-    except InputError as exc:
-        if exc.reason.startswith(("scenario.json", "not a scenario")):
-            raise
-        raise InputError(f"not a scenario finding: {exc.reason}", source=str(doc_path)) from None
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-        raise InputError(f"not a scenario finding: {type(exc).__name__}: {exc}", source=str(doc_path)) from None
-    if not isinstance(entries, list) or len(entries) != len(scenario.images):
+def _item_pixels(scen: Mapping[str, Any], pixels: Sequence[int], doc_path: Path) -> None:
+    # What a replay preprocesses: each request's images (one image may recur), bounded in all.
+    total = 0
+    for req in scen.get("requests", []):
+        for k in req.get("images", []) if isinstance(req, dict) else []:
+            total += pixels[k] if isinstance(k, int) and 0 <= k < len(pixels) else 0
+    if total > MAX_TOTAL_PIXELS:
+        raise InputError(f"scenario.json: its requests' images hold {total} pixels, more than the "
+                         f"{MAX_TOTAL_PIXELS} a scenario finding may hold", source=str(doc_path))
+
+
+def _read_images(entries: Any, count: int, directory: Path, doc_path: Path) -> list[Image.Image]:
+    # Plain names inside the folder, regular files (capped), their recorded SHA-256, bounded pixels.
+    if not isinstance(entries, list) or len(entries) != count:
         raise InputError("scenario.json: image_files do not match the scenario's images", source=str(doc_path))
     images, total = [], 0
     for entry in entries:
@@ -172,6 +189,35 @@ def read_scenario(path: str | os.PathLike) -> tuple[dict[str, Any], Scenario, li
             raise InputError(f"scenario.json: its images hold more than {MAX_TOTAL_PIXELS} pixels",
                              source=str(doc_path))
         images.append(img)
+    return images
+
+
+def read_scenario(path: str | os.PathLike) -> tuple[dict[str, Any], Scenario, list[Image.Image], Path]:
+    """An untrusted finding folder (or its scenario.json): the document, the scenario and its
+    images (plain names inside the folder, their recorded SHA-256); InputError otherwise. Read as
+    case folders are (`core.files`: regular files only, capped, nesting bounded), its counts, text
+    and pixels bounded (`MAX_SCENARIO_*`, `MAX_REQUEST_TEXT`, `MAX_*_PIXELS`), all before a
+    scenario is built."""
+    p = Path(path)
+    directory = p if p.is_dir() else p.parent
+    doc_path = directory / SCENARIO_FILE
+    try:
+        doc = load_json(doc_path, max_bytes=MAX_SCENARIO_BYTES)
+        scen = _bounded(doc, doc_path)
+    except InputError as exc:
+        if exc.reason.startswith(("scenario.json", "not a scenario")):
+            raise
+        raise InputError(f"not a scenario finding: {exc.reason}", source=str(doc_path)) from None
+    images = _read_images(doc.get("image_files"), len(scen.get("images") or []), directory, doc_path)
+    _item_pixels(scen, [img.width * img.height for img in images], doc_path)
+    from kimi_oracle.inputs.scenarios import Scenario
+
+    try:
+        scenario = Scenario.from_dict(scen)
+    except InputError as exc:
+        raise InputError(f"not a scenario finding: {exc.reason}", source=str(doc_path)) from None
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        raise InputError(f"not a scenario finding: {type(exc).__name__}: {exc}", source=str(doc_path)) from None
     return doc, scenario, images, directory
 
 

@@ -83,6 +83,18 @@ def test_links_fifos_and_huge_or_deep_documents_are_refused(scenario_folder, tmp
     doc["scenario"]["requests"] = [req] * 20000
     (folder / "scenario.json").write_text(json.dumps(doc))
     cases.append((folder, "20000 requests, more than the 256"))
+    folder, doc = _copy(scenario_folder, tmp_path / "sparse30")
+    with open(folder / "scenario.json", "r+b") as fh:
+        fh.truncate(30 << 30)  # sparse: 30 GiB long
+    cases.append((folder, "exceeds the byte cap"))
+    folder, doc = _copy(scenario_folder, tmp_path / "items")  # 2 requests of 600 images: 1200 items
+    doc["scenario"]["requests"] = [dict(req, texts=[""] * 601, images=[0] * 600, paths=["deferred"] * 600)] * 2
+    (folder / "scenario.json").write_text(json.dumps(doc))
+    cases.append((folder, "1200 images over all requests, more than the 1024"))
+    folder, doc = _copy(scenario_folder, tmp_path / "text")
+    doc["scenario"]["requests"][0]["texts"][0] = "x" * 100_000
+    (folder / "scenario.json").write_text(json.dumps(doc))
+    cases.append((folder, "request 0 has 100"))
     folder, doc = _copy(scenario_folder, tmp_path / "deep")
     (folder / "scenario.json").write_text("[" * 100000 + "]" * 100000)
     cases.append((folder, "nest"))
@@ -115,3 +127,10 @@ def test_a_relative_spec_replays_from_anywhere(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli(capsys, "repro", folder)
     assert code == 1, out + err
+    # A folder of an older run, the spec recorded relative: it resolves against the current
+    # directory (where such a run was made), not against the folder.
+    case["candidate"] = "mykernel.py:plus_one"
+    (folder / "case.json").write_text(json.dumps(case))
+    monkeypatch.chdir(work)
+    code, out, err = run_cli(capsys, "repro", folder)
+    assert code == 1 and "refused" not in out + err, out + err

@@ -177,3 +177,19 @@ def test_the_nesting_check_follows_the_character_walk_and_stays_linear():
         text = opener + '\\"' * 1000 + "\\"
         tokens = list(files._JSON_TOKENS.finditer(text))
         assert [(t.start(), t.end()) for t in tokens] == [(0, len(text))]
+
+
+def test_long_strings_are_parsed_in_memory_near_their_size():
+    # A 2.4 MB document holding long strings (one plain, one of escapes): the nesting scan kept a
+    # backtracking mark per character (240 MB here, 450 MB for a 3.4 MB scenario.json prompt).
+    import tracemalloc
+
+    text = '["' + "Describe " * 200_000 + '", "' + "\\n" * 300_000 + '"]'
+    tracemalloc.start()
+    try:
+        data = files.parse_json(text, "doc.json")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(data[0]) == 1_800_000 and data[1] == "\n" * 300_000
+    assert peak < 4 * len(text), f"{peak} bytes at the peak for a {len(text)}-character document"
