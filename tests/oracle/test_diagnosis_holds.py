@@ -32,6 +32,10 @@ def test_a_true_diagnosis_holds_and_a_forged_one_does_not():
     forged = copy.deepcopy(fields)
     forged["attribution"]["variants"] = ["normalize-float/bfloat16"]
     assert not diagnosis_holds(forged, [img], config, verdict.actual, verdict.expected, 0)
+    # The true variant listed 10,000 times reproduces the bytes too, but no search lists it so (a
+    # report carrying the list would be megabytes long).
+    forged["attribution"]["variants"] = fields["attribution"]["variants"] * 10_000
+    assert not diagnosis_holds(forged, [img], config, verdict.actual, verdict.expected, 0)
 
 
 def test_an_unexplained_entry_holds_only_with_its_measured_levels():

@@ -257,6 +257,10 @@ def _same(a: Any, b: float) -> bool:
     return isinstance(a, (int, float)) and not isinstance(a, bool) and bool(np.isclose(float(a), b, rtol=1e-9, atol=0))
 
 
+# The most variants a stored diagnosis may name (the search takes one per stage, a handful).
+MAX_HELD_VARIANTS = 32
+
+
 def diagnosis_holds(fields: Mapping[str, Any], images: Sequence[ImageSource], config: PreprocessConfig, actual: Any,
                     expected: PreprocessResult, image: int) -> bool:
     """Whether a stored diagnosis (`findings.finding_diagnosis`'s fields, read back from a cache
@@ -272,6 +276,8 @@ def diagnosis_holds(fields: Mapping[str, Any], images: Sequence[ImageSource], co
         return False
     names = att.get("variants")
     if not isinstance(names, list) or not all(isinstance(n, str) and "/" in n for n in names):
+        return False
+    if len(set(names)) != len(names) or len(names) > MAX_HELD_VARIANTS:  # (as the search never lists them)
         return False
     pairs = [tuple(n.split("/", 1)) for n in names]
     applied = [p for p in pairs if p[1] != BY_ELIMINATION]
