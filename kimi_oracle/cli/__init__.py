@@ -10,7 +10,7 @@ import click
 
 from kimi_oracle import __version__
 from kimi_oracle.core import interrupts
-from kimi_oracle.core.errors import EXIT_ERROR, KimiOracleError
+from kimi_oracle.core.errors import EXIT_ERROR, KimiOracleError, WriteError
 
 # Each module defines `register(group)`. Modules are listed here once; a module that is not
 # part of this installation yet is skipped, but one that exists and fails to import is an error.
@@ -61,6 +61,19 @@ def _inert_streams() -> None:
                 pass
 
 
+def _os_error_line(exc: OSError) -> str:
+    """An OSError that reached the top as one line: the file it names and why, in words for the
+    limits a user sets (`ulimit -f`, a full disk); `tempfile`'s own message when no temporary
+    folder is writable (it tries each, and the last error is all it keeps)."""
+    why = WriteError._HINTS.get(exc.errno or 0) or exc.strerror or str(exc)
+    if "No usable temporary directory" in str(exc):
+        return (f"{exc.strerror or exc}: none can be written (TMPDIR, permissions, a full disk or a "
+                "file-size limit, ulimit -f, of 0)")
+    if exc.filename is not None:
+        return f"{exc.filename}: {why}"
+    return f"a file could not be written or read: {why} ({type(exc).__name__})"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, turning our typed errors into one line on stderr and exit 2."""
     _inert_streams()
@@ -76,6 +89,9 @@ def main(argv: list[str] | None = None) -> None:
     except KimiOracleError as exc:
         click.echo(f"error: {exc}", err=True)
         code = exc.exit_code
+    except OSError as exc:  # (one our writers did not name: a library's, the temporary folder's)
+        click.echo(f"error: {_os_error_line(exc)}", err=True)
+        code = EXIT_ERROR
     except Exception as exc:  # noqa: BLE001 - last resort: one line and exit 2, never exit 1
         # Exit 1 means "a check failed"; an unexpected failure of the tool itself must not read so.
         click.echo(f"internal error: {type(exc).__name__}: {exc}", err=True)

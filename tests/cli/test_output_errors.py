@@ -53,3 +53,19 @@ def test_a_file_size_limit_names_the_file(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "internal error" not in proc.stderr
     assert f"cannot write {tmp_path / 'out' / 'findings'}" in proc.stderr and "file-size limit" in proc.stderr
+
+
+@pytest.mark.parametrize("error, expected", [
+    (OSError(27, "File too large"), "over the file-size limit (ulimit -f)"),  # a write that names no file
+    (OSError(27, "File too large", "/x/hypothesis-db/ab"), "/x/hypothesis-db/ab: over the file-size limit"),
+    (FileNotFoundError(2, "No usable temporary directory found in ['/tmp']"), "none can be written"),
+])
+def test_an_os_error_no_writer_named_is_one_clear_line(tmp_path, capsys, monkeypatch, error, expected):
+    # What reaches the top from a library's write (hypothesis' database, tempfile under 'ulimit -f 0').
+    def fail(*args):
+        raise error
+
+    monkeypatch.setattr("kimi_oracle.cli.check.check_outputs", fail)
+    code, out, err = run_cli(capsys, "check", tmp_path, "--candidate", "reference")
+    assert code == 2 and expected in err and "internal error" not in err, err
+    assert len(err.strip().splitlines()) == 1
