@@ -82,11 +82,10 @@ def print_stage(spec: str, summary: dict[str, Any], echo: Any) -> None:
         echo(f"      {str(f['message'])[:200]}")
 
 
-def run_repro(folder: Path, spec: str | None, json_path: Path | None, case_timeout: float,
-              refuse_inside: Any = None) -> int:
+def run_repro(folder: Path, spec: str | None, json_path: Path | None, case_timeout: float) -> int:
     """`kimi-oracle repro FOLDER` of a scenario finding: exit 1 while it still fails, 0 once fixed.
     The folder is checked as a case folder is (`read_scenario`); an engine that scenario.json names
-    inside the folder is refused (`refuse_inside(spec, folder, "engine", "scenario.json")`)."""
+    inside the folder is refused as case.json's candidate is (`core.specs.refuse_spec_inside`)."""
     from kimi_oracle.core.errors import InputError
     from kimi_oracle.results.scenario_report import read_scenario
 
@@ -99,8 +98,10 @@ def run_repro(folder: Path, spec: str | None, json_path: Path | None, case_timeo
     spec = spec or doc.get("engine")
     if not isinstance(spec, str) or not spec:
         raise InputError("scenario.json names no engine; give --engine", source=str(folder))
-    if given is None and refuse_inside is not None:
-        refuse_inside(spec, directory, "engine", "scenario.json")
+    if given is None:
+        from kimi_oracle.core.specs import refuse_spec_inside
+
+        refuse_spec_inside(spec, directory, "engine", "scenario.json")
     options = ScenarioFuzzOptions(pixels=bool(doc.get("pixels")), tolerance=str(doc.get("tolerance") or "exact"))
     with IsolatedEngine(spec, scenario.configs[0], timeout_s=max(case_timeout, 1.0)) as runner:
         found = evaluate(runner, scenario, options, images)

@@ -13,7 +13,7 @@ from kimi_oracle.cli.differential import (duration_callback, input_form_option, 
                                           tolerance_callback)
 from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT
 from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK, InputError
-from kimi_oracle.core.specs import spec_inside, spec_path
+from kimi_oracle.core.specs import refuse_spec_inside
 from kimi_oracle.core.text import rich_text, safe_text
 
 
@@ -45,7 +45,7 @@ def repro_cmd(finding: Path, candidate_spec: str | None, tolerance: str | None, 
     if (finding / SCENARIO_FILE).is_file() or finding.name == SCENARIO_FILE:
         from kimi_oracle.cli.engine_fuzz import run_repro
 
-        return run_repro(finding, engine_spec, json_path, case_timeout, refuse_spec_inside)
+        return run_repro(finding, engine_spec, json_path, case_timeout)
     from kimi_oracle.core.files import write_json
     from kimi_oracle.fuzzers.fuzzing import replay_case
     from kimi_oracle.results.report import read_case
@@ -100,18 +100,6 @@ def _print_still_failing(console: Any, verdict: Any, case: dict[str, Any], spec:
     if f.root_causes:  # diagnosed now (a fuzz run may have deferred it: its budget's share spent)
         console.print(rich_text("  root causes: " + ", ".join(f.root_causes)), soft_wrap=True)
     return f
-
-
-def refuse_spec_inside(spec: str, directory: Path, what: str = "candidate", doc: str = "case.json") -> None:
-    """A finding folder is untrusted: never import a file that lives inside it. The spec is
-    resolved as loading it resolves it (absolute as recorded, or relative to the current
-    directory: `core.specs.spec_inside`), so a relative spec recorded by an older run still replays."""
-    target = spec_path(spec)
-    # (and a relative spec naming a file the folder holds: what a crafted folder would plant)
-    planted = target is not None and not Path(target).is_absolute() and (directory / target).exists()
-    if spec_inside(spec, directory) or planted:
-        raise InputError(f"{doc} names {what} {spec!r}, a file inside the finding folder: refused "
-                         f"(a finding folder is untrusted); give --{what} to replay it", source=str(directory))
 
 
 def register(group: click.Group) -> None:

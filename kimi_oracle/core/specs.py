@@ -6,11 +6,13 @@ import os
 import re
 from pathlib import Path
 
+from kimi_oracle.core.errors import InputError
+
 # `ENGINE[-PATH]@SOURCE` (kimi_oracle.adapters): a built-in engine's name, then where it loads from.
 ENGINE_NAMES = ("sglang", "transformers", "vllm")  # adapters.engines.ENGINES' keys
 _ENGINE_AT = re.compile(rf"^({'|'.join(ENGINE_NAMES)})(-[a-z0-9]+)*@")
 
-__all__ = ["ENGINE_NAMES", "absolute_spec", "spec_inside", "spec_path", "split_spec"]
+__all__ = ["ENGINE_NAMES", "absolute_spec", "refuse_spec_inside", "spec_inside", "spec_path", "split_spec"]
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -54,3 +56,16 @@ def spec_inside(spec: str, directory: str | os.PathLike) -> bool:
     except OSError:
         return False
     return resolved == folder or folder in resolved.parents
+
+
+def refuse_spec_inside(spec: str, directory: str | os.PathLike, what: str = "candidate",
+                       doc: str = "case.json") -> None:
+    """A finding folder is untrusted: never import a file that lives inside it. The spec is
+    resolved as loading it resolves it (absolute as recorded, or relative to the current
+    directory: `spec_inside`), so a relative spec recorded by an older run still replays."""
+    target = spec_path(spec)
+    # (and a relative spec naming a file the folder holds: what a crafted folder would plant)
+    planted = target is not None and not Path(target).is_absolute() and (Path(directory) / target).exists()
+    if spec_inside(spec, directory) or planted:
+        raise InputError(f"{doc} names {what} {spec!r}, a file inside the finding folder: refused "
+                         f"(a finding folder is untrusted); give --{what} to replay it", source=str(directory))
