@@ -87,10 +87,15 @@ def _print_still_failing(console: Any, verdict: Any, case: dict[str, Any], spec:
     from kimi_oracle.results.report import finding_lines
 
     was = case.get("check")
+    from kimi_oracle.oracle.diagnosis import finding_diagnosis
+
+    # (a replay diagnoses whatever the size: a run defers the attribution of a real photo)
+    diagnosis = finding_diagnosis(str(verdict.check), verdict.stats, images, config, expected=verdict.expected,
+                                  actual=verdict.actual, large=True)
     f = finding_from(verdict, spec, config, images,
                      params=[e.get("params") for e in case["images"]], tolerance=tol,
                      engine=case.get("engine", "hypothesis"), seed=case.get("seed"),
-                     sources=[e.get("source") for e in case["images"]])
+                     sources=[e.get("source") for e in case["images"]], diagnosis=diagnosis)
     lines = finding_lines(f)
     head = "still fails" if verdict.check == was else f"fails a different check now (was {was})"
     console.print(Text.assemble((head, "bold red"), safe_text(f": {lines[0]}")), highlight=False,

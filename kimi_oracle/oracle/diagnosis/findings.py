@@ -31,6 +31,11 @@ from kimi_oracle.oracle.diagnosis.search import image_key
 FINDING_MAX_RUNS = 3000
 FINDING_MIN_RUNS = 400
 FINDING_FULL_PIXELS = 64 * 64
+# An image at fault of more than FINDING_LARGE_PIXELS (real photos: 4K is 8.3 Mpx, 12 Mpx; the
+# tile-crossing examples stay below) is not attributed within a run unless asked (`large=True`:
+# `repro`): one reference run costs ~0.1-2 s there and the search ~50 s and GBs a finding
+# (docs/measurements.md). Its levels are measured; its attribution says it was deferred.
+FINDING_LARGE_PIXELS = 6 << 20
 
 
 def finding_runs(img: Any) -> int:
@@ -40,7 +45,7 @@ def finding_runs(img: Any) -> int:
 
 def finding_diagnosis(check: str, stats: Mapping[str, Any] | None, images: Sequence[Any],
                       config: PreprocessConfig, expected: Any = None, actual: Any = None,
-                      assume: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
+                      assume: Sequence[tuple[str, str]] = (), large: bool = False) -> dict[str, Any]:
     """`root_causes`, `max_levels`, `mean_levels`, `residual_max_levels`, `residual_mean_levels`
     and the `attribution` itself for a finding. Pixel mismatches are attributed (on the image at
     fault); other checks have no root cause (`[]`) and carry the levels their stats measured.
@@ -59,6 +64,12 @@ def finding_diagnosis(check: str, stats: Mapping[str, Any] | None, images: Seque
     from kimi_oracle.oracle.grouping import image_at_fault
 
     index = min(image_at_fault(stats), len(images) - 1)
+    pixels = int(getattr(images[index], "width", 0)) * int(getattr(images[index], "height", 0))
+    if pixels > FINDING_LARGE_PIXELS and not large:
+        fields["attribution"] = {"deferred": f"the image at fault has {pixels / 1e6:.1f} Mpx, more than a run "
+                                             "attributes: `kimi-oracle repro` diagnoses this finding",
+                                 "explanation": "", "variants": []}
+        return fields
     key = _attribution_key(images, config, actual, expected, index, assume)
     known = _ATTRIBUTIONS.get(key) if key is not None else None
     if known is not None:

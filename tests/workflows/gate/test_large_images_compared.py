@@ -5,10 +5,12 @@ come at the stated rate: `photo_examples` of them, one generated example in PHOT
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import gate_candidates
+import pytest
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.fuzzers.cases import generated_case
@@ -87,3 +89,16 @@ def test_photo_examples_come_at_the_stated_rate():
     plain = FuzzOptions()
     assert all(max(max(p.width, p.height) for p in generated_case(config, plain, 11, i).images) < 1000
                for i in range(16))
+
+
+@pytest.mark.slow  # (a 12 Mpx finding written: ~13 s and 2 GB here)
+def test_fuzz_with_photo_sizes_finds_a_candidate_wrong_only_on_photos(tmp_path):
+    from cli_run import exit_code_of
+
+    spec = f"{Path(__file__).resolve().parents[2] / 'helpers' / 'gate_candidates.py'}:wrong_on_photos"
+    common = ("fuzz", "--candidate", spec, "--examples", "8", "--no-shrink", "--seed", "1")
+    assert exit_code_of(*common, "--out", tmp_path / "without") == 0  # the fuzzer's sizes alone miss it
+    assert exit_code_of(*common, "--photo-sizes", "1", "--out", tmp_path / "with",
+                        "--json", tmp_path / "with.json") == 1
+    [finding] = json.loads((tmp_path / "with.json").read_text())["findings"]
+    assert finding["check"] == "pixel_mismatch" and finding["max_levels"] == 31.875  # 0.25 at std 0.5 over 2/255
