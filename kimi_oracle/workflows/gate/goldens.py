@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -30,6 +31,13 @@ ORDER = 10
 COMPARED = True
 
 MAX_DIFF_IMAGES = 8
+# Without a baseline: the goldens stage stops re-judging at this share of the budget (the cases
+# left fail as they are: their digests differ), and attributes at most this many differing cases
+# per mode class (the others keep their levels; the sample names the causes). A candidate wrong
+# on all 470 cases ran 175-464 s of a 60 s budget and 5.3 GB.
+GOLDENS_SHARE = 0.4
+GOLDEN_DIAGNOSE_PER_CLASS = 3
+GOLDEN_MIN_REJUDGED = MAX_DIFF_IMAGES  # re-judged whatever the budget (a few seconds at most)
 # With a baseline, golden cases where NEW and OLD give different results are re-run against the
 # reference and diagnosed (root causes, about a quarter of a second each) up to this many per
 # mode class of the case's image; the others are counted (the sample names the causes).
@@ -67,18 +75,47 @@ def _absolute(ctx: GateContext) -> Stage:
     return stage
 
 
+def _deadline(ctx: GateContext) -> float | None:
+    """When the goldens stage stops re-judging (GOLDENS_SHARE of the budget from the gate's start)."""
+    budget = getattr(ctx, "budget", None)
+    return None if budget is None else budget.t0 + GOLDENS_SHARE * budget.total_s
+
+
+def _lighten(judged: list) -> None:
+    # Only the worst MAX_DIFF_IMAGES keep their outputs (for the diff images): memory stays bounded
+    # by them, not by the number of differing cases (470 kept 5 GB).
+    with_outputs = [k for k, item in enumerate(judged) if item[2] is not None and item[2].actual is not None]
+    kept = set(sorted(with_outputs, key=lambda k: -_max_level(judged[k][2]))[:MAX_DIFF_IMAGES])
+    for k, (_, _, verdict, _) in enumerate(judged):
+        if k not in kept and verdict is not None:
+            verdict.expected = verdict.actual = None
+
+
 def _rejudge_all(ctx: GateContext, report: Any) -> tuple[list[tuple[Any, Any, Verdict | None, Any]], int, list[str]]:
-    """Every changed case re-judged: (the failing ones, worst first: file report, change, verdict
-    or None when it could not be re-run, config), how many differ within the tolerance, and the
-    cases the checkpoint rejects that returned a result (accepts_invalid, observed here)."""
+    """Every changed case re-judged, within the stage's share of the budget: (the failing ones,
+    worst first: file report, change, verdict or None when it could not be re-run, config), how
+    many differ within the tolerance, and the cases the checkpoint rejects that returned a result
+    (accepts_invalid, observed here). Past the deadline a case is not re-run: it fails as it is
+    (its digest differs from the golden's), counted in `ctx.golden_not_rejudged`."""
     judged = []
     tolerated = 0
     accepted_invalid: list[str] = []
+    deadline = _deadline(ctx)
+    ctx.golden_not_rejudged = 0
     for file_report in report.files:
         for change in file_report.changes:
+            interrupts.raise_if_requested()
+            done = len(judged) + tolerated + len(accepted_invalid) - ctx.golden_not_rejudged
+            if deadline is not None and time.monotonic() >= deadline and done >= GOLDEN_MIN_REJUDGED:
+                ctx.golden_not_rejudged += 1
+                judged.append((file_report, change, None, None))
+                continue
             # Digests only say "different": re-run the case against the reference to say by
             # how much, and to apply the gate's tolerance (digests are exact by nature).
             verdict, config = _rejudge(ctx, file_report.profile, change)
+            if verdict is not None and verdict.check == PIXEL_MISMATCH and config is not None:
+                verdict.stats["_diagnosis"] = _diagnose_now(ctx, file_report.profile, change, verdict, config,
+                                                            deadline)
             if verdict is not None and verdict.ok:
                 tolerated += 1
             elif verdict is not None and verdict.check == ACCEPTS_INVALID and not ctx.options.strict:
@@ -87,8 +124,34 @@ def _rejudge_all(ctx: GateContext, report: Any) -> tuple[list[tuple[Any, Any, Ve
                 ctx.observations["new"].append(_golden_observation(file_report.profile, change, verdict))
             else:
                 judged.append((file_report, change, verdict, config))
+                if len(judged) > 4 * MAX_DIFF_IMAGES:
+                    _lighten(judged)
+    _lighten(judged)
     judged.sort(key=lambda item: -_max_level(item[2]))
     return judged, tolerated, accepted_invalid
+
+
+def _diagnose_now(ctx: GateContext, profile: str, change: Any, verdict: Verdict, config: PreprocessConfig,
+                  deadline: float | None) -> dict:
+    """A differing case's finding entry, diagnosed while its outputs are at hand: attributed for
+    the first GOLDEN_DIAGNOSE_PER_CLASS cases of each mode class before the deadline, its levels
+    only (the attribution deferred, said so) for the others."""
+    counts = ctx.__dict__.setdefault("golden_diagnosed", {})
+    img = golden.PixelCase.from_entry(profile, change.new or change.old).make_image()
+    cls = mode_class(img)
+    late = deadline is not None and time.monotonic() >= deadline and sum(counts.values()) >= 1
+    if counts.get(cls, 0) >= GOLDEN_DIAGNOSE_PER_CLASS or late:
+        fields = finding_diagnosis(str(verdict.check), verdict.stats, [img], config)  # (levels only)
+        fields["attribution"] = {"deferred": f"more than {GOLDEN_DIAGNOSE_PER_CLASS} {cls} golden cases differ, or the "
+                                             "stage's share of the budget was spent: not attributed",
+                                 "explanation": "", "variants": []}
+    else:
+        counts[cls] = counts.get(cls, 0) + 1
+        fields = finding_diagnosis(str(verdict.check), verdict.stats, [img], config,
+                                   expected=verdict.expected, actual=verdict.actual)
+    return {"stage": NAME, "check": str(verdict.check), "profile": profile, "case": change.key,
+            "key": finding_key(str(verdict.check), verdict.stats, [img]), "message": verdict.message,
+            "hits": 1, "max_levels_seen": fields["max_levels"], **fields}
 
 
 def _summarize_absolute(ctx: GateContext, stage: Stage, report: Any, judged: list, tolerated: int,
@@ -99,7 +162,7 @@ def _summarize_absolute(ctx: GateContext, stage: Stage, report: Any, judged: lis
         d = f.to_dict()
         d["changes"] = d["changes"][:50]  # the .md and the reasons name them; keep the JSON small
         files.append(d)
-    levels = [_max_level(v) for _, _, v, _ in judged]
+    levels = [_max_level(v) for _, _, v, _ in judged if v is not None]  # (not re-judged: counted apart)
     stage.details = {**stage.details, "files": files, "warnings": report.warnings,
                      "tolerance": ctx.options.tolerance,
                      "differing_within_tolerance": tolerated, "failing_cases": len(judged),
@@ -108,7 +171,7 @@ def _summarize_absolute(ctx: GateContext, stage: Stage, report: Any, judged: lis
     if judged:
         below = stage.details["failing_below_one_level"]
         stage.summary = (f"{len(judged)} pixel golden cases differ ({below} by less than one level, "
-                         f"worst {max(levels):.3g} levels)")
+                         f"worst {max(levels, default=0.0):.3g} levels)")
     else:
         stage.summary = "all pixel goldens match"
     if tolerated:
@@ -120,6 +183,12 @@ def _summarize_absolute(ctx: GateContext, stage: Stage, report: Any, judged: lis
     stage.summary += f" (profiles {', '.join(f.profile for f in report.files)})"
     for f in report.files:
         stage.reasons += [f"golden {f.profile}: {problem}" for problem in f.problems]
+    skipped = getattr(ctx, "golden_not_rejudged", 0)
+    if skipped:  # (they differ from their goldens: failures, with or without --known)
+        stage.details["not_rejudged_within_budget"] = skipped
+        stage.summary += f"; {skipped} not re-judged within the stage's {GOLDENS_SHARE:.0%} of the budget"
+        stage.reasons.append(f"goldens: {skipped} golden cases differ from their digests and were not re-judged "
+                             f"within the stage's {GOLDENS_SHARE:.0%} of --budget: they fail as they are")
 
 
 def _record_judged(ctx: GateContext, judged: list) -> list[dict[str, Any]]:
@@ -133,9 +202,10 @@ def _record_judged(ctx: GateContext, judged: list) -> list[dict[str, Any]]:
                                  "case": change.key, "message": verdict.message})
             ctx.observations["new"].append(_golden_observation(file_report.profile, change, verdict))
         elif verdict is not None and verdict.check == PIXEL_MISMATCH and config is not None:
-            # Every differing golden case is diagnosed too: the root-cause table covers all of
-            # them, however many the reasons list names.
-            entry = _golden_diagnosis(file_report.profile, change, verdict, config)
+            # Every differing golden case is in the root-cause table (a sample per mode class
+            # attributed, the rest with their levels: `_diagnose_now`).
+            entry = verdict.stats.pop("_diagnosis", None) or _golden_diagnosis(file_report.profile, change, verdict,
+                                                                              config)
             attribution = entry.pop("attribution", None)
             ctx.findings.append(entry)
             ctx.observations["new"].append({**entry, "input": input_id, "attribution": attribution,
