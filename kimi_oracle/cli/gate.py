@@ -68,12 +68,15 @@ def register(group: click.Group) -> None:
 @click.option("--engine-scenarios", type=click.IntRange(min=1), default=500, show_default=True, metavar="N",
               help="Scenarios of the --engine stage.")
 @click.option("--mixed-configs", is_flag=True, help="With --engine: also vary mean, std and background.")
+@click.option("--photo-examples", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+              help="Real-photo examples (12 Mpx and 4K, the mode classes in turn) of the fuzz stage, on both "
+                   "sides; each costs ~30 s on 2 CPU cores (the timing stage compares its large outputs anyway).")
 @interpret_option
 @isolation_options
 def gate_cmd(new, old, profile, budget, perf_threshold, tolerance, seed, fuzz_examples, golden_dir,
              out_dir, margin, known_path, write_known_path, strict, corpus_dir, planner, planner_sizes,
              interpret, case_timeout, memory_limit_mb, engine_spec=None, engine_scenarios=500,
-             mixed_configs=False) -> int:
+             mixed_configs=False, photo_examples=0) -> int:
     """Run goldens, differential fuzzing, invariances and (with --baseline) A/B timing.
 
     With --baseline OLD, NEW and OLD are judged on the same inputs and compared root cause by
@@ -105,7 +108,8 @@ def gate_cmd(new, old, profile, budget, perf_threshold, tolerance, seed, fuzz_ex
                           memory_limit_mb=memory_limit_mb, margin_pct=margin_pct,
                           known_path=known_path, write_known_path=write_known_path, strict=strict,
                           corpus_dir=corpus_dir, planner=planner, planner_sizes=planner_sizes,
-                          engine=engine_spec, engine_scenarios=engine_scenarios, mixed_configs=mixed_configs)
+                          engine=engine_spec, engine_scenarios=engine_scenarios, mixed_configs=mixed_configs,
+                          photo_examples=photo_examples)
     gate = Gate(new, old, options, out_dir, progress=lambda m: click.echo(m, err=True))
     report = gate.run()
     click.echo((out_dir / "gate-report.md").read_text())
