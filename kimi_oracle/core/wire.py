@@ -47,23 +47,33 @@ def loads(blob: bytes, what: str = "the executor") -> Any:
         raise CandidateError(f"{what} answered with data that is not plain data: {type(exc).__name__}: {exc}") from None
 
 
-def pack_tensor(t: Any, what: str = "tensor") -> tuple[str, tuple[int, ...], bytes]:
-    """(dtype name, shape, bytes) of a tensor (of any subclass), read by torch's own methods with
-    `__torch_function__` switched off; CandidateError for anything that is not a readable tensor."""
+def plain_tensor(t: Any, what: str = "tensor") -> torch.Tensor:
+    """A plain, contiguous CPU `torch.Tensor` holding `t`'s values (of any subclass), made by
+    torch's own methods with `__torch_function__` switched off; CandidateError for anything that
+    is not a readable tensor of a comparable dtype."""
     if not isinstance(t, torch.Tensor):
         raise CandidateError(f"{what} is a {type(t).__name__}, not a torch.Tensor")
     try:
         with torch._C.DisableTorchFunction():
             base = torch.Tensor.contiguous(torch.Tensor.cpu(torch.Tensor.detach(t)))
-            dtype = str(base.dtype).replace("torch.", "")
-            shape = tuple(int(n) for n in torch.Tensor.size(base))
-            flat = torch.Tensor.reshape(base, (-1,))
-            data = bytes(torch.Tensor.numpy(torch.Tensor.view(flat, torch.uint8))) if flat.numel() else b""
+            if type(base) is not torch.Tensor:  # (a wrapper subclass that survives: copied to plain data)
+                base = torch.Tensor.clone(base).as_subclass(torch.Tensor)
     except Exception as exc:  # noqa: BLE001 - a tensor whose storage cannot be read (a wrapper subclass)
         raise CandidateError(f"{what}: its bytes cannot be read ({type(exc).__name__}: {exc})") from None
-    if dtype not in _DTYPES:
-        raise CandidateError(f"{what} has dtype {dtype}, which cannot be compared")
-    return dtype, shape, data
+    if str(base.dtype).replace("torch.", "") not in _DTYPES:
+        raise CandidateError(f"{what} has dtype {str(base.dtype).replace('torch.', '')}, which cannot be compared")
+    return base
+
+
+def pack_tensor(t: Any, what: str = "tensor") -> tuple[str, tuple[int, ...], bytes]:
+    """(dtype name, shape, bytes) of a tensor (of any subclass), read through `plain_tensor`."""
+    base = plain_tensor(t, what)
+    try:
+        flat = base.reshape(-1)
+        data = bytes(flat.view(torch.uint8).numpy()) if flat.numel() else b""
+    except Exception as exc:  # noqa: BLE001 - storage that cannot be viewed as bytes
+        raise CandidateError(f"{what}: its bytes cannot be read ({type(exc).__name__}: {exc})") from None
+    return str(base.dtype).replace("torch.", ""), tuple(int(n) for n in base.shape), data
 
 
 def unpack_tensor(packed: Any, what: str = "tensor") -> torch.Tensor:
@@ -83,4 +93,4 @@ def unpack_tensor(packed: Any, what: str = "tensor") -> torch.Tensor:
                              f"{type(exc).__name__}: {exc}") from None
 
 
-__all__ = ["dumps", "loads", "pack_tensor", "unpack_tensor"]
+__all__ = ["dumps", "loads", "pack_tensor", "plain_tensor", "unpack_tensor"]

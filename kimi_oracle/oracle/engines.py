@@ -31,7 +31,7 @@ from kimi_oracle.adapters.engines import check_path, is_engine_spec
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
 from kimi_oracle.core.tokenizer import Tokenizer
-from kimi_oracle.core.wire import pack_tensor, unpack_tensor
+from kimi_oracle.core.wire import pack_tensor, plain_tensor, unpack_tensor
 from kimi_oracle.oracle.candidates import first_doc_line, resolve, stripped_spec
 from kimi_oracle.pipelines.request_contract import Step
 
@@ -220,7 +220,8 @@ def _encode(engine: Any, items: dict[int, list[Any]], step: Step) -> Encoded:
         return out
     # Read as bytes through torch's own methods (a subclass's overrides switched off): what the
     # judge compares is the data, never an object of the engine's.
-    out.data = unpack_tensor(pack_tensor(rows, "engine encode's result"))
+    # (copied now: the engine may reuse its buffer later in the program; packed once, by trace_to_wire)
+    out.data = plain_tensor(rows, "engine encode's result").clone()
     out.shape = tuple(out.data.shape)
     out.total_rows = int(out.shape[0]) if out.shape else 0
     out.item_grids = [_grid_after(it) for it in batch]
@@ -230,10 +231,11 @@ def _encode(engine: Any, items: dict[int, list[Any]], step: Step) -> Encoded:
 def _ids(ids: Any) -> tuple[list[int], str]:
     """The prompt's ids as ints, or why they are not ids (a float, a bool, a float tensor)."""
     if isinstance(ids, torch.Tensor):
-        dtype, shape, _ = pack_tensor(ids, "prepare's input ids")
+        plain = plain_tensor(ids, "prepare's input ids")
+        dtype = str(plain.dtype).replace("torch.", "")
         if dtype.startswith(("float", "bfloat", "bool")):
             return [], f"the input ids are a {dtype} tensor; only integers are ids"
-        ids = unpack_tensor(pack_tensor(ids)).reshape(-1).tolist()
+        ids = plain.reshape(-1).tolist()
     out = []
     for k, t in enumerate(ids):
         if isinstance(t, bool) or not isinstance(t, numbers.Integral):
@@ -270,7 +272,7 @@ def alone_rows(factory: EngineFactory, tokenizer: Any, config: PreprocessConfig,
         raise
     except Exception as exc:  # noqa: BLE001 - reported with the image
         return Raised.of(exc)
-    return unpack_tensor(pack_tensor(rows, "engine encode's result (one image alone)"))
+    return plain_tensor(rows, "engine encode's result (one image alone)").clone()
 
 
 def run_program(factory: EngineFactory, base: PreprocessConfig, steps: Sequence[Step], table: Sequence[Image.Image],
