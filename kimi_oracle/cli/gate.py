@@ -9,6 +9,7 @@ import click
 from kimi_oracle.cli.common import (interpret_option, isolation_options, out_dir_callback, parse_duration,
                                     parse_percent, setup_interpret)
 from kimi_oracle.core.config import PROFILES
+from kimi_oracle.inputs.sizes import GATE_PHOTO_EXAMPLES
 from kimi_oracle.workflows.known import DEFAULT_MARGIN_PCT
 
 
@@ -68,15 +69,17 @@ def register(group: click.Group) -> None:
 @click.option("--engine-scenarios", type=click.IntRange(min=1), default=500, show_default=True, metavar="N",
               help="Scenarios of the --engine stage.")
 @click.option("--mixed-configs", is_flag=True, help="With --engine: also vary mean, std and background.")
-@click.option("--photo-examples", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
-              help="Real-photo examples (12 Mpx and 4K, the mode classes in turn) of the fuzz stage, on both "
-                   "sides; each costs ~30 s on 2 CPU cores (the timing stage compares its large outputs anyway).")
+@click.option("--photo-examples", type=click.IntRange(min=0), default=GATE_PHOTO_EXAMPLES, show_default=True,
+              metavar="N",
+              help="Real-photo examples (12 Mpx and 4K, the mode classes in turn from the seed's) of the fuzz "
+                   "stage, on both sides: generated examples 8k+7; 0 for none (the timing stage compares its "
+                   "large outputs anyway).")
 @interpret_option
 @isolation_options
 def gate_cmd(new, old, profile, budget, perf_threshold, tolerance, seed, fuzz_examples, golden_dir,
              out_dir, margin, known_path, write_known_path, strict, corpus_dir, planner, planner_sizes,
              interpret, case_timeout, memory_limit_mb, engine_spec=None, engine_scenarios=500,
-             mixed_configs=False, photo_examples=0) -> int:
+             mixed_configs=False, photo_examples=GATE_PHOTO_EXAMPLES) -> int:
     """Run goldens, differential fuzzing, invariances and (with --baseline) A/B timing.
 
     With --baseline OLD, NEW and OLD are judged on the same inputs and compared root cause by

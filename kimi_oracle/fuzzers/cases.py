@@ -93,7 +93,7 @@ def example_source(seed: int, index: int, tile_share: float, photo_examples: int
     or a real-photo one: `sizes.photo_slot`): the search's and `generated_case`'s one definition."""
     slot = photo_slot(index, photo_examples, photo_every)
     if slot is not None:  # the kind (2), then the photo's kind and size, forced by its slot
-        return RandomSource(derive(seed, index), (2, *photo_forced(slot, tuple(modes)))), True
+        return RandomSource(derive(seed, index), (2, *photo_forced(slot, tuple(modes), seed))), True
     tiles = tile_share > 0
     tile = tiles and is_tile_example(index, tile_share)
     forced = (int(tile),) if tiles or photo_examples > 0 else ()

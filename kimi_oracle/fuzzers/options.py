@@ -11,7 +11,7 @@ from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.files import versions
 from kimi_oracle.inputs.draw import DrawOptions
 from kimi_oracle.inputs.generators import MODES
-from kimi_oracle.inputs.sizes import PHOTO_EVERY
+from kimi_oracle.inputs.sizes import GATE_PHOTO_EXAMPLES, PHOTO_EVERY  # noqa: F401 (one home)
 from kimi_oracle.inputs.strategies import DEFAULT_MAX_SIDE
 from kimi_oracle.oracle.checks import FINDING_KINDS, Tolerance
 from kimi_oracle.oracle.diagnosis import full_name, infer_profile
@@ -36,13 +36,8 @@ INVARIANCE_EVERY = 4
 # generated example in 200 is one image with both sides around 256, 512, 1024 or 2048 (±1). Such
 # an example costs as much as many small ones; what this share costs: docs/measurements.md.
 TILE_SHARE = 0.005
-# The real-photo examples (`FuzzOptions.photo_examples`) the gate's fuzz stage draws per side by
-# default: none, until their cost is bounded. Measured (docs/measurements.md, round 9): with 8 the
-# README's gate (--budget 2m) ran 178 s, its fuzz stage 169 s for 40 examples, overhead 131 % of
-# the budget (a 12 Mpx example costs ~30 s in the lockstep run: two comparisons of ~3.6 s, both
-# sides' findings written). `gate --photo-examples N` draws N (12 Mpx and 4K, the mode classes in
-# turn); the timing stage compares its own 12 Mpx and 8K outputs whatever this is.
-GATE_PHOTO_EXAMPLES = 0
+# The gate's real-photo examples by default: `inputs.sizes.GATE_PHOTO_EXAMPLES`.
+
 # ... and each nightly worker, one example in NIGHTLY_PHOTO_EVERY.
 NIGHTLY_PHOTO_EXAMPLES = 32
 NIGHTLY_PHOTO_EVERY = 64

@@ -24,6 +24,13 @@ PHOTO_KINDS = (("RGB", "opaque"), ("L", "opaque"), ("P", "opaque"), ("RGBA", "gr
 # One generated example in this many is a real-photo one (the k-th at index k * PHOTO_EVERY +
 # PHOTO_EVERY - 1), until a run's `photo_examples` are drawn.
 PHOTO_EVERY = 8
+# The real-photo examples (`FuzzOptions.photo_examples`, `gate --photo-examples`) the gate's fuzz stage draws per side by
+# default: generated examples 7 and 15, a 12 Mpx one and a 4K one, their mode classes in turn from
+# the seed's (`sizes.photo_forced`). Measured (docs/measurements.md, round 10): the README's gate
+# (--budget 2m) ran 118 s with them, its fuzz stage 31.7 s; a photo costs a few seconds a side
+# since its comparison, diff picture and outputs.npz are bounded (`results.diffs`,
+# `gate.observations.outputs_window`).
+GATE_PHOTO_EXAMPLES = 2
 
 
 def photo_slot(index: int, count: int, every: int = PHOTO_EVERY) -> int | None:
@@ -35,11 +42,13 @@ def photo_slot(index: int, count: int, every: int = PHOTO_EVERY) -> int | None:
     return index // every
 
 
-def photo_forced(slot: int, modes: tuple[str, ...]) -> tuple[int, int]:
+def photo_forced(slot: int, modes: tuple[str, ...], seed: int = 0) -> tuple[int, int]:
     """The indices (into `photo_kinds(modes)` and PHOTO_SIZES) of real-photo example `slot`: the
-    kinds in turn, the sizes shifted by one each round so every kind meets 12 Mpx and 4K."""
+    kinds in turn from the seed's (kind `seed mod kinds` first: a run that draws fewer photos than
+    there are kinds, as the gate's, meets other kinds with other seeds), the sizes shifted by one
+    each round so every kind meets 12 Mpx and 4K."""
     kinds = photo_kinds(modes)
-    return slot % len(kinds), (slot + slot // len(kinds)) % len(PHOTO_SIZES)
+    return (slot + seed) % len(kinds), (slot + slot // len(kinds)) % len(PHOTO_SIZES)
 
 
 def photo_kinds(modes: tuple[str, ...]) -> tuple[tuple[str, str], ...]:

@@ -13,7 +13,7 @@ from kimi_oracle.oracle.judge import evaluate
 from kimi_oracle.pipelines import reference
 from kimi_oracle.results.report import finding_summary, write_finding
 from kimi_oracle.workflows.gate.context import GateContext
-from kimi_oracle.workflows.gate.observations import finding_observation, outputs_npz
+from kimi_oracle.workflows.gate.observations import finding_observation, outputs_note, outputs_npz, outputs_window
 from kimi_oracle.workflows.gate.options import Stage
 
 # The stage's place in the gate (workflows.gate.run finds it): its name in the report, its
@@ -94,11 +94,13 @@ def _record(ctx: GateContext, stage: Stage, side: str, verdict: Verdict, verdict
     if obs is not None:
         ctx.observations[side].append(obs)
     other = verdicts.get("old" if side == "new" else "new")
+    sides = {"expected": expected, "new": verdicts["new"].actual,
+             "old": other.actual if side == "new" and other is not None else verdict.actual if side == "old" else None}
+    window = outputs_window(f.stats, *sides.values())
+    if window is not None:
+        f.extra["outputs"] = outputs_note(window)
     write_finding(ctx.out_dir if side == "new" else ctx.out_dir / "baseline", f,
-                  extra_files={"outputs.npz": outputs_npz(
-                      expected=expected, new=verdicts["new"].actual,
-                      old=other.actual if side == "new" and other is not None else verdict.actual
-                      if side == "old" else None)})
+                  extra_files={"outputs.npz": outputs_npz(window, **sides)})
     ctx.findings_of(side).append({"stage": NAME, **finding_summary(f)})
     if not ctx.relative:
         stage.reasons.append(f"corpus {rel}: {verdict.check}: {verdict.message}")

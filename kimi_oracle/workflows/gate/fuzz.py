@@ -19,7 +19,8 @@ from kimi_oracle.pipelines import reference
 from kimi_oracle.results.report import Finding, finding_summary, write_finding
 from kimi_oracle.workflows.gate.budget import OVERHEAD_MIN_EXAMPLES, Budget
 from kimi_oracle.workflows.gate.context import GateContext
-from kimi_oracle.workflows.gate.observations import finding_observation, make_input_id, outputs_npz
+from kimi_oracle.workflows.gate.observations import (finding_observation, make_input_id, outputs_npz,
+                                                      outputs_note, outputs_window)
 from kimi_oracle.workflows.gate.options import Stage
 
 # The stage's place in the gate (workflows.gate.run finds it): its name in the report, its
@@ -205,9 +206,12 @@ def _judge_on_both(ctx: GateContext, inputs: dict[str, dict[str, Finding]], writ
                 "key": other.key if other is not None else None,
                 "root_causes": list(other.root_causes) if other is not None else [],
                 "same_output": same,
-                "outputs": "outputs.npz (expected, new, old)"}
-            npz = outputs_npz(expected=f.expected, new=f.actual if side == "new" else other_out,
-                              old=other_out if side == "new" else f.actual)
+                "outputs": ""}
+            sides = {"expected": f.expected, "new": f.actual if side == "new" else other_out,
+                     "old": other_out if side == "new" else f.actual}
+            window = outputs_window(f.stats, *sides.values())
+            f.extra["other_side"]["outputs"] = outputs_note(window)
+            npz = outputs_npz(window, **sides)
             writes.append((side, f, writer.submit(
                 write_finding, ctx.out_dir if side == "new" else ctx.out_dir / "baseline", f,
                 extra_files={"outputs.npz": npz})))
@@ -236,6 +240,9 @@ def _differing_examples(ctx: GateContext, run_new: FuzzRun, run_old: FuzzRun,
         interrupts.raise_if_requested()
         case = generated_case(ctx.config, options, run_new.seed, i)
         images = case.make_images()
+        key = make_input_id("fuzz", case.config, [p.to_dict() for p in case.images], images)
+        if key in inputs:
+            continue  # a finding's own input: judged on both sides already (a photo's costs seconds)
         try:
             expected = reference.preprocess([im.copy() for im in images], case.config)
         except InputError:
@@ -255,9 +262,6 @@ def _differing_examples(ctx: GateContext, run_new: FuzzRun, run_old: FuzzRun,
         group = (keys[0], keys[-1])
         if not verdicts or per_group.get(group, 0) >= DIFFERING_PER_GROUP:
             continue  # (no attribution spent on an example that is not kept)
-        key = make_input_id("fuzz", case.config, [p.to_dict() for p in case.images], images)
-        if key in inputs:
-            continue
         # (generated example i is the run's example i + 1: no saved failures replay here)
         inputs[key] = {
             side: finding_from(verdict, (ctx.new if side == "new" else ctx.old).spec,  # type: ignore[union-attr]

@@ -149,6 +149,11 @@ def _diagnose_now(ctx: GateContext, profile: str, change: Any, verdict: Verdict,
         counts[cls] = counts.get(cls, 0) + 1
         fields = finding_diagnosis(str(verdict.check), verdict.stats, [img], config,
                                    expected=verdict.expected, actual=verdict.actual)
+    return _golden_entry(profile, change, verdict, img, fields)
+
+
+def _golden_entry(profile: str, change: Any, verdict: Verdict, img: Any, fields: dict) -> dict:
+    """A golden pixel difference as a finding entry, with its diagnosis `fields`."""
     return {"stage": NAME, "check": str(verdict.check), "profile": profile, "case": change.key,
             "key": finding_key(str(verdict.check), verdict.stats, [img]), "message": verdict.message,
             "hits": 1, "max_levels_seen": fields["max_levels"], **fields}
@@ -445,9 +450,7 @@ def _golden_diagnosis(profile: str, change: Any, verdict: Verdict, config: Prepr
     img = golden.PixelCase.from_entry(profile, change.new or change.old).make_image()
     fields = finding_diagnosis(str(verdict.check), verdict.stats, [img], config,
                                expected=verdict.expected, actual=verdict.actual)
-    return {"stage": NAME, "check": str(verdict.check), "profile": profile, "case": change.key,
-            "key": finding_key(str(verdict.check), verdict.stats, [img]), "message": verdict.message,
-            "hits": 1, "max_levels_seen": fields["max_levels"], **fields}
+    return _golden_entry(profile, change, verdict, img, fields)
 
 
 def _golden_observation(profile: str, change: Any, verdict: Verdict) -> dict[str, Any]:

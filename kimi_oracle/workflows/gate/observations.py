@@ -94,15 +94,57 @@ def finding_observation(input_id: str, stage: str, f: Finding, index: int | None
     return obs
 
 
-def outputs_npz(**results: Any) -> bytes:
-    """The results of one input (expected, new, old) as one .npz (float32 values, int grids)."""
+# `outputs.npz` keeps whole results up to this many values a result (16 MiB of float32: an
+# output of ~1.4 Mpx); of a larger one (a real photo's output is ~36 Mi values, 146 MiB a side,
+# several seconds of zlib each) it keeps OUTPUTS_WINDOW_ROWS patch rows around the worst value,
+# and `kimi-oracle repro` recomputes the rest.
+OUTPUTS_MAX_VALUES = 1 << 22
+OUTPUTS_WINDOW_ROWS = 1024
+
+
+def outputs_window(stats: dict[str, Any] | None, *results: Any) -> tuple[int, int, int] | None:
+    """The patch rows [lo, hi) of `total` that `outputs_npz` keeps of these results, as (lo, hi,
+    total), or None when it keeps them whole: OUTPUTS_WINDOW_ROWS rows around the worst value
+    that `stats` names (its image's patch), when the largest result is over OUTPUTS_MAX_VALUES."""
+    sized = [r for r in results if isinstance(r, PreprocessResult)]
+    if not sized or max(int(r.pixel_values.numel()) for r in sized) <= OUTPUTS_MAX_VALUES:
+        return None
+    total = max(int(r.pixel_values.shape[0]) for r in sized)
+    worst = (stats or {}).get("worst") if isinstance((stats or {}).get("worst"), dict) else {}
+    row = 0
+    try:
+        offsets = sized[0].patch_offsets()
+        row = offsets[min(int(worst.get("image", 0)), len(offsets) - 2)] + int(worst.get("patch", 0))
+    except (TypeError, ValueError, IndexError):
+        pass
+    lo = max(0, min(row - OUTPUTS_WINDOW_ROWS // 2, total - OUTPUTS_WINDOW_ROWS))
+    return lo, min(total, lo + OUTPUTS_WINDOW_ROWS), total
+
+
+def outputs_note(window: tuple[int, int, int] | None) -> str:
+    """What a finding's `outputs.npz` holds, for its case.json."""
+    if window is None:
+        return "outputs.npz (expected, new, old)"
+    lo, hi, total = window
+    return (f"outputs.npz (expected, new, old: patch rows {lo}-{hi - 1} of {total}, around the worst value; "
+            f"`kimi-oracle repro` recomputes the whole outputs)")
+
+
+def outputs_npz(window: tuple[int, int, int] | None = None, **results: Any) -> bytes:
+    """The results of one input (expected, new, old) as one .npz (float32 values, int grids); with
+    a `window` (lo, hi, total) only patch rows [lo, hi) of each, and `{name}_rows` = [lo, hi, total]."""
     import numpy as np
     import torch
 
     arrays = {}
     for name, r in results.items():
         if isinstance(r, PreprocessResult):
-            arrays[f"{name}_pixel_values"] = torch.as_tensor(r.pixel_values).detach().float().cpu().numpy()
+            values = torch.as_tensor(r.pixel_values).detach()
+            if window is not None:
+                values = values[window[0]:window[1]]
+                arrays[f"{name}_rows"] = np.array([window[0], min(window[1], int(r.pixel_values.shape[0])),
+                                                   int(r.pixel_values.shape[0])], dtype=np.int64)
+            arrays[f"{name}_pixel_values"] = values.float().cpu().numpy()
             arrays[f"{name}_grid_thws"] = torch.as_tensor(r.grid_thws).detach().cpu().numpy()
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)

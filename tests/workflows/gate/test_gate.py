@@ -42,7 +42,7 @@ def test_correct_candidate_passes(tmp_path):
 def test_wrong_candidate_fails_on_correctness(tmp_path):
     spec = f"{TESTS / 'mutants' / 'planted.py'}:chessboard_flipped"
     proc, report = run_gate(tmp_path, "--candidate", spec, "--budget", "6s", "--seed", "2",
-                            "--fuzz-examples", str(FUZZ_EXAMPLES))
+                            "--fuzz-examples", str(FUZZ_EXAMPLES), "--photo-examples", "0")  # (chessboards)
     assert proc.returncode == 1
     assert report["verdict"] == "fail"
     assert report["stages"]["goldens"]["status"] == "fail"
