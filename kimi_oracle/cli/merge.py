@@ -17,11 +17,16 @@ from kimi_oracle.cli.common import out_dir_callback
 @click.option("--allow-mixed", is_flag=True, default=False,
               help="Merge shards of different candidates, profiles, configs or tolerances (said in the notes).")
 @click.option("--replace", is_flag=True, default=False, help="Replace a non-empty --out (refused otherwise).")
-def merge_cmd(shards: tuple[Path, ...], out_dir: Path, allow_mixed: bool, replace: bool) -> None:
+@click.option("--no-minimize", "no_minimize", is_flag=True, default=False,
+              help="Keep the union of the shards' corpora as it is (default: libFuzzer's -merge=1 keeps the "
+                   "inputs that hold its coverage).")
+def merge_cmd(shards: tuple[Path, ...], out_dir: Path, allow_mixed: bool, replace: bool,
+              no_minimize: bool = False) -> None:
     """Merge the --out folders of nightly shards (CI matrix jobs, machines, nights) into one report.
 
     Findings are de-duplicated by their key, the smallest reproducer kept; corpora and hypothesis
-    databases are unioned (de-duplicated by content). Every input is checked first: a shard of
+    databases are unioned (de-duplicated by content), and the corpora minimized by libFuzzer's own
+    -merge=1 (the reference on both sides: no candidate code runs). Every input is checked first: a shard of
     another candidate, profile, config or tolerance (unless --allow-mixed), another summary
     schema, a truncated JSON or a finding folder that fails `repro`'s checks is exit 2, naming the
     file, with nothing written. Exit 0 nothing found, 1 findings, 2 bad input or a shard's harness
@@ -29,7 +34,8 @@ def merge_cmd(shards: tuple[Path, ...], out_dir: Path, allow_mixed: bool, replac
     """
     from kimi_oracle.workflows.nightly.merge import merge_shards
 
-    result = merge_shards(list(shards), out_dir, allow_mixed=allow_mixed, replace=replace)
+    result = merge_shards(list(shards), out_dir, allow_mixed=allow_mixed, replace=replace,
+                          minimize=not no_minimize)
     s = result.summary
     for note in s["notes"]:
         click.echo(f"note: {note}", err=True)

@@ -8,6 +8,7 @@ kimi_oracle itself never needs it. `--replay FILE...` replays inputs without ath
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import sys
 from typing import Sequence
 
@@ -71,7 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = args[0]
     if len(args) > 1 and args[1] == "--replay":
         return replay(name, args[2:])
-    run(name, [sys.argv[0]] + args[1:])
+    # libFuzzer runs its children (-merge=1, -fork) as a shell command starting with argv[0]:
+    # this module's own command line, not its file (which is not executable).
+    command = f"{shlex.quote(sys.executable)} -m kimi_oracle.fuzzers.atheris_entry {shlex.quote(name)}"
+    run(name, [command] + args[1:])
     return EXIT_OK
 
 

@@ -47,6 +47,9 @@ NIGHTLY_PHOTO_EVERY = 64
 # is kept.
 COSTLY_FAILURES = ("CallTimedOut", "ProcessDied")
 MAX_COSTLY_SHRINK_STEPS = 4
+# ... and how many shrink steps on a real-photo-sized case (over FINDING_LARGE_PIXELS) a group's
+# shrink judges (its recorded case's replay among them); smaller cases are tried as usual.
+MAX_LARGE_SHRINK_STEPS = 2
 
 # Hypothesis' example limit while shrinking one group (its shrinker also stops after 500
 # improvements); a budget's deadline usually ends a shrink first.

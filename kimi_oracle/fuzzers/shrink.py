@@ -6,7 +6,8 @@ from typing import Any, Callable, Sequence
 
 from kimi_oracle.core.errors import KimiOracleError
 from kimi_oracle.fuzzers.cases import _Record
-from kimi_oracle.fuzzers.options import COSTLY_FAILURES, MAX_COSTLY_SHRINK_STEPS, SHRINK_MAX_EXAMPLES
+from kimi_oracle.fuzzers.options import (COSTLY_FAILURES, MAX_COSTLY_SHRINK_STEPS, MAX_LARGE_SHRINK_STEPS,
+                                         SHRINK_MAX_EXAMPLES)
 from kimi_oracle.inputs.generators import FuzzCase
 from kimi_oracle.inputs.strategies import recorded_fuzz_cases
 from kimi_oracle.oracle.checks import TIMEOUT
@@ -107,6 +108,12 @@ class _Shrinking:
             began = clock()
             if deadline is not None and began + step["cost"] > deadline:
                 raise _Stop()
+            if _large(case):
+                # A real photo's step costs seconds (the candidate's 146 MiB answer, two full
+                # comparisons): a few of them, then only smaller cases are tried.
+                costly["large"] = costly.get("large", 0) + 1
+                if costly["large"] > MAX_LARGE_SHRINK_STEPS:
+                    reject()
             try:
                 judged = self.judge(case, record.invariance, shrinking=True, hangs_judged=hangs_judged)
             finally:
@@ -141,6 +148,13 @@ class _Shrinking:
         )(hypothesis_seed(self.run.seed)(given(recorded_fuzz_cases(self.config, self.draw_options))(body)))
         # (@seed switches the database off; the settings applied over it put ours back.)
         _run_shrink(test)
+
+
+def _large(case: FuzzCase) -> bool:
+    """Whether a case holds an image over FINDING_LARGE_PIXELS (a real-photo size)."""
+    from kimi_oracle.oracle.diagnosis.findings import FINDING_LARGE_PIXELS
+
+    return any(int(p.width) * int(p.height) > FINDING_LARGE_PIXELS for p in case.images)
 
 
 def _run_shrink(test: Callable[[], None]) -> None:

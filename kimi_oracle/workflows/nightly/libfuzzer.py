@@ -195,10 +195,69 @@ def _libfuzzer_cmd(run: _Atheris, h: _HarnessRun, remaining: float, runs: int | 
     if runs is not None:
         cmd.append(f"-runs={runs}")
     if h.name == "decoder":
-        cmd += [f"-dict={run.dict_path}", "-max_len=65536"]
-    else:
-        cmd += ["-max_len=256"]
-    return cmd
+        cmd += [f"-dict={run.dict_path}"]
+    return cmd + [f"-max_len={max_len(h.name)}"]
+
+
+def max_len(name: str) -> int:
+    """libFuzzer's -max_len for harness `name`: the decoder's files up to 64 KiB, the structured
+    harness's choice strings 256 bytes (the nightly's runs and `minimize_corpus` alike)."""
+    return 65536 if name == "decoder" else 256
+
+
+# How long `minimize_corpus` may take per harness (libFuzzer runs every input of the union once).
+MINIMIZE_TIMEOUT_S = 600.0
+
+
+def minimize_corpus(name: str, corpus: Path, work: Path, config: Mapping[str, Any] | None = None,
+                    profile: str | None = None, timeout_s: float = MINIMIZE_TIMEOUT_S) -> tuple[int, str]:
+    """libFuzzer's own `-merge=1` over harness `name`'s corpus folder: `corpus` is replaced by the
+    inputs that keep its coverage of Pillow's instrumented code (what the nightly's harnesses
+    measure). The harness runs the reference on both sides in this process's children, so no
+    candidate code runs and nothing is a finding; `work` holds its config, control file and log.
+    Returns (entries in `corpus` after, "" when minimized, else why it was kept as it is)."""
+    from kimi_oracle.fuzzers.harnesses import HarnessSettings
+
+    before = sum(1 for p in corpus.iterdir() if p.is_file())
+    if before == 0:
+        return 0, ""
+    work.mkdir(parents=True, exist_ok=True)
+    config_path = None
+    if config:
+        config_path = work / "config.json"
+        atomic_write_text(config_path, json.dumps(dict(config)))
+    settings = HarnessSettings(candidate="reference", profile=None if config_path else profile,
+                               config_path=str(config_path) if config_path else None, isolate=False,
+                               findings_dir=None, minimize_s=0.0)
+    out = work / f"{name}.min"
+    out.mkdir()
+    cmd = [sys.executable, "-m", "kimi_oracle.fuzzers.atheris_entry", name, "-merge=1",
+           f"-merge_control_file={work / (name + '.control')}", f"-max_len={max_len(name)}", "-rss_limit_mb=8192",
+           "-timeout=120", str(out), str(corpus)]
+    log_path = work / f"{name}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **settings.to_env()}, start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return before, f"libFuzzer's -merge=1 on {name} took over {timeout_s:.0f} s: the union kept"
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+    after = sorted(p for p in out.iterdir() if p.is_file())
+    if code != 0 or not after:
+        tail = log_path.read_bytes()[-300:].decode("utf-8", "replace").strip().splitlines()
+        return before, (f"libFuzzer's -merge=1 on {name} exited {code} with {len(after)} inputs "
+                        f"({tail[-1] if tail else 'no output'}): the union kept")
+    for path in [p for p in corpus.iterdir() if p.is_file()]:
+        path.unlink()
+    for path in after:
+        os.replace(path, corpus / path.name)
+    return len(after), ""
 
 
 def _libfuzzer_run(run: _Atheris, h: _HarnessRun, cmd: list[str], remaining: float) -> tuple[int, dict[str, int]]:

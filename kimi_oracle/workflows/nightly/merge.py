@@ -11,9 +11,11 @@ an `InputError` naming the file (exit 2), and nothing is written.
 The merged findings are de-duplicated by their key (`oracle.grouping.finding_key`, as case.json
 records it): one folder per key, the smallest reproducer (fewest bytes of stored input, then
 fewest pixels) kept, the hits of every shard added up. The corpora are unioned and de-duplicated
-by content (libFuzzer's own SHA-1 names; not minimized: that takes libFuzzer's `-merge=1` and the
-harness binary, and the summary says so); the hypothesis databases are unioned by key folder and
-de-duplicated by content hash, the names hypothesis itself gives them.
+by content (libFuzzer's own SHA-1 names), then minimized by libFuzzer's own `-merge=1` under
+atheris (`libfuzzer.minimize_corpus`: the reference on both sides, so no candidate code runs; the
+union is kept, and the notes say why, where it cannot run; `minimize=False` skips it); the
+hypothesis databases are unioned by key folder and de-duplicated by content hash, the names
+hypothesis itself gives them.
 
 The output is built in a hidden folder beside `out` and renamed into place, so that `out` is
 either absent, or the old output, or the whole new one; an existing non-empty `out` is replaced
@@ -194,7 +196,7 @@ def dedupe_findings(shards: Sequence[Shard]) -> list[tuple[dict[str, Any], Path]
 
 
 def merge_shards(directories: Sequence[Path], out: Path, *, allow_mixed: bool = False,
-                 replace: bool = False) -> CampaignResult:
+                 replace: bool = False, minimize: bool = True) -> CampaignResult:
     """Merge the shard folders into `out` (see the module's text); the merged summary and its
     exit code: 2 when a shard had harness errors, 1 findings, 0 nothing found."""
     started = time.monotonic()
@@ -214,8 +216,12 @@ def merge_shards(directories: Sequence[Path], out: Path, *, allow_mixed: bool = 
             shutil.copytree(folder, stage / "findings" / entry["id"], symlinks=False)
             entry["path"] = str(out / "findings" / entry["id"])
         corpus_counts = _union_corpora(shards, stage / CORPUS_NAME)
+        minimized = _minimize_corpora(shards, stage, corpus_counts, notes) if minimize else {}
+        if corpus_counts and not minimize:
+            notes.append("the merged corpus is the union of the shards' corpora, de-duplicated by content "
+                         "(SHA-1), not minimized (--no-minimize)")
         db_count = _union_databases(shards, stage / DB_NAME)
-        summary = _merged_summary(shards, [e for e, _ in findings], out, corpus_counts, db_count, notes)
+        summary = _merged_summary(shards, [e for e, _ in findings], out, corpus_counts, db_count, notes, minimized)
         summary["elapsed_s"] = round(time.monotonic() - started, 3)
         write_summary(stage, summary)
         _swap_into_place(stage, out)
@@ -268,6 +274,34 @@ def _union_corpora(shards: Sequence[Shard], target: Path) -> dict[str, int]:
     return counts
 
 
+def _minimize_corpora(shards: Sequence[Shard], stage: Path, union: dict[str, int],
+                      notes: list[str]) -> dict[str, int]:
+    """libFuzzer's own -merge=1 over each harness's unioned corpus in `stage` (`libfuzzer.
+    minimize_corpus`: the reference on both sides, no candidate code); the entries each keeps.
+    Where it cannot run (atheris missing, a failure, its time) the union stays, said in `notes`."""
+    from kimi_oracle.fuzzers import HARNESSES
+    from kimi_oracle.workflows.nightly.libfuzzer import minimize_corpus
+
+    kept: dict[str, int] = {}
+    first = shards[0].summary
+    work = stage / ".libfuzzer"
+    try:
+        for name, count in union.items():
+            if name not in HARNESSES:
+                notes.append(f"corpus/{name}: no harness of that name, its union kept as it is")
+                continue
+            kept[name], why = minimize_corpus(name, stage / CORPUS_NAME / name, work / name,
+                                              config=first.get("config"), profile=first.get("profile"))
+            if why:
+                notes.append(why)
+            else:
+                notes.append(f"corpus/{name}: {count} inputs in the shards' union, {kept[name]} kept by "
+                             "libFuzzer's -merge=1 (the same coverage of Pillow's code)")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return kept
+
+
 def _union_databases(shards: Sequence[Shard], target: Path) -> int:
     """Every shard's hypothesis database (`<key hash>/<value hash>` files) into `target`; each
     value stored under the hash of its content, as hypothesis names it. The entries in `target`."""
@@ -291,18 +325,21 @@ def _union_databases(shards: Sequence[Shard], target: Path) -> int:
 
 
 def _merged_summary(shards: Sequence[Shard], findings: list[dict[str, Any]], out: Path,
-                    corpus_counts: dict[str, int], db_count: int, notes: list[str]) -> dict[str, Any]:
+                    corpus_counts: dict[str, int], db_count: int, notes: list[str],
+                    minimized: dict[str, int] | None = None) -> dict[str, Any]:
     """The merged summary object (schema MERGED_SCHEMA_VERSION), its exit code set."""
     first = shards[0].summary
     errors = [f"{s.directory}: {e}" for s in shards for e in s.summary["errors"]]
     engines = _merged_engines(shards, findings)
+    minimized = minimized or {}
     if corpus_counts and "atheris" in engines:
-        engines["atheris"]["corpus"] = {k: {"before": 0, "after": v, "added": v} for k, v in corpus_counts.items()}
+        # (`union`: the shards' inputs de-duplicated; `after`: what -merge=1 kept of them)
+        engines["atheris"]["corpus"] = {
+            k: {"before": 0, "union": v, "after": minimized.get(k, v), "added": minimized.get(k, v),
+                "minimized": k in minimized and minimized[k] <= v}
+            for k, v in corpus_counts.items()}
     if "hypothesis" in engines:
         engines["hypothesis"]["database"] = {"path": str(out / DB_NAME), "entries_before": 0, "entries_after": db_count}
-    notes = notes + [
-        "the merged corpus is the union of the shards' corpora, de-duplicated by content (SHA-1); it is not "
-        "minimized (libFuzzer's -merge=1 is not run by `kimi-oracle merge`)"] if corpus_counts else notes
     stops = {s.summary.get("stopped") for s in shards}
     counts = {k: 0 for k in FINDING_KINDS}
     for f in findings:

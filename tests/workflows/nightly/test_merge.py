@@ -6,6 +6,7 @@ case.json keys, the input files' sizes, the database file names), never from the
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import shutil
 import xml.etree.ElementTree as ET
@@ -163,3 +164,43 @@ def test_nothing_found_is_exit_0_and_a_full_out_is_replaced_only_when_asked(shar
     assert not (out / "keep.txt").exists()
     s = _summary(out)
     assert s["findings"] == [] and any("replaced" in n for n in s["notes"])
+
+
+def _corpus_entry(folder: Path, data: bytes) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha1(data).hexdigest()  # libFuzzer's own naming
+    (folder / name).write_bytes(data)
+    return name
+
+
+def test_the_merged_corpus_is_minimized_by_libfuzzer(shards, tmp_path, capsys):
+    # Each shard's decoder corpus: 12 byte strings no decoder accepts (the same coverage of
+    # Pillow's code, one of them is enough) and a real PNG each (other code). libFuzzer's
+    # -merge=1 keeps fewer than the union, only entries of the union, the PNGs' coverage among them.
+    pytest.importorskip("atheris")
+    import random
+
+    from PIL import Image
+
+    rng = random.Random(7)
+    union: set[str] = set()
+    copies = []
+    for k, shard in enumerate(shards):
+        copy = _copy(shard, tmp_path / f"c{k}")
+        folder = copy / "corpus" / "decoder"
+        for _ in range(12):
+            union.add(_corpus_entry(folder, b"\xee" + bytes(rng.randrange(256) for _ in range(7))))
+        buf = io.BytesIO()
+        (Image.new("RGB", (3, 2), (1, 2, 3)) if k == 0 else Image.new("L", (4, 2), 9)).save(buf, "PNG")
+        union.add(_corpus_entry(folder, buf.getvalue()))
+        copies.append(copy)
+    code, _, err = run_cli(capsys, "merge", *copies, "--out", tmp_path / "merged")
+    assert code == 1, err
+    kept = {p.name for p in (tmp_path / "merged" / "corpus" / "decoder").iterdir()}
+    assert kept and kept < union and len(kept) <= len(union) - 10, (len(kept), len(union))
+    notes = _summary(tmp_path / "merged")["notes"]
+    assert any(f"{len(union)} inputs in the shards' union, {len(kept)} kept" in n for n in notes), notes
+    # --no-minimize keeps the union as it is
+    code, _, err = run_cli(capsys, "merge", *copies, "--out", tmp_path / "union", "--no-minimize")
+    assert code == 1, err
+    assert {p.name for p in (tmp_path / "union" / "corpus" / "decoder").iterdir()} == union
