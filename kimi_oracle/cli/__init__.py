@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "kimi_oracle.cli.gate",
     "kimi_oracle.cli.gpu",
     "kimi_oracle.cli.engines",
+    "kimi_oracle.cli.conformance",
 )
 
 
