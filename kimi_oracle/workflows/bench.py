@@ -108,9 +108,12 @@ def source_bytes(images: Sequence[Image.Image]) -> int:
 
 def interleaved_ratio(
     new: Callable[[], Any], old: Callable[[], Any], *, rounds: int = 7, warmup: int = 1,
-    timer: Callable[[], float] = time.perf_counter,
-) -> dict[str, float]:
-    """A/B timing: alternate NEW and OLD, return the median of per-pair ratios and its spread."""
+    timer: Callable[[], float] = time.perf_counter, min_rounds: int | None = None,
+    decided: Callable[[dict[str, Any]], bool] | None = None,
+) -> dict[str, Any]:
+    """A/B timing: alternate NEW and OLD, return the median of per-pair ratios and its spread.
+    With `decided`, the rounds end early, after `min_rounds`, at the first round whose figures
+    so far it accepts (the gate: the ratio is clear of its threshold by more than the noise)."""
     for _ in range(warmup):
         new()
         old()
@@ -130,18 +133,25 @@ def interleaved_ratio(
         t_new = next(dt for is_new, dt in pair if is_new)
         t_old = next(dt for is_new, dt in pair if not is_new)
         ratios.append(t_new / t_old if t_old > 0 else float("inf"))
-    ratios.sort()
-    median = statistics.median(ratios)
-    # Noise: half the interquartile range of the ratios (robust to one stray sample).
-    q1 = ratios[len(ratios) // 4]
-    q3 = ratios[(3 * len(ratios)) // 4]
+        if decided is not None and i + 1 >= (min_rounds or rounds) and i + 1 < rounds:
+            if decided(_ratio_stats(ratios, new_times, old_times)):
+                break
+    return _ratio_stats(ratios, new_times, old_times)
+
+
+def _ratio_stats(ratios: list[float], new_times: list[float], old_times: list[float]) -> dict[str, Any]:
+    """The median ratio of the rounds so far, its noise (half the interquartile range: robust to
+    one stray sample), each side's median time and the rounds."""
+    ordered = sorted(ratios)
+    q1 = ordered[len(ordered) // 4]
+    q3 = ordered[(3 * len(ordered)) // 4]
     return {
-        "ratio": median,
+        "ratio": statistics.median(ordered),
         "noise": (q3 - q1) / 2,
-        "ratios": ratios,
+        "ratios": ordered,
         "new_median_s": statistics.median(new_times),
         "old_median_s": statistics.median(old_times),
-        "rounds": rounds,
+        "rounds": len(ordered),
     }
 
 

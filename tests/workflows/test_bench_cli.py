@@ -37,6 +37,32 @@ def test_interleaved_ratio_detects_a_slower_side():
     assert calls == ["new", "old"] + ["new", "old", "old", "new"] * 2 + ["new", "old"]
 
 
+
+def test_interleaved_ratio_stops_once_decided():
+    # The gate's timing (issue 33): with `decided`, the rounds end at the first round (from
+    # min_rounds on) whose figures it accepts. NEW 4 ms, OLD 1 ms: a ratio of 4 by hand, clear of a
+    # 1.1 threshold from the first round; an undecidable rule runs every round.
+    now = [0.0]
+
+    def side(seconds: float):
+        def run():
+            now[0] += seconds
+        return run
+
+    seen = []
+
+    def clear(stats):
+        seen.append(stats["rounds"])
+        return abs(stats["ratio"] - 1.1) > 3 * max(stats["noise"], 0.02)
+
+    result = interleaved_ratio(side(0.004), side(0.001), rounds=7, warmup=0, timer=lambda: now[0], min_rounds=3,
+                               decided=clear)
+    assert result["rounds"] == 3 and len(result["ratios"]) == 3 and seen == [3]
+    assert abs(result["ratio"] - 4.0) < 1e-9
+    result = interleaved_ratio(side(0.004), side(0.001), rounds=7, warmup=0, timer=lambda: now[0], min_rounds=3,
+                               decided=lambda stats: False)
+    assert result["rounds"] == 7
+
 @pytest.mark.slow  # two pytest-benchmark subprocess runs (~10 s)
 def test_bench_cli_save_and_compare(tmp_path):
     base = [sys.executable, "-m", "kimi_oracle", "bench", "--candidate", "reference", "--input", "rgb-640x480",

@@ -17,6 +17,18 @@ SCHEMA = "kimi-oracle.gate-report"
 SCHEMA_VERSION = 2  # 2: `rows` (root cause x mode class x {OLD, NEW}, with verdicts), `margin_pct`, `known`
 
 
+def budget_shares(stages: list[Stage], budget: float) -> dict[str, Any]:
+    """Seconds and shares of the budget per stage, and the correctness and timing shares."""
+    from kimi_oracle.workflows.gate.timing import NAME as TIMING
+
+    per = {s.name: round(float(s.elapsed_s or 0.0), 3) for s in stages}
+    timing = per.get(TIMING, 0.0)
+    correctness = sum(v for k, v in per.items() if k != TIMING)
+    share = (lambda v: round(v / budget, 4) if budget else None)
+    return {"stages_s": per, "stages_share_of_budget": {k: share(v) for k, v in per.items()},
+            "correctness_share_of_budget": share(correctness), "timing_share_of_budget": share(timing)}
+
+
 def build(ctx: GateContext, stages: list[Stage], rows: list[dict[str, Any]], started: str, t0: float,
           budget: float) -> dict[str, Any]:
     """The report of a run that started at `started` (UTC) and `t0` (time.monotonic())."""
@@ -56,6 +68,7 @@ def build(ctx: GateContext, stages: list[Stage], rows: list[dict[str, Any]], sta
             "overhead_share_of_budget": round(overhead / budget, 4) if budget else None,
             # Time past the budget (set-up, reports, a stage finishing its last case).
             "over_budget_s": round(max(elapsed - budget, 0.0), 3),
+            **budget_shares(stages, budget),  # how the budget was spent, per stage (issue 33)
         },
         "candidate_processes": {
             role: {"calls": c.calls, "restarts": c.restarts, "crashes": c.crashes, "timeouts": c.timeouts}
@@ -148,6 +161,10 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"({100 * (report['time']['overhead_share_of_budget'] or 0):.1f}% of the budget: time in which neither "
         f"works, spent by the fuzzing engine, root-cause attribution, image generation, comparisons, reports); "
         f"{report['time']['over_budget_s']:.1f}s past the budget",
+        f"- the budget spent: {100 * (report['time'].get('correctness_share_of_budget') or 0):.1f}% on correctness "
+        f"(goldens, planner, fuzz, corpus, invariance, engine), "
+        f"{100 * (report['time'].get('timing_share_of_budget') or 0):.1f}% on the A/B timing; per stage: "
+        + ", ".join(f"{k} {v:.1f}s" for k, v in (report['time'].get('stages_s') or {}).items()),
         "",
     ]
     if report.get("relative"):

@@ -46,8 +46,19 @@ class _VirtualClock:
 
 
 def run(ctx: GateContext) -> Stage:
-    """The timing stage within what is left of the gate's budget."""
-    return timed(ctx, ctx.budget.left_s())
+    """The timing stage within its share of the gate's budget (what is left, at most PERF_SHARE)."""
+    return timed(ctx, ctx.budget.timing_s())
+
+
+# An input's timing ends early, after this many rounds, once its ratio is clear of the threshold
+# by DECIDED_NOISES times its noise (at least 0.02): more rounds would not change the verdict.
+DECIDED_MIN_ROUNDS = 3
+DECIDED_NOISES = 3.0
+
+
+def decided(stats: dict[str, Any], limit: float) -> bool:
+    """Whether interleaved ratios `stats` so far put the input clearly on one side of `limit`."""
+    return abs(stats["ratio"] - limit) > DECIDED_NOISES * max(stats["noise"], 0.02)
 
 
 def timed(ctx: GateContext, budget_s: float) -> Stage:
@@ -109,7 +120,11 @@ def _time_input(ctx: GateContext, name: str, clock: _VirtualClock, limit: float,
     if rows and t_pair * (ctx.options.perf_rounds + 1) > deadline - time.monotonic():
         return None
     compared = check_outputs(ctx, name, images, config, stage)
-    result = interleaved_ratio(new_fn, old_fn, rounds=ctx.options.perf_rounds, warmup=0, timer=clock)
+    # (the rounds end early once the ratio is decided, or when another pair would end past the
+    # stage's deadline: the timing keeps to its share of the budget)
+    result = interleaved_ratio(new_fn, old_fn, rounds=ctx.options.perf_rounds, warmup=0, timer=clock,
+                               min_rounds=DECIDED_MIN_ROUNDS,
+                               decided=lambda st: decided(st, limit) or time.monotonic() + t_pair > deadline)
     retried = False
     if (abs(result["ratio"] - limit) <= max(result["noise"], 0.02)
             and t_pair * 2 * ctx.options.perf_rounds <= deadline - time.monotonic()):
