@@ -246,6 +246,10 @@ def _print_fuzz_run(run: Any, summary: dict[str, Any], planner_report: Any, spec
     if cpu.get("ratio") is not None:
         footer += (f"; CPU per example: oracle {cpu['oracle_ms_per_example']:.2f} ms, candidate "
                    f"{cpu['candidate_ms_per_example']:.2f} ms (ratio {cpu['ratio']:.2f})")
+        search = cpu.get("search") or {}
+        if search.get("ratio") is not None:
+            footer += (f"; in the search alone: {search['oracle_ms_per_example']:.2f} ms and "
+                       f"{search['candidate_ms_per_example']:.2f} ms (ratio {search['ratio']:.2f})")
     print_findings_table(f"kimi-oracle fuzz: {spec} vs reference ({config.describe()}, "
                          f"tolerance {tolerance}, config variation {'off' if fixed_config else 'on'})",
                          run.findings, FINDING_KINDS, run.first_found, footer, strict)

@@ -161,6 +161,7 @@ def _fuzz(candidate: Candidate | str, config: PreprocessConfig, options: FuzzOpt
     run.time = publisher.times.to_dict(getattr(engine.candidate, "activity", None))
     run.cpu = cpu_report(_own_cpu_s() - cpu0[0], None if cpu0[1] is None else candidate.cpu_s - cpu0[1],
                          run.examples)
+    run.cpu["search"] = getattr(run, "search_cpu", None)
     if abort is not None:
         raise abort.error from None
     if partner is not None:
@@ -192,9 +193,11 @@ def _search_and_settle(engine: _Engine, partner: _Engine | None, options: FuzzOp
     target = options.max_examples()
     abort: _HarnessAbort | None = None
     search_s = 0.0
+    search_cpu = [0.0, 0.0]  # the search passes' CPU seconds: this process's, the candidate's executors'
     first_pass = True
     while True:
         began = engine.clock()
+        cpu0 = (_own_cpu_s(), getattr(engine.candidate, "cpu_s", None))
         examples_before = run.examples
         try:
             if first_pass:
@@ -205,6 +208,9 @@ def _search_and_settle(engine: _Engine, partner: _Engine | None, options: FuzzOp
         except _HarnessAbort as exc:
             abort = exc
         search_s += engine.clock() - began
+        search_cpu[0] += _own_cpu_s() - cpu0[0]
+        if cpu0[1] is not None:
+            search_cpu[1] += engine.candidate.cpu_s - cpu0[1]
         if interrupts.requested():
             run.stopped = "interrupted"
         try:
@@ -226,6 +232,10 @@ def _search_and_settle(engine: _Engine, partner: _Engine | None, options: FuzzOp
     if interrupts.requested():
         run.stopped = "interrupted"
     run.search_s = search_s
+    # The search alone (drawing, the reference, comparing, the attributions made then), without
+    # shrinking and publishing: what bounds the rate of examples (issue 33).
+    run.search_cpu = cpu_report(search_cpu[0], search_cpu[1] if hasattr(engine.candidate, "cpu_s") else None,
+                                run.examples)
     run.elapsed_s = engine.clock() - engine.start
     return abort
 

@@ -29,3 +29,8 @@ def test_cpu_split_counts_the_candidates_own_cpu(tmp_path):
     assert cpu["candidate_ms_per_example"] >= 20.0  # >= 1 call an example, 20 ms each
     assert cpu["candidate_s"] >= 0.2 and cpu["oracle_s"] > 0
     assert abs(cpu["ratio"] - cpu["oracle_s"] / cpu["candidate_s"]) < 0.01
+    # The search alone (no shrinking or publishing: nothing failed here, so the whole candidate
+    # time is the search's): a part of the run's own CPU, the same candidate CPU.
+    search = cpu["search"]
+    assert 0 < search["oracle_s"] <= cpu["oracle_s"] + 1e-3
+    assert abs(search["candidate_s"] - cpu["candidate_s"]) < 1e-3
