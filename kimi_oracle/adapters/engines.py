@@ -2,8 +2,9 @@
 from their own code by name (no code of an engine is copied here).
 
 A spec is `ENGINE[-PATH][@SOURCE]` (`adapters.sources`). So far the adapters provide SGLang's K3
-deferred GPU image path as candidate `sglang` (`adapters.sglang`) and the *planners*, the
-engines' host-side resize/token functions:
+deferred GPU image path as candidate `sglang` (`adapters.sglang`), transformers'
+`Kimi_K25ImageProcessor` as candidate `transformers` (`adapters.transformers_k25`) and the
+*planners*, the engines' host-side resize/token functions:
 
 - `sglang`: `sglang/srt/multimodal/processors/kimi_k25.py` `navit_resize_config(width, height,
   patch_size, merge_kernel_size, in_patch_limit, patch_limit_on_one_side, fixed_output_tokens)`,
@@ -25,6 +26,7 @@ from typing import Any, Callable
 from kimi_oracle.adapters.loading import load_module, require
 from kimi_oracle.adapters.sglang import deferred_gpu_path
 from kimi_oracle.adapters.sources import Tree, locate, split_engine_spec
+from kimi_oracle.adapters.transformers_k25 import image_processor_path
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
 
@@ -62,7 +64,7 @@ ENGINES = {
     )),
     "transformers": Engine("transformers", "transformers", ("5.23.0",), (
         EnginePath("transformers", "planner", _TF_K25, "navit_resize", True),
-        EnginePath("transformers", "candidate", _TF_K25, "Kimi_K25ImageProcessor", False),
+        EnginePath("transformers", "candidate", _TF_K25, "Kimi_K25ImageProcessor", True),
     )),
     "vllm": Engine("vllm", "vllm", ("0.33.0",), (
         EnginePath("vllm", "candidate", "(fused CPU processor: file not located yet)", "-", False),
@@ -152,7 +154,10 @@ def engine_candidate(spec: str) -> tuple[Callable[..., Any], str, Callable[..., 
     """(preprocess, description, plan) of an engine spec's image path: its own functions."""
     engine, name, tree = load_tree(spec)
     path = _path(engine, name, "candidate", spec)
-    preprocess, plan = deferred_gpu_path(tree, engine.known)  # the one adapted image path so far
+    if engine.name == "transformers":  # its own Kimi_K25ImageProcessor, imported in this process
+        preprocess, plan = image_processor_path(tree, engine.known, _transformers_planner)
+    else:
+        preprocess, plan = deferred_gpu_path(tree, engine.known)
     return preprocess, f"{engine.name} {tree.version or '(unknown version)'} {path.function} ({tree.origin}: {tree.root})", plan
 
 

@@ -151,7 +151,8 @@ def load_modules(tree: Tree, relatives: Sequence[str]) -> list[Any]:
                              f"{tree.root} failed: {type(exc).__name__}: {exc}") from None
     finally:
         sys.meta_path.remove(finder)
-        for name in [n for n in sys.modules if n.split(".")[0] == tree.package]:
+        for name in [n for n in sys.modules if n.split(".")[0] == tree.package
+                     or isinstance(sys.modules[n], _StandModule)]:  # (a stood-in `torchvision` too)
             del sys.modules[name]
         sys.modules.update(saved)
     for module in modules:
@@ -178,4 +179,21 @@ def require(module: Any, tree: Tree, relative: str, function: str, params: Seque
     return func
 
 
-__all__ = ["load_module", "load_modules", "require"]
+def require_class(module: Any, tree: Tree, relative: str, name: str, method: str, params: Sequence[str],
+                  known: Sequence[str]) -> type:
+    """`module.name` when it is a class whose `method` takes `params`; else one CandidateError line."""
+    cls = getattr(module, name, None)
+    where = f"{tree.file(relative)}"
+    versions = f"the {tree.engine} adapter knows {', '.join(known)}; this tree is {tree.version or 'of unknown version'}"
+    if not isinstance(cls, type):
+        raise CandidateError(f"{where}: no class {name}; {versions}")
+    func = getattr(cls, method, None)
+    if not inspect.isfunction(func):
+        raise CandidateError(f"{where}: {name} has no method {method}(); {versions}")
+    missing = [p for p in params if p not in inspect.signature(func).parameters]
+    if missing:
+        raise CandidateError(f"{where}: {name}.{method}() takes no parameter {', '.join(missing)}; {versions}")
+    return cls
+
+
+__all__ = ["load_module", "load_modules", "require", "require_class"]

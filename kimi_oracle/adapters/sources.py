@@ -25,6 +25,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from kimi_oracle.core.errors import CandidateError
 
@@ -139,23 +140,51 @@ def _made(path: Path) -> Path:
 
 def fetch_release(engine: str, package: str, version: str) -> Path:
     """The wheel of `package==version`, downloaded once into the cache with `pip download --no-deps`."""
-    folder = cache_dir() / "wheels" / f"{package}-{version}"
+    return fetch_wheels(f"engine {engine}@{version}", f"{package}-{version}", [f"{package}=={version}"])[0]
+
+
+def fetch_wheels(what: str, name: str, requirements: Sequence[str]) -> list[Path]:
+    """The wheels of pinned `requirements` (`pkg==version`), downloaded once, all in one `pip download
+    --no-deps` into the cache folder `wheels/name`; CandidateError (`what`: ...) when pip cannot."""
+    folder = cache_dir() / "wheels" / name
     wheels = sorted(folder.glob("*.whl")) if folder.is_dir() else []
-    if wheels:
-        return wheels[0]
+    if len(wheels) >= len(requirements):
+        return wheels
     staging = Path(tempfile.mkdtemp(prefix=".download-", dir=_made(folder.parent)))
     try:
         run = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                              "-q", f"{package}=={version}", "-d", str(staging)],
+                              "-q", *requirements, "-d", str(staging)],
                              capture_output=True, text=True, check=False)
-        if run.returncode != 0 or not list(staging.glob("*.whl")):
+        if run.returncode != 0 or len(list(staging.glob("*.whl"))) < len(requirements):
             last = (run.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
-            raise CandidateError(f"engine {engine}@{version}: pip download --no-deps {package}=={version} "
-                                 f"failed: {last}")
+            raise CandidateError(f"{what}: pip download --no-deps {' '.join(requirements)} failed: {last}")
+        shutil.rmtree(folder, ignore_errors=True)  # (a folder left incomplete by hand)
         _publish(staging, folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return sorted(folder.glob("*.whl"))[0]
+    return sorted(folder.glob("*.whl"))
+
+
+def unpacked_site(what: str, name: str, requirements: Sequence[str]) -> Path:
+    """A site directory `deps/name` in the cache holding the wheels of pinned `requirements`
+    (`fetch_wheels`), each unpacked whole (its packages, `.libs` and `.dist-info`; no `.data`),
+    made once; for an engine's own process to put on `sys.path`, never the oracle's."""
+    target = cache_dir() / "deps" / name
+    if target.is_dir():
+        return target
+    wheels = fetch_wheels(what, name, requirements)
+    staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=_made(target.parent)))
+    try:
+        for wheel in wheels:
+            with zipfile.ZipFile(wheel) as archive:
+                archive.extractall(staging, members=[n for n in archive.namelist()
+                                                     if not n.split("/")[0].endswith(".data")])
+        _publish(staging, target)
+    except zipfile.BadZipFile:
+        raise CandidateError(f"{what}: a downloaded file in {wheels[0].parent} is not a wheel") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
 
 
 def _directory(engine: str, package: str, path: Path) -> tuple[Path, str]:
@@ -187,4 +216,5 @@ def locate(engine: str, package: str, source: str | None) -> Tree:
     raise CandidateError(f"engine {engine}@{source}: no such wheel, directory or released version")
 
 
-__all__ = ["CACHE_ENV", "Tree", "cache_dir", "fetch_release", "locate", "split_engine_spec", "tree_version"]
+__all__ = ["CACHE_ENV", "Tree", "cache_dir", "fetch_release", "fetch_wheels", "locate", "split_engine_spec", "tree_version",
+           "unpacked_site"]

@@ -17,11 +17,14 @@ Judging one size (`judge_size`): when the checkpoint plans it, the planner must 
 plan: the first differing field in the order new size, padding, grid, token count is a
 `planner_mismatch` finding naming that field and the size; a raise is a `planner_crash` finding.
 When the checkpoint rejects the size (its side assert), the planner's answer is reported, never
-failed: a raise agrees, a plan is counted and a few examples kept (`rejected_planned`).
+failed: a raise agrees, a plan is counted and a few examples kept (`rejected_planned`). A
+mismatch that a config field the planner ignores explains says so by name (`ignored_field`: "the
+planner ignores fixed_output_tokens").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import time
@@ -177,6 +180,7 @@ class PlannerFinding:
     traceback: str | None = None
     hits: int = 1
     smallest: dict[str, Any] | None = None  # the smallest-area example, when not the first
+    cause: str | None = None  # a config field the planner ignores, when that explains the plan (`ignored_field`)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (`check` is the kind)."""
@@ -185,7 +189,7 @@ class PlannerFinding:
                 "field": self.field, "expected": self.expected, "actual": self.actual,
                 "expected_plan": self.expected_plan, "actual_plan": self.actual_plan,
                 "exception": self.exception, "traceback": self.traceback, "hits": self.hits,
-                "smallest": self.smallest}
+                "smallest": self.smallest, "cause": self.cause}
 
 
 @dataclass
@@ -263,7 +267,7 @@ class PlannerReport:
                 f["check"], f["key"], f["message"], tuple(f["size"]),  # type: ignore[arg-type]
                 PreprocessConfig.from_hf_json(f["config"]), f["source"], f.get("field"), f.get("expected"),
                 f.get("actual"), f.get("expected_plan"), f.get("actual_plan"), f.get("exception"),
-                f.get("traceback"), int(f.get("hits") or 1), f.get("smallest"))
+                f.get("traceback"), int(f.get("hits") or 1), f.get("smallest"), f.get("cause"))
         return report
 
     def lines(self) -> list[str]:
@@ -348,12 +352,31 @@ def judge_size(planner: Planner, report: PlannerReport, width: int, height: int,
     shown = got.names.get(name, name)
     a, e = getattr(got.plan, name), getattr(expected, name)
     a, e = (list(a), list(e)) if name == "grid_thw" else (a, e)
+    cause = ignored_field(width, height, config, got.plan)
     _record(report, PlannerFinding(
         PLANNER_MISMATCH, f"{PLANNER_MISMATCH}[{name}]",
-        f"{width}x{height} ({config_text(config)}): {shown} {a}, expected {e}",
+        f"{width}x{height} ({config_text(config)}): {shown} {a}, expected {e}" + (f"; {cause}" if cause else ""),
         (width, height), config, source, field=shown, expected=e, actual=a,
-        expected_plan=plan_dict(expected), actual_plan=plan_dict(got.plan)))
+        expected_plan=plan_dict(expected), actual_plan=plan_dict(got.plan), cause=cause))
     return False
+
+
+def ignored_field(width: int, height: int, config: PreprocessConfig, actual: ResizePlan) -> str | None:
+    """Why a planner's differing plan differs, when a config field it ignores explains it: with
+    `fixed_output_tokens` set, a plan that is the checkpoint's without it (the token count from
+    the grid) is a planner that ignores `fixed_output_tokens` (transformers' `navit_resize` takes
+    no such parameter). None otherwise."""
+    if config.fixed_output_tokens is None:
+        return None
+    try:
+        without = plan(width, height, dataclasses.replace(config, fixed_output_tokens=None), side_assert=False)
+    except PlanError:
+        return None
+    if first_difference(without, actual) is not None:
+        return None
+    n = without.num_tokens
+    return (f"the planner ignores fixed_output_tokens ({config.fixed_output_tokens}): its plan is the "
+            f"checkpoint's without it ({n} token{'' if n == 1 else 's'} from the grid)")
 
 
 def check_sizes(planner: Planner, cases: Iterable[tuple[int, int, PreprocessConfig, Any]],
@@ -387,6 +410,7 @@ __all__ = [
     "check_sizes",
     "config_text",
     "first_difference",
+    "ignored_field",
     "judge_size",
     "load_planner",
     "plan_dict",

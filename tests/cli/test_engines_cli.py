@@ -32,6 +32,7 @@ def test_the_transformers_planner_ignores_fixed_output_tokens(transformers_tree,
     fails = [line for line in proc.stdout.splitlines() if line.startswith("FAIL planner_mismatch")]
     # the only failing field is the token count, and its first example has a fixed token count set
     assert len(fails) == 1 and fails[0].startswith("FAIL planner_mismatch[num_tokens]") and "fixed tokens" in fails[0]
+    assert "the planner ignores fixed_output_tokens (" in fails[0]  # the cause, by name
 
 
 def test_an_unknown_release_is_exit_2_in_one_line(tmp_path, monkeypatch):
