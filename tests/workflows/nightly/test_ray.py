@@ -1,5 +1,6 @@
 """`kimi-oracle nightly --ray`: without Ray, exit 2 and one line saying how to install it (by
-default); with Ray, a real local cluster (loopback, started by the run itself, `slow`): two
+default); with Ray, a real local cluster (started by the run itself, `slow`; Ray binds the machine's
+address, not loopback: docs/nightly.md): two
 workers whose findings and database entries come back to the one writer, the database replayed
 by the next run, a worker killed mid-run named in the summary with nothing it sent lost, and
 Ctrl-C leaving a complete summary. Driven by files the candidate writes (events), never by time."""
@@ -92,6 +93,26 @@ def _block_both(events: Path, proc: subprocess.Popen) -> None:
     _wait_for(lambda: (events / "called").exists(), proc)
     (events / "block").touch()
     _wait_for(lambda: len(list(events.glob("blocked-*"))) >= 2, proc)
+
+
+@pytest.mark.slow  # a Ray campaign on a local cluster (~40 s)
+def test_an_atheris_worker_on_ray_sends_its_corpus_back(tmp_path):
+    # The atheris worker placed by Ray: its new corpus inputs come back to the driver, the one
+    # writer of --corpus, and the summary's counts are the folder's own.
+    pytest.importorskip("ray")
+    pytest.importorskip("atheris")
+    corpus = tmp_path / "corpus"
+    proc = run_nightly("--ray", "auto", "--jobs", "1", "--engines", "atheris", "--max-examples", "20", "--budget",
+                       "500", "--profile", "k3-small", "--candidate", "reference", "--seed", "3", "--corpus",
+                       str(corpus), "--out", str(tmp_path / "out"), timeout=PATIENCE_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = _summary(tmp_path / "out")
+    assert s["errors"] == [] and [w["ended"] for w in s["ray"]["workers"]] == ["ran"]
+    counts = s["engines"]["atheris"]["corpus"]
+    for harness in ("structured", "decoder"):
+        files = [p for p in (corpus / harness).iterdir() if p.is_file()]
+        assert counts[harness]["after"] == len(files) and counts[harness]["added"] >= 1, counts
+        assert counts[harness]["after"] == counts[harness]["before"] + counts[harness]["added"]
 
 
 @pytest.mark.slow  # a Ray campaign on a local cluster (~30 s)
