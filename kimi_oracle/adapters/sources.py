@@ -25,7 +25,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from kimi_oracle.core.errors import CandidateError
 
@@ -105,16 +105,27 @@ def _unpack_wheel(engine: str, package: str, wheel: Path) -> Path:
     target = cache_dir() / "trees" / f"{wheel.stem}-{digest}"
     if (target / package).is_dir():
         return target
+
+    def members(archive: zipfile.ZipFile) -> list[str]:
+        names = [n for n in archive.namelist() if n.startswith((f"{package}/", f"{package}-"))]
+        if not any(n.startswith(f"{package}/") for n in names):
+            raise CandidateError(f"engine {engine!r}: wheel {wheel} holds no package {package!r}")
+        return names
+
+    return _unpack([wheel], target, members, f"engine {engine!r}: {wheel} is not a wheel (not a zip file)")
+
+
+def _unpack(wheels: Sequence[Path], target: Path, members: Any, not_a_wheel: str) -> Path:
+    """`members(archive)` of each wheel extracted into a staging folder published as `target`
+    (one rename); CandidateError `not_a_wheel` when one is not a zip file."""
     staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=_made(target.parent)))
     try:
-        with zipfile.ZipFile(wheel) as archive:
-            names = [n for n in archive.namelist() if n.startswith((f"{package}/", f"{package}-"))]
-            if not any(n.startswith(f"{package}/") for n in names):
-                raise CandidateError(f"engine {engine!r}: wheel {wheel} holds no package {package!r}")
-            archive.extractall(staging, members=names)
+        for wheel in wheels:
+            with zipfile.ZipFile(wheel) as archive:
+                archive.extractall(staging, members=members(archive))
         _publish(staging, target)
     except zipfile.BadZipFile:
-        raise CandidateError(f"engine {engine!r}: {wheel} is not a wheel (not a zip file)") from None
+        raise CandidateError(not_a_wheel) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
@@ -173,18 +184,9 @@ def unpacked_site(what: str, name: str, requirements: Sequence[str]) -> Path:
     if target.is_dir():
         return target
     wheels = fetch_wheels(what, name, requirements)
-    staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=_made(target.parent)))
-    try:
-        for wheel in wheels:
-            with zipfile.ZipFile(wheel) as archive:
-                archive.extractall(staging, members=[n for n in archive.namelist()
-                                                     if not n.split("/")[0].endswith(".data")])
-        _publish(staging, target)
-    except zipfile.BadZipFile:
-        raise CandidateError(f"{what}: a downloaded file in {wheels[0].parent} is not a wheel") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return _unpack(wheels, target, lambda archive: [n for n in archive.namelist()
+                                                    if not n.split("/")[0].endswith(".data")],
+                   f"{what}: a downloaded file in {wheels[0].parent} is not a wheel")
 
 
 def _directory(engine: str, package: str, path: Path) -> tuple[Path, str]:
