@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 import torch
 from PIL import Image
 
-from kimi_oracle.adapters.engines import check_path, is_engine_spec
+from kimi_oracle.adapters.engines import engine_request_layer, is_engine_spec
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
 from kimi_oracle.core.tokenizer import Tokenizer
@@ -88,8 +88,9 @@ def load_engine(spec: str) -> EngineFactory:
     if spec in ENGINE_BUILTINS:
         module_name, attr, description = ENGINE_BUILTINS[spec]
         return EngineFactory(spec, getattr(importlib.import_module(module_name), attr), description)
-    if is_engine_spec(spec):  # a real engine's request layer (kimi_oracle.adapters): refused while not adapted
-        check_path(spec, "request engine")
+    if is_engine_spec(spec):  # a real engine's request layer, its own code (kimi_oracle.adapters)
+        factory, description = engine_request_layer(spec)
+        return EngineFactory(spec, factory, description)
     obj = _resolve(spec)
     if inspect.ismodule(obj) or not callable(obj):
         raise CandidateError(f"engine {spec!r}: {obj!r} is not a factory engine(config, tokenizer)")

@@ -359,7 +359,12 @@ def explain_rows(finding: RequestFinding, steps: Sequence[Step], trace: Trace, b
         got = alone(hybrid, table[where[me][0]], path)
         if isinstance(got, torch.Tensor) and same_bits(got, rows):
             same_path = [x for x in (enc.members[g] for g in by_rank[rank_of[me]]) if where[x][1] == path]
-            first = same_path[0] == m
+            # One rank: SGLang 0.5.23 skips its balancer there (attn_tp_size == 1) and keeps the
+            # batch order; the model sorts as on many ranks. Either order's first item is "first".
+            firsts = {same_path[0]}
+            if enc.dp_size == 1:
+                firsts.add(next(x for x in enc.members if where[x][1] == path))
+            first = m in firsts
             bg = cfg.transparent_bg_config.pattern if cfg.transparent_bg_config else "none"
             text = (f"the rows are this image's rows under the mean {list(cfg.image_mean)}, std {list(cfg.image_std)} "
                     f"and background {bg} of request {m[0]} image {m[1]}"

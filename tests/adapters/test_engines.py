@@ -57,9 +57,9 @@ def test_describe_engines_says_why_an_engine_cannot_load(monkeypatch):
     assert not {("sglang-cpu", "candidate"), ("vllm", "candidate"), ("vllm-k3", "candidate")} & adapted
 
 
-def test_a_real_request_layer_is_refused_until_adapted():
+def test_a_real_request_layer_path_it_lacks_is_refused_cleanly():
     from kimi_oracle.oracle.engines import load_engine
 
-    with pytest.raises(CandidateError, match="KimiK3ImageProcessor in srt/multimodal/processors/kimi_k3.py is not adapted"):
-        load_engine("sglang@0.5.23")
+    with pytest.raises(CandidateError, match="has no path 'sglang-cpu' as a request engine"):
+        load_engine("sglang-cpu@0.5.23")
     assert load_engine("sglang-0.5.23").spec == "sglang-0.5.23"  # the model is untouched
