@@ -12,7 +12,8 @@ infrastructure. `load_modules` runs the modules' own files, as shipped, with:
   probing for `tqdm`, still fail as they would),
 
 while installed packages (torch, numpy, PIL) import for real. A stand-in's attributes are inert
-classes: they can be subclassed, called, subscripted and decorated with, and any use of their
+classes: they can be subclassed, called, subscripted and decorated with (their instances too, as
+decorator factories: `@njit(parallel=True)`), and any use of their
 value in arithmetic fails loudly. The names stood in are recorded in `module.__kimi_stand_ins__`.
 The stand-ins live in `sys.modules` only while the file runs, so a second tree (or the real
 package) loaded later sees none of them. `require` checks that a function the adapter calls is
@@ -63,6 +64,13 @@ class _Stand(metaclass=_StandMeta):
         if name.startswith("__"):
             raise AttributeError(name)
         return _stand_class(name)()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # A decorator factory's decorator (`@njit(parallel=True)`) returns what it decorates; a
+        # method of a stood-in object (`logger.warning(...)`) returns a stand-in.
+        if len(args) == 1 and not kwargs and callable(args[0]):
+            return args[0]
+        return _stand_class(type(self).__name__)()
 
 
 def _stand_class(name: str) -> type:
