@@ -4,7 +4,8 @@ from their own code by name (no code of an engine is copied here).
 A spec is `ENGINE[-PATH][@SOURCE]` (`adapters.sources`). So far the adapters provide SGLang's K3
 deferred GPU image path as candidate `sglang` (`adapters.sglang`), its K3 request layer as
 request engine `sglang` (`adapters.sglang_requests`), transformers'
-`Kimi_K25ImageProcessor` as candidate `transformers` (`adapters.transformers_k25`) and the
+`Kimi_K25ImageProcessor` as candidate `transformers` (`adapters.transformers_k25`), vLLM's
+`KimiK25FusedVisionProcessor` as candidates `vllm` and `vllm-k3` (`adapters.vllm`) and the
 *planners*, the engines' host-side resize/token functions:
 
 - `sglang`: `sglang/srt/multimodal/processors/kimi_k25.py` `navit_resize_config(width, height,
@@ -14,6 +15,9 @@ request engine `sglang` (`adapters.sglang_requests`), transformers'
   width, patch_size, merge_kernel_size, max_patches, max_size_per_side)`, which
   `Kimi_K25ImageProcessor` calls; it returns padded totals, turned here into pad amounts and a
   token count `(pad_h / p) * (pad_w / p) / merge^2`. It takes no `fixed_output_tokens`.
+- `vllm` (and `vllm-k3`, whose processor counts tokens with the same function):
+  `vllm/transformers_utils/processors/kimi_k25_vision_fused.py` `navit_resize_image`, SGLang's
+  parameter names; its dict as returned.
 
 `ENGINES` also lists the paths each engine has for candidates and request engines; those not yet
 adapted say so (`adapted`), and a spec naming one is a CandidateError, never a half-loaded run.
@@ -29,6 +33,9 @@ from kimi_oracle.adapters.sglang import deferred_gpu_path
 from kimi_oracle.adapters.sglang_requests import request_engine
 from kimi_oracle.adapters.sources import Tree, locate, split_engine_spec
 from kimi_oracle.adapters.transformers_k25 import image_processor_path
+from kimi_oracle.adapters.vllm import FUSED_FILE as _VL_FUSED
+from kimi_oracle.adapters.vllm import PLANNER_PARAMS as _VL_PLANNER_PARAMS
+from kimi_oracle.adapters.vllm import fused_processor_path
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
 
@@ -70,8 +77,11 @@ ENGINES = {
         EnginePath("transformers", "candidate", _TF_K25, "Kimi_K25ImageProcessor", True),
     )),
     "vllm": Engine("vllm", "vllm", ("0.33.0",), (
-        EnginePath("vllm", "candidate", "(fused CPU processor: file not located yet)", "-", False),
-        EnginePath("vllm-k3", "candidate", "(K3 processor: file not located yet)", "-", False),
+        EnginePath("vllm", "planner", _VL_FUSED, "navit_resize_image", True),
+        EnginePath("vllm-k3", "planner", _VL_FUSED, "navit_resize_image", True),  # K3's media_tokens_calculator
+        EnginePath("vllm", "candidate", _VL_FUSED, "KimiK25FusedVisionProcessor (fused CPU processor)", True),
+        EnginePath("vllm-k3", "candidate", "transformers_utils/processors/kimi_k3.py",
+                   "KimiK3Processor (over KimiK25FusedVisionProcessor)", True),
     )),
 }
 
@@ -133,6 +143,12 @@ _PLANNER_PARAMS = {
                 "fixed_output_tokens"), _sglang_planner),
     "transformers": (("height", "width", "patch_size", "merge_kernel_size", "max_patches", "max_size_per_side"),
                      _transformers_planner),
+    "vllm": (_VL_PLANNER_PARAMS, _sglang_planner),  # the same parameter names as SGLang's
+}
+# Candidates by path name, each its own adapter: (tree, known) -> (preprocess, plan).
+_CANDIDATES: dict[str, Callable[..., tuple[Callable[..., Any], Callable[..., Any]]]] = {
+    "vllm": lambda tree, known: fused_processor_path(tree, known, k3=False),
+    "vllm-k3": lambda tree, known: fused_processor_path(tree, known, k3=True),
 }
 
 
@@ -157,6 +173,9 @@ def engine_candidate(spec: str) -> tuple[Callable[..., Any], str, Callable[..., 
     """(preprocess, description, plan) of an engine spec's image path: its own functions."""
     engine, name, tree = load_tree(spec)
     path = _path(engine, name, "candidate", spec)
+    if path.name in _CANDIDATES:  # vLLM's own processors (adapters.vllm)
+        preprocess, plan = _CANDIDATES[path.name](tree, engine.known)
+        return preprocess, f"{engine.name} {tree.version or '(unknown version)'} {path.function} ({tree.origin}: {tree.root})", plan
     if engine.name == "transformers":  # its own Kimi_K25ImageProcessor, imported in this process
         preprocess, plan = image_processor_path(tree, engine.known, _transformers_planner)
     else:

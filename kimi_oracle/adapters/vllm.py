@@ -119,15 +119,21 @@ def fused_processor_path(tree: Tree, known: tuple[str, ...], k3: bool) -> tuple[
     # the candidate's own process, the last loaded file is that module.
     sys.modules[fused.__name__] = fused
     processors: dict[PreprocessConfig, Any] = {}
+    # (original size, staged size) of the last call's images, in order: vLLM plans the staged
+    # image (EXIF-transposed), so the self-check's plan of an original size plans that one.
+    staged_sizes: list[tuple[tuple[int, int], tuple[int, int]]] = []
 
     def staged(img: Any) -> Any:  # what ImageMediaIO.load_bytes hands on, after decoding
-        return image.convert_image_mode(image.normalize_image(img), "RGB", WHITE)
+        out = image.convert_image_mode(image.normalize_image(img), "RGB", WHITE)
+        staged_sizes.append((img.size, out.size))
+        return out
 
     def preprocess(images: list, config: PreprocessConfig) -> tuple[torch.Tensor, torch.Tensor]:
         """vLLM's KimiK25FusedVisionProcessor (its own class, numba kernel), staged as its media loader."""
         if config not in processors:
             processors.clear()
             processors[config] = getattr(fused, FUSED)(media_proc_cfg=media_proc_cfg(config))
+        staged_sizes.clear()
         ready = [staged(img) for img in images]
         if k3:
             out = getattr(k3_module, K3)(image_processor=processors[config], tokenizer=None)(
@@ -138,6 +144,8 @@ def fused_processor_path(tree: Tree, known: tuple[str, ...], k3: bool) -> tuple[
         return out["pixel_values"], out["grid_thws"]
 
     def plan(width: int, height: int, config: PreprocessConfig) -> dict:
+        if staged_sizes and staged_sizes[0][0] == (width, height):
+            width, height = staged_sizes.pop(0)[1]
         return fused.navit_resize_image(width, height, config.patch_size, config.merge_kernel_size,
                                         config.in_patch_limit, config.patch_limit_on_one_side,
                                         config.fixed_output_tokens)
