@@ -32,8 +32,9 @@ from kimi_oracle.core.files import atomic_write_text, versions
 
 SCHEMA = "kimi-oracle.conformance"
 SCHEMA_VERSION = 1
-# The profile each engine's Kimi path serves (SGLang's adapted paths are K3's, transformers' and
-# vLLM's processors K2.5's).
+# The profile each engine path serves (SGLang's paths are K3's, transformers' processor K2.5's,
+# vLLM's fused processor K2.5's and its K3 processor K3's); an engine's entry names its first.
+PATH_PROFILES = {"sglang": "k3", "sglang-cpu": "k3", "transformers": "k25", "vllm": "k25", "vllm-k3": "k3"}
 ENGINE_PROFILES = {"sglang": "k3", "transformers": "k25", "vllm": "k25"}
 
 
@@ -70,6 +71,7 @@ class Part:
     args: list[str]
     json_path: Path | None
     out: Path
+    profile: str = ""
 
 
 def _with_source(path_name: str, source: str | None) -> str:
@@ -105,7 +107,8 @@ def plan_parts(spec: str, options: ConformanceOptions) -> tuple[dict[str, Any], 
             entry["not_adapted"].append({"path": path.name, "role": path.role, "file": path.file,
                                          "function": path.function})
             continue
-        parts += _path_parts(path.role, _with_source(path.name, source), root / path.name, entry["profile"], options)
+        parts += _path_parts(path.role, _with_source(path.name, source), root / path.name,
+                             PATH_PROFILES.get(path.name, entry["profile"]), options)
     if options.parts:
         parts = [p for p in parts if p.name in options.parts]
     return entry, parts
@@ -144,6 +147,8 @@ def _path_parts(role: str, p_spec: str, where: Path, profile_name: str, options:
             parts.append(_fuzz_part("requests-mixed" if mixed else "requests", role, p_spec, where,
                                     ["--engine", p_spec, *profile, "--examples", str(options.scenarios), *seed,
                                      *(["--mixed-configs"] if mixed else []), *options.extra]))
+    for part in parts:
+        part.profile = profile_name
     return parts
 
 
@@ -164,7 +169,7 @@ def run_part(part: Part, timeout_s: float) -> dict[str, Any]:
                                   timeout=timeout_s).returncode
         except subprocess.TimeoutExpired:
             code = None
-    result: dict[str, Any] = {"part": part.name, "role": part.role, "spec": part.spec,
+    result: dict[str, Any] = {"part": part.name, "role": part.role, "spec": part.spec, "profile": part.profile,
                               "command": "kimi-oracle " + " ".join(part.args), "exit_code": code,
                               "elapsed_s": round(time.monotonic() - began, 3), "log": str(log),
                               "out": str(part.out)}
@@ -218,7 +223,7 @@ def run_conformance(options: ConformanceOptions, progress: Any = None) -> tuple[
     """Every engine's parts, run in turn; the report (also written to OUT) and its exit code."""
     options.out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION,
-                              "command": options.command(),
+                              "command": options.command(), "out": str(options.out),
                               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                               "options": {"examples": options.examples, "planner_sizes": options.planner_sizes,
                                           "scenarios": options.scenarios, "seed": options.seed,

@@ -29,6 +29,11 @@ def render_markdown(report: dict[str, Any]) -> str:
         out += ["Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()), ""]
     for entry in report.get("engines") or []:
         out += _engine(entry)
+    if report.get("out"):  # repro folders named relative to the report's own folder
+        prefix = str(report["out"]).rstrip("/") + "/"
+        out = [line.replace(prefix, "") for line in out]
+        out.insert(3, f"Repro folders and logs are named relative to `{report['out']}`; replay one with "
+                      "`kimi-oracle repro FOLDER`.")
     if "exit_code" in report:
         out += [f"Exit code: {report['exit_code']} (0 nothing found, 1 findings, 2 an engine or part could "
                 "not run)", ""]
@@ -42,14 +47,14 @@ def _engine(entry: dict[str, Any]) -> list[str]:
     if entry.get("loads_from") is None:
         return out + ["No path of this engine is adapted yet: nothing was loaded or run. Its paths: " + "; ".join(
             f"`{n['path']}` {n['role']} ({n['function']} in {n['file']})" for n in entry.get("not_adapted") or []), ""]
-    out += [f"Loaded from `{entry.get('loads_from')}` ({entry.get('origin')}); profile `{entry.get('profile')}`; "
+    out += [f"Loaded from `{entry.get('loads_from')}` ({entry.get('origin')}); "
             f"the adapter knows {', '.join(entry.get('known_versions') or []) or '-'}.", ""]
     parts = entry.get("parts") or []
     if parts:
-        out += ["| part | path | status | what it found | time |", "|---|---|---|---|---|"]
+        out += ["| part | path | profile | status | what it found | time |", "|---|---|---|---|---|---|"]
         for p in parts:
-            out.append(f"| {p['part']} | `{p['spec']}` | {p['status']} | {_cell(p.get('summary'))} | "
-                       f"{p['elapsed_s']:.1f} s |")
+            out.append(f"| {p['part']} | `{p['spec']}` | {p.get('profile') or '-'} | {p['status']} | "
+                       f"{_cell(p.get('summary'))} | {p['elapsed_s']:.1f} s |")
         out.append("")
     for p in parts:
         out += _part_details(p)
