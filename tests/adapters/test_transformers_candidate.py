@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from engine_images import noise, patch_levels
 from kimi_oracle.adapters import loading
 from kimi_oracle.adapters.engines import engine_candidate
 from kimi_oracle.core.config import PreprocessConfig
@@ -47,20 +48,9 @@ def candidate(transformers_tree):
         yield cand
 
 
-def _noise(h: int, w: int, channels: int = 3, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 256, (h, w, channels), dtype=np.uint8)
-
-
-def _image_levels(pixels: torch.Tensor, grid: tuple[int, int], p: int = 14) -> np.ndarray:
-    # (gh*gw, 3, p, p) patches back to an (H, W, 3) image of levels: v = (x - 127.5) / 127.5
-    gh, gw = grid
-    img = pixels.reshape(gh, gw, 3, p, p).permute(0, 3, 1, 4, 2).reshape(gh * p, gw * p, 3)
-    return torch.round(img.double() * 127.5 + 127.5).numpy()
-
-
 def test_an_image_without_resize_is_the_hand_normalization(candidate):
     # 84x56 RGB under K2.5 (24 patches, no resize): only normalized, (x/255 - 0.5)/0.5, and patchified.
-    arr = _noise(56, 84)
+    arr = noise(56, 84)
     result = candidate([Image.fromarray(arr)], K25)
     assert result.grid_thws.tolist() == [[1, 4, 6]]
     assert tuple(result.pixel_values.shape) == (24, 3, 14, 14) and result.pixel_values.dtype == torch.float32
@@ -72,11 +62,11 @@ def test_an_image_without_resize_is_the_hand_normalization(candidate):
 def test_the_resize_is_torchs_uint8_bicubic_not_pillows(candidate):
     # 112x56 with a budget of 16 patches: scale sqrt(16 / 32), int(56 * 0.7071) = 39 rows,
     # int(112 * 0.7071) = 79 columns, padded to multiples of 28: 56 x 84, a 4 x 6 grid.
-    arr = _noise(56, 112, seed=1)
+    arr = noise(56, 112, seed=1)
     image = Image.fromarray(arr)
     result = candidate([image], SMALL)
     assert result.grid_thws.tolist() == [[1, 4, 6]]
-    levels = _image_levels(result.pixel_values, (4, 6))
+    levels = patch_levels(result.pixel_values, (4, 6))
     torch_u8 = F.interpolate(torch.from_numpy(arr).permute(2, 0, 1)[None], size=(39, 79), mode="bicubic",
                              antialias=True)[0].permute(1, 2, 0).numpy()
     assert np.array_equal(levels[:39, :79], torch_u8)
@@ -92,14 +82,14 @@ def test_the_resize_is_torchs_uint8_bicubic_not_pillows(candidate):
 def test_transparency_is_flattened_onto_white_before_anything(candidate):
     # 28x28 RGBA, left half fully transparent: transformers composites onto white (level 255,
     # value 1.0); the K2.5 checkpoint (no background) drops the alpha and keeps the colour.
-    arr = _noise(28, 28, channels=4, seed=2)
+    arr = noise(28, 28, channels=4, seed=2)
     arr[:, :14, 3], arr[:, 14:, 3] = 0, 255
     image = Image.fromarray(arr, "RGBA")
     result = candidate([image], K25)
-    levels = _image_levels(result.pixel_values, (2, 2))
+    levels = patch_levels(result.pixel_values, (2, 2))
     assert (levels[:, :14] == 255).all() and np.array_equal(levels[:, 14:], arr[:, 14:, :3])
     want = reference([image], K25)
-    assert np.array_equal(_image_levels(want.pixel_values, (2, 2))[:, :14], arr[:, :14, :3])
+    assert np.array_equal(patch_levels(want.pixel_values, (2, 2))[:, :14], arr[:, :14, :3])
     found = attribute([image], K25, result, expected=want)
     assert found.fully_explained and "flatten-white" in found.root_causes
     assert set(found.root_causes) <= KNOWN_CAUSES

@@ -22,6 +22,7 @@ import pytest
 import torch
 from PIL import Image
 
+from engine_images import noise, patch_levels
 from kimi_oracle.adapters.engines import ENGINES, engine_planner
 from kimi_oracle.adapters.loading import load_modules
 from kimi_oracle.adapters.sources import Tree, locate
@@ -152,21 +153,10 @@ def candidates(vllm_tree):
         yield k25, k3
 
 
-def _noise(h: int, w: int, channels: int = 3, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 256, (h, w, channels), dtype=np.uint8)
-
-
-def _levels(pixels: torch.Tensor, grid: tuple[int, int], p: int = 14) -> np.ndarray:
-    # (gh*gw, 3, p, p) patches back to an (H, W, 3) image of levels, for mean = std = 0.5
-    gh, gw = grid
-    img = pixels.reshape(gh, gw, 3, p, p).permute(0, 3, 1, 4, 2).reshape(gh * p, gw * p, 3)
-    return torch.round(img.double() * 127.5 + 127.5).numpy()
-
-
 @pytest.mark.slow
 def test_an_image_without_resize_is_the_hand_normalization(candidates):
     # 84x56 RGB under K2.5 (24 patches, no resize): (x/255 - 0.5)/0.5 in float32, patchified.
-    arr = _noise(56, 84)
+    arr = noise(56, 84)
     for candidate in candidates:
         result = candidate([Image.fromarray(arr)], K25)
         assert result.grid_thws.tolist() == [[1, 4, 6]]
@@ -181,11 +171,11 @@ def test_an_image_without_resize_is_the_hand_normalization(candidates):
 def test_the_resize_is_pillows_bicubic_and_the_padding_is_level_0(candidates):
     # 112x56 with a budget of 16 patches: scale sqrt(16 / 32), int(56 * 0.7071) = 39 rows,
     # int(112 * 0.7071) = 79 columns, padded to multiples of 28: 56 x 84, a 4 x 6 grid.
-    arr = _noise(56, 112, seed=1)
+    arr = noise(56, 112, seed=1)
     want = np.asarray(Image.fromarray(arr).resize((79, 39), Image.Resampling.BICUBIC), dtype=np.float64)
     result = candidates[0]([Image.fromarray(arr)], SMALL)
     assert result.grid_thws.tolist() == [[1, 4, 6]]
-    levels = _levels(result.pixel_values, (4, 6))
+    levels = patch_levels(result.pixel_values, (4, 6))
     assert np.array_equal(levels[:39, :79], want)
     assert (levels[39:] == 0).all() and (levels[:, 79:] == 0).all()  # padded with level 0 (value -1)
 
@@ -194,7 +184,7 @@ def test_the_resize_is_pillows_bicubic_and_the_padding_is_level_0(candidates):
 def test_exif_orientation_is_applied_before_the_plan_and_the_resize(candidates):
     # A 84x28 PNG whose EXIF says "rotate 90 CW" (6): vLLM's media loader transposes it to 28x84
     # first, so its grid is (1, 6, 2) where the checkpoint, ignoring EXIF, plans (1, 2, 6).
-    arr = _noise(28, 84, seed=2)
+    arr = noise(28, 84, seed=2)
     exif = Image.Exif()
     exif[ORIENTATION_TAG] = 6
     buf = io.BytesIO()
@@ -205,19 +195,19 @@ def test_exif_orientation_is_applied_before_the_plan_and_the_resize(candidates):
     assert result.grid_thws.tolist() == [[1, 6, 2]]
     # orientation 6 is displayed turned 90 degrees clockwise: Pillow's ROTATE_270, 28 wide, 84 tall
     want = np.asarray(Image.fromarray(arr).transpose(Image.Transpose.ROTATE_270), dtype=np.float64)
-    assert np.array_equal(_levels(result.pixel_values, (6, 2)), want)
+    assert np.array_equal(patch_levels(result.pixel_values, (6, 2)), want)
 
 
 @pytest.mark.slow
 def test_transparency_is_flattened_onto_white_and_k3_takes_no_background(candidates):
     # Fully transparent RGBA noise: the checkpoint's K2.5 drops the alpha (the noise), vLLM pastes
     # onto white (every level 255); vLLM's K3 does the same, whatever transparent_bg_config says.
-    arr = np.concatenate([_noise(28, 28, seed=3), np.zeros((28, 28, 1), np.uint8)], axis=2)
+    arr = np.concatenate([noise(28, 28, seed=3), np.zeros((28, 28, 1), np.uint8)], axis=2)
     image = Image.fromarray(arr, "RGBA")
     for candidate, config in zip(candidates, (K25, PreprocessConfig.k3())):
         result = candidate([image], config)
         assert result.grid_thws.tolist() == [[1, 2, 2]]
-        assert (_levels(result.pixel_values, (2, 2)) == 255).all(), candidate.spec
+        assert (patch_levels(result.pixel_values, (2, 2)) == 255).all(), candidate.spec
 
 
 @pytest.mark.slow
