@@ -86,7 +86,7 @@ def _part_details(p: dict[str, Any]) -> list[str]:
         for f in findings:
             causes = ", ".join(f.get("root_causes") or []) or None
             explained = f" — {causes} ({f.get('explanation')})" if causes else ""
-            where = f" repro: `{f['path']}`" if f.get("path") else ""
+            where = f"; repro: `{f['path']}`" if f.get("path") else ""
             out.append(f"- `{_cell(f.get('key') or f.get('check'))}`: {_cell(f.get('message'))}{explained}{where}")
         out.append("")
     return out
