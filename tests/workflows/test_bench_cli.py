@@ -62,6 +62,11 @@ def test_interleaved_ratio_stops_once_decided():
     result = interleaved_ratio(side(0.004), side(0.001), rounds=7, warmup=0, timer=lambda: now[0], min_rounds=3,
                                decided=lambda stats: False)
     assert result["rounds"] == 7
+    # `stop` (the gate's deadline) ends the rounds after any round, before min_rounds too
+    now[0] = 0.0
+    result = interleaved_ratio(side(0.004), side(0.001), rounds=7, warmup=0, timer=lambda: now[0], min_rounds=3,
+                               decided=lambda stats: False, stop=lambda: now[0] > 0.009)
+    assert result["rounds"] == 2  # 5 ms a round: the clock passes 9 ms after the second
 
 @pytest.mark.slow  # two pytest-benchmark subprocess runs (~10 s)
 def test_bench_cli_save_and_compare(tmp_path):

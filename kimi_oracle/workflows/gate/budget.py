@@ -27,9 +27,10 @@ FUZZ_PAIR_SHARE = 0.35
 # spent: `FuzzOptions.overhead_s`), the rest to the differing examples and writing the findings.
 OVERHEAD_AIM = 0.185
 LATER_OVERHEAD_SHARE = 0.02
-# The invariance stage's drawn batches stop once their own harness time (drawing, comparing)
-# reaches this share of the budget: they add candidate time, at a bounded harness cost.
-INVARIANCE_OVERHEAD_SHARE = 0.04
+# The invariance stage's drawn batches stop once their own harness time (drawing, comparing,
+# the calls' transfers) reaches this share of the budget: they add candidate time at a bounded
+# harness cost (the README's gate here: 8 % gave the correctness stages 74 % of the budget).
+INVARIANCE_OVERHEAD_SHARE = 0.08
 FUZZ_OVERHEAD_PAIR = 0.7
 # The lockstep search runs at least this many examples whatever the allowance (a few seconds;
 # docs/measurements.md): goldens that used the whole allowance never leave the fuzz stage

@@ -120,11 +120,13 @@ def _time_input(ctx: GateContext, name: str, clock: _VirtualClock, limit: float,
     if rows and t_pair * (ctx.options.perf_rounds + 1) > deadline - time.monotonic():
         return None
     compared = check_outputs(ctx, name, images, config, stage)
+    if rows and time.monotonic() + t_pair > deadline:
+        return None  # (compared, not timed: no time for a pair)
     # (the rounds end early once the ratio is decided, or when another pair would end past the
     # stage's deadline: the timing keeps to its share of the budget)
     result = interleaved_ratio(new_fn, old_fn, rounds=ctx.options.perf_rounds, warmup=0, timer=clock,
-                               min_rounds=DECIDED_MIN_ROUNDS,
-                               decided=lambda st: decided(st, limit) or time.monotonic() + t_pair > deadline)
+                               min_rounds=DECIDED_MIN_ROUNDS, decided=lambda st: decided(st, limit),
+                               stop=lambda: time.monotonic() + t_pair > deadline)
     retried = False
     if (abs(result["ratio"] - limit) <= max(result["noise"], 0.02)
             and t_pair * 2 * ctx.options.perf_rounds <= deadline - time.monotonic()):
