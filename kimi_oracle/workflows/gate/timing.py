@@ -77,9 +77,9 @@ def timed(ctx: GateContext, budget_s: float) -> Stage:
         if rows and time.monotonic() > deadline:
             break
         row = _time_input(ctx, name, clock, limit, deadline, rows, stage)
-        if row is None:
-            stage.details.setdefault("not_timed", []).append(name)
-            continue
+        if row is None:  # (no time left for it; the inputs after it, dearer, fit no better)
+            stage.details["not_timed"] = list(PERF_INPUTS[PERF_INPUTS.index(name):])
+            break
         rows.append(row)
         if row["slower"]:
             stage.reasons.append(
