@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kimi_oracle.adapters.loading import load_module, require
-from kimi_oracle.adapters.sglang import deferred_gpu_path
+from kimi_oracle.adapters.sglang import cpu_backend_path, deferred_gpu_path
 from kimi_oracle.adapters.sglang_requests import request_engine
 from kimi_oracle.adapters.sources import Tree, locate, split_engine_spec
 from kimi_oracle.adapters.transformers_k25 import image_processor_path
@@ -68,7 +68,7 @@ ENGINES = {
         EnginePath("sglang", "planner", _SG_K25, "navit_resize_config", True),
         EnginePath("sglang", "candidate", _SG_K25, "_gpu_preprocess_images (K3 deferred GPU path)", True),
         EnginePath("sglang-cpu", "candidate", "srt/multimodal/kimi_k3_image_processing.py",
-                   "materialize_kimi_k3_cpu_features (CPU backend)", False),
+                   "materialize_kimi_k3_cpu_features (CPU backend)", True),
         EnginePath("sglang", "request engine", "srt/multimodal/processors/kimi_k3.py",
                    "KimiK3ImageProcessor (artifact cache, compose_request) + models/kimi_k3.py get_image_feature", True),
     )),
@@ -147,6 +147,7 @@ _PLANNER_PARAMS = {
 }
 # Candidates by path name, each its own adapter: (tree, known) -> (preprocess, plan).
 _CANDIDATES: dict[str, Callable[..., tuple[Callable[..., Any], Callable[..., Any]]]] = {
+    "sglang-cpu": cpu_backend_path,
     "vllm": lambda tree, known: fused_processor_path(tree, known, k3=False),
     "vllm-k3": lambda tree, known: fused_processor_path(tree, known, k3=True),
 }

@@ -64,4 +64,48 @@ def deferred_gpu_path(tree: Tree, known: tuple[str, ...]) -> tuple[Callable[...,
     return preprocess, plan
 
 
-__all__ = ["deferred_gpu_path"]
+def cpu_backend_path(tree: Tree, known: tuple[str, ...]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """(preprocess, plan) of SGLang's K3 `cpu` backend from `tree`: each image an item whose
+    feature is the image itself and whose `grid_thws` are SGLang's own (`navit_resize_config`,
+    `_grid_thw_from_resize_config`, as `prepare_kimi_k3_encoder_inputs` makes them), materialized
+    by SGLang's `materialize_kimi_k3_cpu_features(items, image_processor)`, which runs "the
+    checkpoint's exact processor" and raises "deferred CPU preprocessing produced wrong grids"
+    when its grids are not SGLang's. The checkpoint's processor is the checkpoint's remote code,
+    not SGLang's: here it is the reference pipeline (`pipelines.reference`, bit for bit that code),
+    so what this path checks is SGLang's own part: its items, its grids and that check."""
+    from kimi_oracle.pipelines import reference
+
+    k25, k3 = load_modules(tree, [K25_FILE, K3_FILE, *KERNEL_FILES])[:2]
+    resize_config = require(k25, tree, K25_FILE, "navit_resize_config", _PLANNER_PARAMS, known)
+    grid_of = require(k25, tree, K25_FILE, "_grid_thw_from_resize_config", ("config", "patch_size"), known)
+    materialize = require(k3, tree, K3_FILE, "materialize_kimi_k3_cpu_features", ("items", "image_processor"), known)
+
+    def plan(width: int, height: int, config: PreprocessConfig) -> dict:
+        cfg = config.to_hf_json()
+        return resize_config(width, height, cfg["patch_size"], cfg["merge_kernel_size"], cfg["in_patch_limit"],
+                             cfg["patch_limit_on_one_side"], cfg.get("fixed_output_tokens"))
+
+    class _Item:  # the fields of SGLang's MultimodalDataItem that the function reads
+        def __init__(self, feature: Any, grid: tuple[int, int, int]):
+            self.feature = feature
+            self.model_specific_data = {"grid_thws": torch.tensor([grid], dtype=torch.int64)}
+
+    class _CheckpointProcessor:  # `image_processor.preprocess(medias, return_tensors="pt")`
+        def __init__(self, config: PreprocessConfig):
+            self.config = config
+
+        def preprocess(self, medias: list, return_tensors: str = "pt") -> dict:
+            out = reference.preprocess([m["image"] for m in medias], self.config)
+            return {"pixel_values": out.pixel_values, "grid_thws": out.grid_thws}
+
+    def preprocess(images: list, config: PreprocessConfig) -> tuple[torch.Tensor, torch.Tensor]:
+        """SGLang's K3 CPU backend (its items, grids and check; the checkpoint's processor)."""
+        grids = [tuple(int(v) for v in grid_of(plan(*image.size, config), config.patch_size)) for image in images]
+        items = [_Item(image, grid) for image, grid in zip(images, grids)]
+        pixel_values = materialize(items, _CheckpointProcessor(config))
+        return pixel_values, torch.tensor(grids, dtype=torch.int64)
+
+    return preprocess, plan
+
+
+__all__ = ["cpu_backend_path", "deferred_gpu_path"]

@@ -53,8 +53,8 @@ def test_describe_engines_says_why_an_engine_cannot_load(monkeypatch):
     assert all(r["loads_from"].startswith("not loadable: package") for r in rows)
     adapted = {(r["path"], r["role"]) for r in rows if r["adapted"]}
     assert {("sglang", "planner"), ("sglang", "candidate"), ("transformers", "planner"),
-            ("transformers", "candidate"), ("vllm", "planner"), ("vllm", "candidate"), ("vllm-k3", "candidate")} <= adapted
-    assert ("sglang-cpu", "candidate") not in adapted
+            ("transformers", "candidate"), ("vllm", "planner"), ("vllm", "candidate"), ("vllm-k3", "candidate"),
+            ("sglang-cpu", "candidate"), ("sglang", "request engine")} <= adapted
 
 
 def test_a_real_request_layer_path_it_lacks_is_refused_cleanly():
