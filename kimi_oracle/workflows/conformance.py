@@ -237,11 +237,11 @@ def run_conformance(options: ConformanceOptions, progress: Any = None) -> tuple[
             code = EXIT_ERROR
         for part in parts:
             if progress is not None:
-                progress(f"{spec}: {part.name} ...")
+                progress(f"{part.spec}: {part.name} ...")
             result = run_part(part, options.part_timeout_s)
             entry["parts"].append(result)
             if progress is not None:
-                progress(f"{spec}: {part.name}: {result['status']} ({result['elapsed_s']:.1f}s) {result.get('summary', '')}")
+                progress(f"{part.spec}: {part.name}: {result['status']} ({result['elapsed_s']:.1f}s) {result.get('summary', '')}")
             if result["status"] == "error":
                 code = EXIT_ERROR
             elif result["status"] == "findings" and code == EXIT_OK:
