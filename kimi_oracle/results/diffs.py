@@ -130,6 +130,8 @@ def _sampled_panels(rows: list[tuple[torch.Tensor, int, int] | None],
         (e, gh, gw), (a, _, _) = rows  # type: ignore[misc]
         inv = torch.from_numpy((1.0 / np.abs(slope)).astype(np.float32)).reshape(1, 3, 1, 1)
         d = (a - e).abs_().mul_(inv)
+        # a non-finite value (or a difference past float32) counts as 1e9 levels, as in `_full_panels`
+        d = torch.nan_to_num(d, nan=1e9, posinf=1e9).clamp_(max=1e9)
         d = torch.where(torch.isfinite(a), d, torch.tensor(1e9, dtype=d.dtype)).amax(dim=1)  # (N, p, p)
         full = d.reshape(gh, gw, p, p).permute(0, 2, 1, 3).reshape(gh * p, gw * p).numpy()
         h, w = full.shape

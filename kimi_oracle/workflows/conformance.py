@@ -111,11 +111,24 @@ def plan_parts(spec: str, options: ConformanceOptions) -> tuple[dict[str, Any], 
                              PATH_PROFILES.get(path.name, entry["profile"]), options)
     if options.parts:
         parts = [p for p in parts if p.name in options.parts]
+        if not parts:  # nothing of what was asked applies: never a silent "nothing found"
+            entry["error"] = (f"none of --parts {','.join(options.parts)} applies to {spec} (its parts here: "
+                              f"{', '.join(sorted({p.name for p in _all_parts(engine, source, root, options)})) or 'none'})")
     return entry, parts
 
 
 PART_NAMES = ("planner-goldens", "planner-fuzz", "image-fuzz", "image-goldens", "image-corpus", "requests",
               "requests-mixed")
+
+
+def _all_parts(engine: Any, source: str | None, root: Path, options: ConformanceOptions) -> list[Part]:
+    """Every part of an engine's adapted paths (before --parts), for messages."""
+    out: list[Part] = []
+    for path in engine.paths:
+        if path.adapted:
+            out += _path_parts(path.role, _with_source(path.name, source), root / path.name,
+                               PATH_PROFILES.get(path.name, "k3"), options)
+    return out
 
 
 def _path_parts(role: str, p_spec: str, where: Path, profile_name: str, options: ConformanceOptions) -> list[Part]:
@@ -270,9 +283,16 @@ def parse_parts(text: str | None) -> tuple[str, ...]:
 
 def parse_engines(text: str) -> tuple[str, ...]:
     """`sglang,vllm@0.33.0,transformers` as specs (each ENGINE[@SOURCE])."""
+    from kimi_oracle.adapters.engines import ENGINES
+    from kimi_oracle.adapters.sources import split_engine_spec
+
     specs = tuple(s.strip() for s in text.split(",") if s.strip())
     if not specs:
         raise KimiOracleError("--engines: name at least one engine (sglang, transformers, vllm)")
+    unknown = [s for s in specs if split_engine_spec(s)[0] not in ENGINES]
+    if unknown:  # before anything runs
+        raise KimiOracleError(f"conformance: unknown engine {split_engine_spec(unknown[0])[0]!r} "
+                              f"(built-in: {', '.join(ENGINES)})")
     return specs
 
 

@@ -31,7 +31,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         out += _engine(entry)
     if report.get("out"):  # repro folders named relative to the report's own folder
         prefix = str(report["out"]).rstrip("/") + "/"
-        out = [line.replace(prefix, "") for line in out]
+        out = [line.replace("`" + prefix, "`") for line in out]  # (only where a path starts)
         out.insert(3, f"Repro folders and logs are named relative to `{report['out']}`; replay one with "
                       "`kimi-oracle repro FOLDER`.")
     if "exit_code" in report:

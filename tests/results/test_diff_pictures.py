@@ -57,3 +57,14 @@ def test_equal_large_outputs_draw_a_black_difference():
     expected, _ = _wide_pair()
     _, heat = diffs._sampled_panels([diffs._patch_rows(expected, 0, CONFIG)] * 2, CONFIG)[2]
     assert not np.asarray(heat).any()
+
+
+def test_a_huge_finite_value_still_shows_at_full_intensity():
+    # (a - e) past float32's range is no NaN: it counts as 1e9 levels, the peak, drawn at 255.
+    expected, _ = _wide_pair()
+    values = expected.pixel_values.clone()
+    values[300, 0, 2, 2] = 1e37
+    label, heat = diffs._sampled_panels([diffs._patch_rows(r, 0, CONFIG) for r in (expected, _result(values, 3, 151))],
+                                        CONFIG)[2]
+    red = np.asarray(heat)[..., 0]
+    assert red.max() == 255 and np.count_nonzero(red) == 1 and "max 1e+09" in label

@@ -59,3 +59,15 @@ def test_an_unknown_engine_or_part_is_exit_2_in_one_line(tmp_path, capsys):
     assert code == 2 and "unknown engine 'nosuch'" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli(capsys, "conformance", "--engines", "sglang", "--out", tmp_path / "b", "--parts", "x")
     assert code == 2 and "unknown part(s) x" in err
+    # a misspelt engine after a good one: refused before anything runs
+    code, _, err = run_cli(capsys, "conformance", "--engines", "sglang@0.5.23,vlm", "--out", tmp_path / "c")
+    assert code == 2 and "unknown engine 'vlm'" in err and not (tmp_path / "c" / "sglang@0.5.23").exists()
+
+
+def test_parts_that_apply_to_nothing_are_an_error_not_a_pass(tmp_path, capsys):
+    # transformers has no request layer: `--parts requests` runs nothing, which is exit 2, never 0.
+    code, _, err = run_cli(capsys, "conformance", "--engines", "transformers@5.23.0", "--out", tmp_path / "d",
+                           "--parts", "requests")
+    assert code == 2, err
+    (entry,) = _report(tmp_path / "d")["engines"]
+    assert "none of --parts requests applies" in entry["error"] and entry["parts"] == []

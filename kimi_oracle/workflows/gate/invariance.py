@@ -112,14 +112,16 @@ def _check_batch(ctx: GateContext, stage: Stage, config: PreprocessConfig, image
         if not ctx.relative:
             stage.reasons.append(f"invariance ({profile}): the candidate {how}: {verdict.message}")
         ctx.findings.append({"stage": NAME, "check": verdict.check, "profile": profile,
-                             "message": verdict.message, "images": params})
+                             "message": verdict.message, "images": params,
+                             "config": config.to_hf_json()})
         ctx.observations["new"].append(observation(input_id, NAME, verdict, images))
         return 0
     if not verdict.ok:
         if not ctx.relative:
             stage.reasons.append(f"invariance ({profile}, {len(images)} images): {verdict.message}")
         ctx.findings.append({"stage": NAME, "check": INVARIANCE, "profile": profile,
-                             "message": verdict.message, "images": params})
+                             "message": verdict.message, "images": params,
+                             "config": config.to_hf_json()})
         ctx.observations["new"].append(observation(input_id, NAME, verdict, images))
     return 1
 

@@ -142,8 +142,8 @@ def outputs_npz(window: tuple[int, int, int] | None = None, **results: Any) -> b
             values = torch.as_tensor(r.pixel_values).detach()
             if window is not None:
                 values = values[window[0]:window[1]]
-                arrays[f"{name}_rows"] = np.array([window[0], min(window[1], int(r.pixel_values.shape[0])),
-                                                   int(r.pixel_values.shape[0])], dtype=np.int64)
+                n = int(r.pixel_values.shape[0])
+                arrays[f"{name}_rows"] = np.array([min(window[0], n), min(window[1], n), n], dtype=np.int64)
             arrays[f"{name}_pixel_values"] = values.float().cpu().numpy()
             arrays[f"{name}_grid_thws"] = torch.as_tensor(r.grid_thws).detach().cpu().numpy()
     buf = io.BytesIO()

@@ -75,6 +75,7 @@ def timed(ctx: GateContext, budget_s: float) -> Stage:
     stage.details["timed_in"] = "each candidate's own executor process (transfers not counted)"
     for name in PERF_INPUTS:
         if rows and time.monotonic() > deadline:
+            stage.details["not_timed"] = list(PERF_INPUTS[PERF_INPUTS.index(name):])
             break
         row = _time_input(ctx, name, clock, limit, deadline, rows, stage)
         if row is None:  # (no time left for it; the inputs after it, dearer, fit no better)
@@ -117,11 +118,11 @@ def _time_input(ctx: GateContext, name: str, clock: _VirtualClock, limit: float,
     new_fn()  # also sends the images to each executor, once
     old_fn()
     t_pair = time.monotonic() - t_pair
-    if rows and t_pair * (ctx.options.perf_rounds + 1) > deadline - time.monotonic():
-        return None
+    if rows and t_pair * (DECIDED_MIN_ROUNDS + 1) > deadline - time.monotonic():
+        return None  # (an input's ratio rests on DECIDED_MIN_ROUNDS pairs at least)
     compared = check_outputs(ctx, name, images, config, stage)
-    if rows and time.monotonic() + t_pair > deadline:
-        return None  # (compared, not timed: no time for a pair)
+    if rows and time.monotonic() + t_pair * DECIDED_MIN_ROUNDS > deadline:
+        return None  # (compared, not timed: no time for its pairs)
     # (the rounds end early once the ratio is decided, or when another pair would end past the
     # stage's deadline: the timing keeps to its share of the budget)
     result = interleaved_ratio(new_fn, old_fn, rounds=ctx.options.perf_rounds, warmup=0, timer=clock,

@@ -290,12 +290,13 @@ def _minimize_corpora(shards: Sequence[Shard], stage: Path, union: dict[str, int
             if name not in HARNESSES:
                 notes.append(f"corpus/{name}: no harness of that name, its union kept as it is")
                 continue
-            kept[name], why = minimize_corpus(name, stage / CORPUS_NAME / name, work / name,
-                                              config=first.get("config"), profile=first.get("profile"))
+            after, why = minimize_corpus(name, stage / CORPUS_NAME / name, work / name,
+                                         config=first.get("config"), profile=first.get("profile"))
             if why:
-                notes.append(why)
+                notes.append(why)  # (the union kept: not in `kept`, so not reported minimized)
             else:
-                notes.append(f"corpus/{name}: {count} inputs in the shards' union, {kept[name]} kept by "
+                kept[name] = after
+                notes.append(f"corpus/{name}: {count} inputs in the shards' union, {after} kept by "
                              "libFuzzer's -merge=1 (the same coverage of Pillow's code)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -336,7 +337,7 @@ def _merged_summary(shards: Sequence[Shard], findings: list[dict[str, Any]], out
         # (`union`: the shards' inputs de-duplicated; `after`: what -merge=1 kept of them)
         engines["atheris"]["corpus"] = {
             k: {"before": 0, "union": v, "after": minimized.get(k, v), "added": minimized.get(k, v),
-                "minimized": k in minimized and minimized[k] <= v}
+                "minimized": k in minimized}
             for k, v in corpus_counts.items()}
     if "hypothesis" in engines:
         engines["hypothesis"]["database"] = {"path": str(out / DB_NAME), "entries_before": 0, "entries_after": db_count}

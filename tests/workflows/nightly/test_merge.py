@@ -204,3 +204,14 @@ def test_the_merged_corpus_is_minimized_by_libfuzzer(shards, tmp_path, capsys):
     code, _, err = run_cli(capsys, "merge", *copies, "--out", tmp_path / "union", "--no-minimize")
     assert code == 1, err
     assert {p.name for p in (tmp_path / "union" / "corpus" / "decoder").iterdir()} == union
+
+
+def test_a_failed_minimization_is_never_reported_minimized(shards, tmp_path, monkeypatch):
+    # libFuzzer's -merge=1 failing (atheris missing, a crash, its time): the union is kept, the
+    # notes say why, and the harness is not among those reported minimized.
+    from kimi_oracle.workflows.nightly import libfuzzer, merge
+
+    monkeypatch.setattr(libfuzzer, "minimize_corpus", lambda name, corpus, work, **kw: (3, "merge failed: why"))
+    notes: list[str] = []
+    kept = merge._minimize_corpora([merge.read_shard(s) for s in shards], tmp_path, {"decoder": 3}, notes)
+    assert kept == {} and notes == ["merge failed: why"]
