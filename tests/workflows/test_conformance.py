@@ -42,7 +42,10 @@ def test_conformance_explains_sglangs_image_path_and_request_layer(tmp_path, cap
     # alpha, float32 normalization), and its request layer normalizes a mixed deferred group with
     # the first item's statistics: findings, exit 1.
     assert code == 1, err[-2000:]
-    parts = {p["part"]: p for p in _report(out)["engines"][0]["parts"]}
+    parts = {(p["spec"], p["part"]): p for p in _report(out)["engines"][0]["parts"]}
+    # the CPU backend (the checkpoint's processor on SGLang's items) is exact
+    assert parts[("sglang-cpu@0.5.23", "image-fuzz")]["status"] == "pass"
+    parts = {part: p for (spec, part), p in parts.items() if spec == "sglang@0.5.23"}
     image = parts["image-fuzz"]
     assert image["status"] == "findings" and image["findings"] and image["root_causes"] and image["pipeline"]
     for f in image["findings"]:  # each with its repro folder and its root causes named
