@@ -51,9 +51,14 @@ def _to_u8(levels: np.ndarray) -> np.ndarray:
     return np.clip(np.nan_to_num(np.rint(levels), nan=0.0, posinf=255, neginf=0), 0, 255).astype(np.uint8)
 
 
+def _scaled(n: int, factor: float) -> int:
+    """A panel side of `n` pixels scaled by `factor` (at least one pixel)."""
+    return max(1, round(n * factor))
+
+
 def _scale_panel(img: Image.Image, factor: float) -> Image.Image:
     w, h = img.size
-    return img.resize((max(1, round(w * factor)), max(1, round(h * factor))), Image.Resampling.NEAREST)
+    return img.resize((_scaled(w, factor), _scaled(h, factor)), Image.Resampling.NEAREST)
 
 
 def diff_image(expected: PreprocessResult, actual: PreprocessResult, config: PreprocessConfig,
@@ -62,8 +67,9 @@ def diff_image(expected: PreprocessResult, actual: PreprocessResult, config: Pre
     rows = [_patch_rows(r, index, config) for r in (expected, actual)]
     p = config.patch_size
     sides = [(gh * p, gw * p) for _, gh, gw in (r for r in rows if r is not None)]
-    if sides and panel_scale(max(w for _, w in sides), max(h for h, _ in sides)) < 1:
-        panels = _sampled_panels(rows, config)  # a large output: drawn at the picture's size
+    factor = panel_scale(max(w for _, w in sides), max(h for h, _ in sides)) if sides else 1.0
+    if factor < 1:
+        panels = _sampled_panels(rows, config, factor)  # a large output: drawn at the picture's size
     else:
         panels = _full_panels(expected, actual, index, config)
     if not panels:
@@ -102,9 +108,9 @@ def _heat(d: np.ndarray) -> tuple[str, Image.Image]:
     return f"|diff| x{gain:.3g} (max {peak:.3g})", Image.fromarray(heat, "RGB")
 
 
-def _sampled_panels(rows: list[tuple[torch.Tensor, int, int] | None],
-                    config: PreprocessConfig) -> list[tuple[str, Image.Image]]:
-    """The panels of an output larger than the picture, drawn at the picture's size without
+def _sampled_panels(rows: list[tuple[torch.Tensor, int, int] | None], config: PreprocessConfig,
+                    factor: float) -> list[tuple[str, Image.Image]]:
+    """The panels of an output larger than the picture (`factor` < 1), drawn at the picture's size without
     making the whole output's levels: expected and actual sampled at the pixels a nearest
     downscale picks, the |difference| the largest of each block of output pixels a picture
     pixel covers (computed in float32 from the values): a single differing value still shows."""
@@ -114,8 +120,6 @@ def _sampled_panels(rows: list[tuple[torch.Tensor, int, int] | None],
 
     p = config.patch_size
     offset, slope = _level_params(config)
-    sides = [(gh * p, gw * p) for _, gh, gw in (r for r in rows if r is not None)]
-    factor = panel_scale(max(w for _, w in sides), max(h for h, _ in sides))
     panels: list[tuple[str, Image.Image]] = []
     for label, found in zip(("expected", "actual"), rows):
         if found is None:
@@ -144,14 +148,14 @@ def _sampled_panels(rows: list[tuple[torch.Tensor, int, int] | None],
 def _nearest(n: int, factor: float) -> np.ndarray:
     """The source index Pillow's nearest resize of `n` pixels by `factor` (`_scale_panel`) reads
     for each output pixel: the resize of the indices themselves."""
-    out = max(1, round(n * factor))
+    out = _scaled(n, factor)
     index = Image.fromarray(np.arange(n, dtype=np.int32).reshape(1, n), "I")
     return np.asarray(index.resize((out, 1), Image.Resampling.NEAREST), dtype=np.int64).reshape(-1)
 
 
 def _starts(n: int, factor: float) -> np.ndarray:
     """The first source pixel of each output pixel's block in a downscale of `n` by `factor`."""
-    out = max(1, round(n * factor))
+    out = _scaled(n, factor)
     return np.unique((np.arange(out) * (n / out)).astype(np.int64))
 
 

@@ -109,13 +109,12 @@ def source_bytes(images: Sequence[Image.Image]) -> int:
 def interleaved_ratio(
     new: Callable[[], Any], old: Callable[[], Any], *, rounds: int = 7, warmup: int = 1,
     timer: Callable[[], float] = time.perf_counter, min_rounds: int | None = None,
-    decided: Callable[[dict[str, Any]], bool] | None = None, stop: Callable[[], bool] | None = None,
+    decided: Callable[[dict[str, Any]], bool] | None = None,
 ) -> dict[str, Any]:
     """A/B timing: alternate NEW and OLD, return the median of per-pair ratios and its spread.
     With `decided`, the rounds end early, after `min_rounds`, at the first round whose figures
-    so far it accepts (the gate: the ratio is clear of its threshold by more than the noise);
-    with `stop`, after any round from `min_rounds` on that it answers True for (the gate: no time for
-    another pair): a ratio always rests on `min_rounds` pairs at least."""
+    so far it accepts (the gate: the ratio is clear of its threshold by more than the noise, or
+    there is no time for another pair): a ratio always rests on `min_rounds` pairs at least."""
     for _ in range(warmup):
         new()
         old()
@@ -135,8 +134,6 @@ def interleaved_ratio(
         t_new = next(dt for is_new, dt in pair if is_new)
         t_old = next(dt for is_new, dt in pair if not is_new)
         ratios.append(t_new / t_old if t_old > 0 else float("inf"))
-        if i + 1 < rounds and i + 1 >= (min_rounds or 1) and stop is not None and stop():
-            break
         if decided is not None and i + 1 >= (min_rounds or rounds) and i + 1 < rounds:
             if decided(_ratio_stats(ratios, new_times, old_times)):
                 break

@@ -23,7 +23,7 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +33,9 @@ from kimi_oracle.core.files import atomic_write_text, versions
 SCHEMA = "kimi-oracle.conformance"
 SCHEMA_VERSION = 1
 # The profile each engine path serves (SGLang's paths are K3's, transformers' processor K2.5's,
-# vLLM's fused processor K2.5's and its K3 processor K3's); an engine's entry names its first.
+# vLLM's fused processor K2.5's and its K3 processor K3's); an engine's entry names its default
+# path's (the path named as the engine).
 PATH_PROFILES = {"sglang": "k3", "sglang-cpu": "k3", "transformers": "k25", "vllm": "k25", "vllm-k3": "k3"}
-ENGINE_PROFILES = {"sglang": "k3", "transformers": "k25", "vllm": "k25"}
 
 
 @dataclass
@@ -60,7 +60,6 @@ class ConformanceOptions:
         if self.parts:
             words += ["--parts", ",".join(self.parts)]
         return " ".join(words)
-    extra: tuple[str, ...] = field(default_factory=tuple)  # (--case-timeout etc., passed to every part)
 
 
 @dataclass
@@ -87,7 +86,7 @@ def plan_parts(spec: str, options: ConformanceOptions) -> tuple[dict[str, Any], 
     engine = ENGINES.get(name)
     if engine is None:
         raise KimiOracleError(f"conformance: unknown engine {name!r} (built-in: {', '.join(ENGINES)})")
-    entry: dict[str, Any] = {"engine": name, "spec": spec, "profile": ENGINE_PROFILES.get(name, "k3"),
+    entry: dict[str, Any] = {"engine": name, "spec": spec, "profile": PATH_PROFILES.get(name, "k3"),
                              "known_versions": list(engine.known), "parts": [], "not_adapted": []}
     if not any(p.adapted for p in engine.paths):  # nothing to run: listed, not loaded
         entry["not_adapted"] = [{"path": p.name, "role": p.role, "file": p.file, "function": p.function}
@@ -101,34 +100,23 @@ def plan_parts(spec: str, options: ConformanceOptions) -> tuple[dict[str, Any], 
         entry.update(version=None, loads_from=None, error=str(exc))
         return entry, []
     root = options.out / (name if source is None else f"{name}@{source}".replace("/", "_"))
-    parts: list[Part] = []
+    every: list[Part] = []
     for path in engine.paths:
         if not path.adapted:
             entry["not_adapted"].append({"path": path.name, "role": path.role, "file": path.file,
                                          "function": path.function})
             continue
-        parts += _path_parts(path.role, _with_source(path.name, source), root / path.name,
+        every += _path_parts(path.role, _with_source(path.name, source), root / path.name,
                              PATH_PROFILES.get(path.name, entry["profile"]), options)
-    if options.parts:
-        parts = [p for p in parts if p.name in options.parts]
-        if not parts:  # nothing of what was asked applies: never a silent "nothing found"
-            entry["error"] = (f"none of --parts {','.join(options.parts)} applies to {spec} (its parts here: "
-                              f"{', '.join(sorted({p.name for p in _all_parts(engine, source, root, options)})) or 'none'})")
+    parts = [p for p in every if p.name in options.parts] if options.parts else every
+    if not parts and every:  # nothing of what was asked applies: never a silent "nothing found"
+        entry["error"] = (f"none of --parts {','.join(options.parts)} applies to {spec} (its parts here: "
+                          f"{', '.join(sorted({p.name for p in every}))})")
     return entry, parts
 
 
 PART_NAMES = ("planner-goldens", "planner-fuzz", "image-fuzz", "image-goldens", "image-corpus", "requests",
               "requests-mixed")
-
-
-def _all_parts(engine: Any, source: str | None, root: Path, options: ConformanceOptions) -> list[Part]:
-    """Every part of an engine's adapted paths (before --parts), for messages."""
-    out: list[Part] = []
-    for path in engine.paths:
-        if path.adapted:
-            out += _path_parts(path.role, _with_source(path.name, source), root / path.name,
-                               PATH_PROFILES.get(path.name, "k3"), options)
-    return out
 
 
 def _path_parts(role: str, p_spec: str, where: Path, profile_name: str, options: ConformanceOptions) -> list[Part]:
@@ -144,8 +132,7 @@ def _path_parts(role: str, p_spec: str, where: Path, profile_name: str, options:
                                 ["--planner", p_spec, *profile, "--planner-sizes", str(options.planner_sizes), *seed]))
     elif role == "candidate":
         parts.append(_fuzz_part("image-fuzz", role, p_spec, where,
-                                ["--candidate", p_spec, *profile, "--examples", str(options.examples), *seed,
-                                 *options.extra]))
+                                ["--candidate", p_spec, *profile, "--examples", str(options.examples), *seed]))
         parts.append(Part("image-goldens", role, p_spec,
                           ["golden", "check", "--candidate", p_spec, *profile, "--kind", "pixels",
                            "--out", str(where / "image-goldens")], where / "image-goldens" / "golden-report.json",
@@ -153,13 +140,13 @@ def _path_parts(role: str, p_spec: str, where: Path, profile_name: str, options:
         if options.corpus is not None:
             parts.append(Part("image-corpus", role, p_spec,
                               ["check", str(options.corpus), "--candidate", p_spec, *profile, "--out",
-                               str(where / "image-corpus"), "--json", str(where / "image-corpus.json"),
-                               *options.extra], where / "image-corpus.json", where / "image-corpus"))
+                               str(where / "image-corpus"), "--json", str(where / "image-corpus.json")],
+                              where / "image-corpus.json", where / "image-corpus"))
     elif role == "request engine":
         for mixed in (False, True):
             parts.append(_fuzz_part("requests-mixed" if mixed else "requests", role, p_spec, where,
                                     ["--engine", p_spec, *profile, "--examples", str(options.scenarios), *seed,
-                                     *(["--mixed-configs"] if mixed else []), *options.extra]))
+                                     *(["--mixed-configs"] if mixed else [])]))
     for part in parts:
         part.profile = profile_name
     return parts

@@ -13,6 +13,8 @@ from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.results import diffs
 
 CONFIG = PreprocessConfig.k3()
+# The picture's scale of `_wide_pair`'s 2114 x 42 outputs (below 1: drawn downscaled).
+WIDE = diffs.panel_scale(151 * 14, 3 * 14)
 
 
 def _result(values: torch.Tensor, gh: int, gw: int) -> PreprocessResult:
@@ -36,7 +38,7 @@ def test_large_panels_are_pillows_nearest_downscale_of_the_whole_output():
     want = Image.fromarray(np.clip(np.rint(full), 0, 255).astype(np.uint8), "RGB").resize(
         (round(full.shape[1] * factor), round(full.shape[0] * factor)), Image.Resampling.NEAREST)
     rows = [diffs._patch_rows(r, 0, CONFIG) for r in (expected, actual)]
-    panels = diffs._sampled_panels(rows, CONFIG)
+    panels = diffs._sampled_panels(rows, CONFIG, factor)
     assert [label for label, _ in panels][:2] == ["expected", "actual"]
     assert panels[0][1].size == want.size
     assert np.array_equal(np.asarray(panels[0][1]), np.asarray(want))
@@ -44,7 +46,7 @@ def test_large_panels_are_pillows_nearest_downscale_of_the_whole_output():
 
 def test_one_differing_value_shows_in_a_downscaled_difference_panel():
     expected, actual = _wide_pair()
-    label, heat = diffs._sampled_panels([diffs._patch_rows(r, 0, CONFIG) for r in (expected, actual)], CONFIG)[2]
+    label, heat = diffs._sampled_panels([diffs._patch_rows(r, 0, CONFIG) for r in (expected, actual)], CONFIG, WIDE)[2]
     red = np.asarray(heat)[..., 0]
     assert np.count_nonzero(red) == 1 and red.max() == 255
     assert label.startswith("|diff|")
@@ -55,7 +57,7 @@ def test_one_differing_value_shows_in_a_downscaled_difference_panel():
 
 def test_equal_large_outputs_draw_a_black_difference():
     expected, _ = _wide_pair()
-    _, heat = diffs._sampled_panels([diffs._patch_rows(expected, 0, CONFIG)] * 2, CONFIG)[2]
+    _, heat = diffs._sampled_panels([diffs._patch_rows(expected, 0, CONFIG)] * 2, CONFIG, WIDE)[2]
     assert not np.asarray(heat).any()
 
 
@@ -65,6 +67,6 @@ def test_a_huge_finite_value_still_shows_at_full_intensity():
     values = expected.pixel_values.clone()
     values[300, 0, 2, 2] = 1e37
     label, heat = diffs._sampled_panels([diffs._patch_rows(r, 0, CONFIG) for r in (expected, _result(values, 3, 151))],
-                                        CONFIG)[2]
+                                        CONFIG, WIDE)[2]
     red = np.asarray(heat)[..., 0]
     assert red.max() == 255 and np.count_nonzero(red) == 1 and "max 1e+09" in label

@@ -62,15 +62,15 @@ def test_interleaved_ratio_stops_once_decided():
     result = interleaved_ratio(side(0.004), side(0.001), rounds=7, warmup=0, timer=lambda: now[0], min_rounds=3,
                                decided=lambda stats: False)
     assert result["rounds"] == 7
-    # `stop` (the gate's deadline) ends the rounds after any round from min_rounds on: a ratio
-    # rests on min_rounds pairs at least, however early the deadline came
+    # The gate's deadline goes through `decided` too: it ends the rounds from min_rounds on, so a
+    # ratio rests on min_rounds pairs at least, however early the deadline came
     now[0] = 0.0
     result = interleaved_ratio(side(0.004), side(0.001), rounds=7, warmup=0, timer=lambda: now[0], min_rounds=3,
-                               decided=lambda stats: False, stop=lambda: now[0] > 0.009)
+                               decided=lambda stats: now[0] > 0.009)
     assert result["rounds"] == 3  # 5 ms a round: past 9 ms after the second, min_rounds is 3
     now[0] = 0.0
     result = interleaved_ratio(side(0.004), side(0.001), rounds=7, warmup=0, timer=lambda: now[0], min_rounds=3,
-                               decided=lambda stats: False, stop=lambda: now[0] > 0.019)
+                               decided=lambda stats: now[0] > 0.019)
     assert result["rounds"] == 4  # past 19 ms after the fourth
 
 @pytest.mark.slow  # two pytest-benchmark subprocess runs (~10 s)

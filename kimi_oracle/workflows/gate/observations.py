@@ -110,11 +110,12 @@ def outputs_window(stats: dict[str, Any] | None, *results: Any) -> tuple[int, in
     if not sized or max(int(r.pixel_values.numel()) for r in sized) <= OUTPUTS_MAX_VALUES:
         return None
     total = max(int(r.pixel_values.shape[0]) for r in sized)
-    worst = (stats or {}).get("worst") if isinstance((stats or {}).get("worst"), dict) else {}
+    worst = (stats or {}).get("worst")
     row = 0
     try:
         offsets = sized[0].patch_offsets()
-        row = offsets[min(int(worst.get("image", 0)), len(offsets) - 2)] + int(worst.get("patch", 0))
+        patch = int(worst.get("patch", 0)) if isinstance(worst, dict) else 0
+        row = offsets[min(image_at_fault(stats), len(offsets) - 2)] + patch
     except (TypeError, ValueError, IndexError):
         pass
     lo = max(0, min(row - OUTPUTS_WINDOW_ROWS // 2, total - OUTPUTS_WINDOW_ROWS))

@@ -73,13 +73,11 @@ def timed(ctx: GateContext, budget_s: float) -> Stage:
     rows: list[dict[str, Any]] = []
     clock = _VirtualClock()  # advanced by the seconds measured inside the executors
     stage.details["timed_in"] = "each candidate's own executor process (transfers not counted)"
-    for name in PERF_INPUTS:
-        if rows and time.monotonic() > deadline:
-            stage.details["not_timed"] = list(PERF_INPUTS[PERF_INPUTS.index(name):])
-            break
-        row = _time_input(ctx, name, clock, limit, deadline, rows, stage)
-        if row is None:  # (no time left for it; the inputs after it, dearer, fit no better)
-            stage.details["not_timed"] = list(PERF_INPUTS[PERF_INPUTS.index(name):])
+    for k, name in enumerate(PERF_INPUTS):
+        in_time = not rows or time.monotonic() <= deadline
+        row = _time_input(ctx, name, clock, limit, deadline, rows, stage) if in_time else None
+        if row is None:  # (no time left for it: the inputs after it, dearer, fit no better)
+            stage.details["not_timed"] = list(PERF_INPUTS[k:])
             break
         rows.append(row)
         if row["slower"]:
@@ -126,8 +124,8 @@ def _time_input(ctx: GateContext, name: str, clock: _VirtualClock, limit: float,
     # (the rounds end early once the ratio is decided, or when another pair would end past the
     # stage's deadline: the timing keeps to its share of the budget)
     result = interleaved_ratio(new_fn, old_fn, rounds=ctx.options.perf_rounds, warmup=0, timer=clock,
-                               min_rounds=DECIDED_MIN_ROUNDS, decided=lambda st: decided(st, limit),
-                               stop=lambda: time.monotonic() + t_pair > deadline)
+                               min_rounds=DECIDED_MIN_ROUNDS,
+                               decided=lambda st: decided(st, limit) or time.monotonic() + t_pair > deadline)
     retried = False
     if (abs(result["ratio"] - limit) <= max(result["noise"], 0.02)
             and t_pair * 2 * ctx.options.perf_rounds <= deadline - time.monotonic()):

@@ -216,6 +216,7 @@ def minimize_corpus(name: str, corpus: Path, work: Path, config: Mapping[str, An
     measure). The harness runs the reference on both sides in this process's children, so no
     candidate code runs and nothing is a finding; `work` holds its config, control file and log.
     Returns (entries in `corpus` after, "" when minimized, else why it was kept as it is)."""
+    from kimi_oracle.fuzzers.executor import kill_group
     from kimi_oracle.fuzzers.harnesses import HarnessSettings
 
     before = sum(1 for p in corpus.iterdir() if p.is_file())
@@ -238,16 +239,17 @@ def minimize_corpus(name: str, corpus: Path, work: Path, config: Mapping[str, An
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env={**os.environ, **settings.to_env()}, start_new_session=True)
+        code: int | None = None
         try:
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return before, f"libFuzzer's -merge=1 on {name} took over {timeout_s:.0f} s: the union kept"
-        except BaseException:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise
+            pass
+        finally:
+            if proc.poll() is None:  # (its time, or an interrupt): the merge and its children
+                kill_group(proc.pid)
+                proc.wait()
+    if code is None:
+        return before, f"libFuzzer's -merge=1 on {name} took over {timeout_s:.0f} s: the union kept"
     after = sorted(p for p in out.iterdir() if p.is_file())
     if code != 0 or not after:
         tail = log_path.read_bytes()[-300:].decode("utf-8", "replace").strip().splitlines()
