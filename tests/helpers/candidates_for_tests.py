@@ -50,3 +50,8 @@ def tells_its_output_pool(images, config):
     from kimi_oracle.pipelines import outputs
 
     raise RuntimeError(f"output pool enabled: {outputs._ENABLED}")
+
+
+def reference_one_thread(images, config):
+    """The reference on one thread (the engines' CPU paths are timed on one thread too)."""
+    return reference.preprocess(images, config, threads=1)

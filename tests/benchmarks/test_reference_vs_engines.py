@@ -1,0 +1,97 @@
+"""The reference against the CPU paths of the engines the project ships adapters for (issue 33,
+item 3): "never slower than them, on the same images in the same run".
+
+Each engine path is the pinned release loaded by its adapter (`vllm@0.33.0`: the fused K2.5 CPU
+processor and its numba kernel; `vllm-k3@0.33.0`; `transformers@5.23.0`: Kimi_K25ImageProcessor's
+torchvision backend), in its own executor, as
+`gate` times candidates (`IsolatedCandidate.time_call`: the call's own time inside its process).
+The reference runs the same way, on one thread (`candidates_for_tests.reference_one_thread`),
+and so do the engines: one torch thread per executor (the executors' default) and
+NUMBA_NUM_THREADS=1 (set here before any executor starts). Interleaved, median of 5 per-pair
+ratios. Needs the pinned releases (fetched once into the engine cache, as .ci/run does); without
+a network and a cached wheel the test is skipped, saying so. Slow: loading the releases and the
+photos' rounds take minutes.
+
+Not timed: `sglang-cpu`. SGLang's K3 `cpu` backend hands the pixels to the checkpoint's own
+processor, which the adapter supplies as this reference (`adapters.sglang`): its time is the
+reference's on its default threads plus SGLang's bookkeeping, the reference against itself
+(measured once: 1.11-1.27x, our one thread against its two)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import CandidateError
+from kimi_oracle.inputs.generators import CaseParams, make_image
+from kimi_oracle.workflows import bench
+
+pytestmark = [pytest.mark.targets, pytest.mark.slow]
+
+# Numba reads it when the executor imports it (executors are forked from a server started later).
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+
+REFERENCE = f"{Path(__file__).parents[1] / 'helpers' / 'candidates_for_tests.py'}:reference_one_thread"
+
+_K3_IMAGES = {
+    "rgb-2048x2048": CaseParams(2048, 2048, "RGB", content="noise", seed=7),
+    "rgb-4032x3024": CaseParams(4032, 3024, "RGB", content="noise", seed=4),
+    "rgba-1920x1080-chessboard": CaseParams(1920, 1080, "RGBA", "gradient", "noise", seed=3),
+}
+_K25_IMAGES = {"rgb-4032x3024": CaseParams(4032, 3024, "RGB", content="noise", seed=4)}
+
+ENGINE_PATHS = {
+    "vllm-k3@0.33.0": ("k3", _K3_IMAGES),
+    "vllm@0.33.0": ("k25", _K25_IMAGES),
+    "transformers@5.23.0": ("k25", _K25_IMAGES),
+}
+
+
+class _Clock:
+    """The executors' own seconds, summed: `interleaved_ratio`'s timer."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("engine", list(ENGINE_PATHS))
+def test_the_reference_is_not_slower_than_an_engines_cpu_path(benchmark, engine):
+    from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
+
+    profile, images = ENGINE_PATHS[engine]
+    config = PreprocessConfig.profile(profile)
+    try:
+        theirs = IsolatedCandidate(engine, timeout_s=600, start_timeout_s=600)
+        theirs.start()
+    except CandidateError as exc:
+        pytest.skip(f"{engine} cannot be loaded here: {exc}")
+    ours = IsolatedCandidate(REFERENCE, timeout_s=600)
+    rows = {}
+    try:
+        for name, params in images.items():
+            batch = [make_image(params)]
+            clock = _Clock()
+
+            def reference_call() -> None:
+                clock.now += ours.time_call(batch, config)
+
+            def engine_call() -> None:
+                clock.now += theirs.time_call(batch, config)
+
+            rows[name] = bench.interleaved_ratio(reference_call, engine_call, rounds=5, timer=clock)
+    finally:
+        theirs.close()
+        ours.close()
+    benchmark.extra_info.update({"engine": engine, "profile": profile, "cases": {
+        name: {k: v for k, v in r.items() if k != "ratios"} for name, r in rows.items()}})
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
+    slower = {name: r for name, r in rows.items() if r["ratio"] > 1.0}
+    assert not slower, "; ".join(
+        f"{engine} {name}: reference {r['new_median_s'] * 1e3:.1f} ms, engine {r['old_median_s'] * 1e3:.1f} ms "
+        f"({r['ratio']:.2f}x, target <= 1.0x)" for name, r in slower.items())
