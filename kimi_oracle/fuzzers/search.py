@@ -23,7 +23,7 @@ from kimi_oracle.fuzzers.shrink import _HarnessAbort, _Shrinking
 from kimi_oracle.inputs.draw import ChoiceSource, ReplayError, draw_fuzz_case
 from kimi_oracle.inputs.generators import FuzzCase
 from kimi_oracle.oracle.candidates import Candidate
-from kimi_oracle.oracle.checks import TIMEOUT, Tolerance, Verdict
+from kimi_oracle.oracle.checks import TIMEOUT, Tolerance, Verdict, full_verdict
 from kimi_oracle.oracle.diagnosis import assumed_steps
 from kimi_oracle.oracle.grouping import finding_key, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
@@ -114,9 +114,10 @@ class _Engine(_Budget, _Shrinking, _Settling):
             raise _HarnessAbort(exc) from None
 
     def finish(self, started: tuple[list[Image.Image], PreprocessConfig, Any] | None, invariance: bool, *,
-               shrinking: bool = False, expected: Any = None, same_as: Verdict | None = None
-               ) -> tuple[list[Image.Image], Verdict] | None:
-        """The verdict on a begun case (the reference runs now, then the call's result is taken)."""
+               shrinking: bool = False, expected: Any = None, same_as: Verdict | None = None,
+               brief: bool = False) -> tuple[list[Image.Image], Verdict] | None:
+        """The verdict on a begun case (the reference runs now, then the call's result is taken);
+        `brief`: a pixel mismatch judged as far as its group (`note` completes what it records)."""
         if started is None:
             return None
         images, config, call = started
@@ -126,7 +127,7 @@ class _Engine(_Budget, _Shrinking, _Settling):
             run.shrink_calls += 1
         try:
             verdict = evaluate(self.candidate, images, config, self.tol, invariance=invariance, call=call,
-                               expected=expected, same_as=same_as,
+                               expected=expected, same_as=same_as, brief=brief,
                                steps=assumed_steps(config, self.options.assume) if self.options.assume else None)
         except Rejected:
             if not shrinking:
@@ -166,9 +167,10 @@ class _Engine(_Budget, _Shrinking, _Settling):
             # shrink starts from it (shorter choice sequences first, then smaller choices).
             if not known.saved and not tile and (len(choices) < len(known.choices)
                                     or len(choices) == len(known.choices) and tuple(choices) < known.choices):
-                self.records[group] = _Record(case, tuple(choices), verdict, known.example, invariance, False,
-                                              cost_to_judge=took)
+                self.records[group] = _Record(case, tuple(choices), self.completed(verdict, case, images),
+                                              known.example, invariance, False, cost_to_judge=took)
             return
+        verdict = self.completed(verdict, case, images)
         self.last_new = example
         self.run.first_found.setdefault(check, example)
         record = _Record(case, tuple(choices), verdict, example, invariance, saved, cost_to_judge=took, tile=tile)
@@ -186,6 +188,11 @@ class _Engine(_Budget, _Shrinking, _Settling):
         began = self.clock()
         record.finding = self.finding(record)
         record.cost = self.clock() - began
+
+    def completed(self, verdict: Verdict, case: FuzzCase, images: Sequence[Image.Image]) -> Verdict:
+        """A search's brief verdict made whole (its two results compared again in full), the
+        moment it is recorded; any other verdict as it is."""
+        return full_verdict(verdict, case.config, self.tol, [img.size for img in images])
 
     def replay_saved(self, target: int) -> None:
         """Replay the saved failures first (each an example); entries that no longer fail, or no
@@ -307,7 +314,7 @@ class _Engine(_Budget, _Shrinking, _Settling):
         run = self.run
         began = self.clock()  # waiting for the candidate's answer, the reference, the comparison
         judged = self.finish(example["started"], example["invariance"], expected=example.get("expected"),
-                             same_as=example.get("same_as"))
+                             same_as=example.get("same_as"), brief=True)
         done = self.clock()
         took = done - began
         # What an example costs the search: from the end of the previous one's judging (its

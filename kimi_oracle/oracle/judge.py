@@ -72,6 +72,7 @@ def evaluate(
     call: Any = None,
     same_as: Verdict | None = None,
     steps: reference.Steps | None = None,
+    brief: bool = False,
 ) -> Verdict:
     """Judge `candidate` on one batch: differential checks, then (when they pass) invariances.
 
@@ -82,14 +83,11 @@ def evaluate(
 
     `call`: the candidate's call on `images`, already started (`Candidate.start_call`); by
     default it is started here, before the reference runs, so that a candidate in an executor
-    process works while the reference does.
-
-    `same_as`: another candidate's verdict on the same images, config, tolerance and `expected`
+    process works while the reference does. `same_as`: another candidate's verdict on the same images, config, tolerance and `expected`
     (the gate's lockstep fuzzing); when this candidate returned the very same bytes and no
-    invariance is asked, the comparison is that verdict's (copied), not made again.
-
-    `steps`: the reference's steps with assumed variants applied (`fuzz --assume`;
-    `oracle.diagnosis.assumed_steps`); the checkpoint's by default.
+    invariance is asked, the comparison is that verdict's (copied), not made again. `steps`: the reference's steps with assumed variants applied (`fuzz --assume`;
+    `oracle.diagnosis.assumed_steps`); the checkpoint's by default. `brief`: a pixel mismatch
+    judged only as far as its group (`checks.compare`; `checks.chain.full_verdict` completes it).
     """
     if not isinstance(candidate, Candidate):
         candidate = Candidate(getattr(candidate, "__name__", "candidate"), candidate)
@@ -110,7 +108,7 @@ def evaluate(
             and same_output(same_as.actual, actual)):
         return Verdict(same_as.check, same_as.message, copy.deepcopy(same_as.stats),
                        expected=same_as.expected, actual=actual)
-    verdict = compare(expected, actual, config, tolerance, sizes=[img.size for img in images])
+    verdict = compare(expected, actual, config, tolerance, sizes=[img.size for img in images], brief=brief)
     if not verdict.ok or not invariance:
         return verdict
     try:

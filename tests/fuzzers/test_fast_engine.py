@@ -127,7 +127,8 @@ def test_examples_are_exact_and_shrinking_is_counted_apart():
 def test_invariances_run_on_every_fourth_example(monkeypatch):
     flags = []
 
-    def fake_evaluate(candidate, images, config, tolerance, *, invariance, call=None, expected=None, same_as=None, steps=None):
+    def fake_evaluate(candidate, images, config, tolerance, *, invariance, call=None, expected=None, same_as=None, steps=None,
+                      brief=False):
         flags.append(invariance)
         return Verdict(None, "ok", {})
 
@@ -145,7 +146,8 @@ def test_invariances_run_on_every_fourth_example(monkeypatch):
 def test_tile_share_reaches_the_search(monkeypatch):
     sizes = []
 
-    def fake_evaluate(candidate, images, config, tolerance, *, invariance, call=None, expected=None, same_as=None, steps=None):
+    def fake_evaluate(candidate, images, config, tolerance, *, invariance, call=None, expected=None, same_as=None, steps=None,
+                      brief=False):
         sizes.append([img.size for img in images])
         return Verdict(None, "ok", {})
 
@@ -390,3 +392,38 @@ def test_the_baselines_groups_met_on_a_tile_crossing_example_are_shrunk_all_the_
                  {"a": record(False), "b": record(True)})  # OLD met b on a tile-crossing example
     _settle_pair(new, old, shrink=True)
     assert calls == {"new": set(), "old": {"a"}}
+
+
+def test_the_search_judges_briefly_and_records_whole_verdicts(monkeypatch):
+    # A candidate one level off (K3: std 0.5) on every value of its first image, in-process: each
+    # example's verdict is brief in the search; what a group records is the whole comparison.
+    import torch
+
+    from kimi_oracle.oracle import judge
+
+    def one_level_off(images, config):
+        out = reference.preprocess(images, config)
+        rows = int(out.grid_thws[0].prod())
+        pixels = out.pixel_values.clone()
+        pixels[:rows] += torch.tensor(1.0 / 127.5, dtype=torch.float32)
+        return type(out)(pixels, out.grid_thws)
+
+    briefs = []
+    real = judge.compare
+
+    def counting(*args, **kwargs):
+        verdict = real(*args, **kwargs)
+        briefs.append(bool(verdict.stats.get("brief")))
+        return verdict
+
+    monkeypatch.setattr(judge, "compare", counting)
+    run = fuzz(Candidate("one_level_off", one_level_off), K3,
+               FuzzOptions(examples=12, seed=3, shrink=False, diagnosis_share=None, vary_config=False))
+    assert run.findings and sum(briefs) >= 10  # every generated example failed, briefly judged
+    for finding in run.findings:
+        assert finding.check == "pixel_mismatch"
+        assert "brief" not in finding.stats
+        assert set(finding.stats["histogram"]) >= {"equal", "<1", "1"}
+        worst = finding.stats["worst"]
+        assert worst["image"] == 0 and {"patch", "channel", "resized_xy", "ulp_diff"} <= set(worst)
+        assert worst["level_diff"] == pytest.approx(1.0)

@@ -274,3 +274,47 @@ def test_same_output_and_digest_mean_bit_identical():
     as_bf16 = PreprocessResult(result([0.5, 1.0]).pixel_values.to(torch.bfloat16), grids.clone())
     assert not same_output(result([0.5, 1.0]), as_bf16) and same_output(as_bf16, as_bf16)
     assert not same_output(result([0.5, 1.0]), None)
+
+
+def _second_image_off_by_three_levels(expected):
+    # The second image's first value, in channel 0 (a level of the gradient): 3 levels up, and
+    # one value of the first image 1 level up (the second image is the worse one).
+    act = _clone(expected)
+    first_rows = int(expected.grid_thws[0].prod())
+    level = round((float(expected.pixel_values[first_rows, 0, 0, 0]) + 1.0) * 127.5)
+    act.pixel_values[first_rows, 0, 0, 0] = _lut_value(min(level + 3, 255) if level < 252 else level - 3)
+    level0 = round((float(expected.pixel_values[0, 0, 0, 0]) + 1.0) * 127.5)
+    act.pixel_values[0, 0, 0, 0] = _lut_value(level0 + 1 if level0 < 255 else level0 - 1)
+    return act
+
+
+def test_a_brief_verdict_stops_at_its_group_and_full_verdict_completes_it(expected):
+    from kimi_oracle.oracle.checks import full_verdict
+    from kimi_oracle.oracle.grouping import finding_key
+
+    act = _second_image_off_by_three_levels(expected)
+    images = _images()
+    sizes = [i.size for i in images]
+    brief = compare(expected, act, CFG, sizes=sizes, brief=True)
+    whole = compare(expected, act, CFG, sizes=sizes)
+    assert brief.check == whole.check == "pixel_mismatch"
+    # Hand count: two values differ, the worst (3 levels) in image 1.
+    assert brief.stats["differing"] == brief.stats["failing"] == 2
+    assert brief.stats["max_level_diff"] == pytest.approx(3.0)
+    assert brief.stats["worst"] == {"image": 1} and brief.stats["brief"] is True
+    assert "histogram" not in brief.stats and "max_ulp" not in brief.stats
+    assert finding_key(brief.check, brief.stats, images) == finding_key(whole.check, whole.stats, images)
+    completed = full_verdict(brief, CFG, "exact", sizes)
+    assert completed.to_dict() == whole.to_dict()
+    assert completed.stats["histogram"]["1"] == 1 and completed.stats["histogram"]["3-5"] == 1
+    assert full_verdict(whole, CFG, "exact", sizes) is whole
+
+
+def test_a_brief_verdict_that_passes_is_the_whole_verdict(expected):
+    act = _clone(expected)
+    flat = act.pixel_values.view(-1).view(torch.int32)
+    flat[5] += 1  # one ulp: differs, passes levels:0
+    sizes = [i.size for i in _images()]
+    brief = compare(expected, act, CFG, "levels:0", sizes=sizes, brief=True)
+    assert brief.ok and brief.stats["max_ulp"] == 1
+    assert brief.to_dict() == compare(expected, act, CFG, "levels:0", sizes=sizes).to_dict()

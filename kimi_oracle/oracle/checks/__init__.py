@@ -18,7 +18,7 @@ parses options with it before anything runs.
 
 from __future__ import annotations
 
-from kimi_oracle.oracle.checks.chain import compare, shape_dtype_problems
+from kimi_oracle.oracle.checks.chain import compare, full_verdict, shape_dtype_problems
 from kimi_oracle.oracle.checks.identity import same_output, update_digest
 from kimi_oracle.oracle.checks.invariance import check_invariance, invariance_plan
 from kimi_oracle.oracle.checks.levels import levels_at, levels_of

@@ -11,7 +11,7 @@ from kimi_oracle.core.geometry import ResizePlan, plan
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.oracle.checks.locations import _describe_location
 from kimi_oracle.oracle.checks.normalize import _coerce, _grid_rows, _rows_of
-from kimi_oracle.oracle.checks.pixels import pixel_stats
+from kimi_oracle.oracle.checks.pixels import BRIEF, pixel_stats
 from kimi_oracle.oracle.checks.verdict import Verdict
 from kimi_oracle.oracle.kinds import FEATURE_LENGTH, GRID_MISMATCH, PIXEL_MISMATCH, SHAPE_DTYPE, Tolerance
 
@@ -23,17 +23,32 @@ def compare(
     tolerance: "str | Tolerance" = "exact",
     *,
     sizes: Sequence[tuple[int, int]] | None = None,
+    brief: bool = False,
 ) -> Verdict:
     """Check `actual` against `expected` (the reference's result for the same images).
 
     `sizes` are the input images' (width, height), used to map a differing pixel back to the
     original image; without them the report gives padded-image coordinates only.
+
+    `brief`: a pixel mismatch's verdict stops once its group is known (`grouping.finding_key`:
+    the check, the image at fault, the largest difference): its stats lack the histogram, the
+    ulps and the worst value's location, and say `"brief": True` (`full_verdict` completes
+    them from the two results, which it keeps). The fuzzers' search judges so, and completes
+    only the verdicts it records.
     """
     exp = _coerce(expected)
     act = _coerce(actual)
-    verdict = _compare(exp, act, config, Tolerance.parse(tolerance), sizes)
+    verdict = _compare(exp, act, config, Tolerance.parse(tolerance), sizes, brief)
     verdict.expected, verdict.actual = exp, act
     return verdict
+
+
+def full_verdict(verdict: Verdict, config: PreprocessConfig, tolerance: "str | Tolerance",
+                 sizes: Sequence[tuple[int, int]] | None = None) -> Verdict:
+    """`verdict` itself, or where it is brief, the whole comparison of the results it holds."""
+    if not verdict.stats.get(BRIEF):
+        return verdict
+    return compare(verdict.expected, verdict.actual, config, tolerance, sizes=sizes)
 
 
 def _compare(
@@ -42,6 +57,7 @@ def _compare(
     config: PreprocessConfig,
     tol: Tolerance,
     sizes: Sequence[tuple[int, int]] | None,
+    brief: bool = False,
 ) -> Verdict:
     exp_grids = _grid_rows(exp.grid_thws)
     if exp_grids is None:
@@ -51,14 +67,15 @@ def _compare(
     if sizes is not None:
         if len(sizes) != n:
             raise ValueError(f"{len(sizes)} sizes given for {n} images")
-        plans = [plan(w, h, config) for w, h in sizes]
+        if not brief:  # (the worst value's location)
+            plans = [plan(w, h, config) for w, h in sizes]
     act_grids = _grid_rows(act.grid_thws)
     failed = (_check_grids(exp_grids, act_grids, act, sizes)
               or _check_feature_length(act_grids, act)
               or _check_shape_dtype(act_grids, act, config, tol))
     if failed is not None:
         return failed
-    return _check_pixels(exp, act, exp_grids, config, tol, plans, sizes)
+    return _check_pixels(exp, act, exp_grids, config, tol, plans, sizes, brief)
 
 
 def _check_grids(exp_grids: list[tuple[Any, ...]], act_grids: list[tuple[Any, ...]] | None,
@@ -125,9 +142,12 @@ def _check_shape_dtype(act_grids: list[tuple[Any, ...]], act: PreprocessResult, 
 
 def _check_pixels(exp: PreprocessResult, act: PreprocessResult, exp_grids: list[tuple[Any, ...]],
                   config: PreprocessConfig, tol: Tolerance, plans: Sequence[ResizePlan | None],
-                  sizes: Sequence[tuple[int, int]] | None) -> Verdict:
+                  sizes: Sequence[tuple[int, int]] | None, brief: bool = False) -> Verdict:
     """4. pixels."""
-    stats = pixel_stats(exp.pixel_values, act.pixel_values, exp_grids, config, tol, plans, sizes)
+    stats = pixel_stats(exp.pixel_values, act.pixel_values, exp_grids, config, tol, plans, sizes, brief=brief)
+    if stats["failing"] and brief:
+        return Verdict(PIXEL_MISMATCH, f"{stats['failing']} of {stats['values']} values differ under {tol} "
+                       f"(max {stats['max_level_diff']:.3g} levels)", stats)
     if stats["failing"]:
         loc = stats.get("worst") or {}
         where = _describe_location(loc)

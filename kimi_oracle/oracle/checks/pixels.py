@@ -17,6 +17,10 @@ from kimi_oracle.oracle.checks.normalize import _rows_of
 from kimi_oracle.oracle.kinds import Tolerance
 
 
+# The stats key of a brief verdict (`pixel_stats(..., brief=True)`, `chain.full_verdict`).
+BRIEF = "brief"
+
+
 def _mean(flat: np.ndarray) -> float:
     """`float(flat.mean())` of a non-empty 1-d float64 array, without np.mean's Python layer: the
     same pairwise sum divided by the same count."""
@@ -40,11 +44,16 @@ def pixel_stats(
     tol: Tolerance,
     plans: Sequence[ResizePlan | None] | None = None,
     sizes: Sequence[tuple[int, int]] | None = None,
+    *,
+    brief: bool = False,
 ) -> dict[str, Any]:
     """Level differences, the share of differing values and the worst location, per policy.
 
     Level differences are |actual - expected| in float64 over the channel's level step, a NaN
-    counted as an infinite difference; the mean is over the finite ones."""
+    counted as an infinite difference; the mean is over the finite ones.
+
+    `brief`: where values fail, no histogram, ulps or location: the worst image's index only
+    (`"worst": {"image": i}`), and `BRIEF` set (`chain.compare`)."""
     exp = expected.detach().cpu().contiguous()
     act = actual.detach().cpu().contiguous()
     act32 = act.float()
@@ -60,8 +69,8 @@ def pixel_stats(
     diff, top = _level_differences(a, e, config)
     if tol.kind == "levels":
         policy_fail = diff > tol.levels + _LEVEL_EPS
-    stats, mean = _totals(tol, a, diff, top, bitwise, policy_fail)
-    if stats["differing"]:
+    stats, mean = _totals(tol, a, diff, top, bitwise, policy_fail, brief)
+    if stats["differing"] and not (brief and stats["failing"]):
         stats["max_ulp"] = _max_ulp(a_bits, e_bits)
     offsets = [0]
     for g in grids:
@@ -70,6 +79,10 @@ def pixel_stats(
     stats["per_image"] = per_image
     if stats["failing"]:
         worst = max(per_image, key=lambda r: (r["failing"] > 0, r["max_level_diff"], r["failing"]))
+        if brief:
+            stats["worst"] = {"image": worst["image"]}
+            stats[BRIEF] = True
+            return stats
         stats["worst"] = _worst(worst["image"], offsets, diff, policy_fail, e, a, grids, config, plans, sizes)
     return stats
 
@@ -89,8 +102,9 @@ def _level_differences(a: np.ndarray, e: np.ndarray, config: PreprocessConfig) -
 
 
 def _totals(tol: Tolerance, a: np.ndarray, diff: np.ndarray, top: float, bitwise: np.ndarray,
-            policy_fail: np.ndarray) -> tuple[dict[str, Any], float]:
-    """The batch's statistics (without ulps and per-image rows), and its mean level difference."""
+            policy_fail: np.ndarray, brief: bool = False) -> tuple[dict[str, Any], float]:
+    """The batch's statistics (without ulps and per-image rows; `brief` where values fail: nor
+    the histogram), and its mean level difference."""
     values = int(diff.size)
     # A finite largest difference means every difference (and every actual value) is finite.
     if math.isfinite(top):
@@ -101,17 +115,19 @@ def _totals(tol: Tolerance, a: np.ndarray, diff: np.ndarray, top: float, bitwise
         mean = float(finite.mean()) if finite.size else 0.0
         non_finite = int(np.count_nonzero(~np.isfinite(a)))
     differing = int(np.count_nonzero(bitwise))
+    failing = differing if policy_fail is bitwise else int(np.count_nonzero(policy_fail))
     stats: dict[str, Any] = {
         "tolerance": str(tol),
         "values": values,
         "differing": differing,
         "share_differing": differing / values if values else 0.0,
-        "failing": differing if policy_fail is bitwise else int(np.count_nonzero(policy_fail)),
+        "failing": failing,
         "max_level_diff": top,
         "mean_level_diff": mean,
         "non_finite": non_finite,
-        "histogram": _histogram(diff, bitwise, differing, all_finite=math.isfinite(top)),
     }
+    if not (brief and failing):
+        stats["histogram"] = _histogram(diff, bitwise, differing, all_finite=math.isfinite(top))
     return stats, mean
 
 
