@@ -313,8 +313,10 @@ class _Engine(_Budget, _Shrinking, _Settling):
     def _complete(self, example: dict[str, Any]) -> tuple[list[Image.Image], Verdict] | None:
         run = self.run
         began = self.clock()  # waiting for the candidate's answer, the reference, the comparison
+        # Brief verdicts (`finish`) for the ordinary examples; a large one (tile-crossing, a real
+        # photo) is compared once, in full: completing it would compare its megapixels twice.
         judged = self.finish(example["started"], example["invariance"], expected=example.get("expected"),
-                             same_as=example.get("same_as"), brief=True)
+                             same_as=example.get("same_as"), brief=not example["tile"])
         done = self.clock()
         took = done - began
         # What an example costs the search: from the end of the previous one's judging (its
