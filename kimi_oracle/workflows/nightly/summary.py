@@ -176,6 +176,8 @@ def _merge_counters(info: dict[str, Any], w: _Worker, st: dict[str, Any]) -> Non
                 "candidate_timeouts", "harness_crashes", "skipped_hanging", "execs"):
         if key in st:
             info[key] = info.get(key, 0) + int(st[key])
+    if isinstance(st.get("cpu"), dict):  # (a hypothesis worker's `fuzz` CPU split: fuzzing.cpu_report)
+        info.setdefault("cpu", []).append({"worker": w.index, **st["cpu"]})
     for name, h in (st.get("per_harness") or {}).items():
         # Per harness: inputs judged (`examples`), libFuzzer's executions (`execs`, which
         # count inputs skipped past the deadline too), and whether it ran at all.

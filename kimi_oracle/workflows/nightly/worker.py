@@ -141,6 +141,7 @@ def _hypothesis_worker(spec: WorkerSpec, status: _Status) -> None:
         for finding in run.findings:
             data["findings"].append({"id": finding.id, "path": str(finding.path), "kind": finding.check,
                                      "signature": finding.extra.get("group")})
+        data["cpu"] = dict(run.cpu)  # this worker's CPU per example, the fuzzing process' and its candidate's
         live(run)
         if run.stopped == "interrupted":
             raise KeyboardInterrupt
