@@ -81,13 +81,13 @@ def evaluate(
     verdict, a raise agrees and raises Rejected. CandidateError / BackendError on harness
     problems; a candidate exception on a valid input becomes a `crash` verdict.
 
-    `call`: the candidate's call on `images`, already started (`Candidate.start_call`); by
-    default it is started here, before the reference runs, so that a candidate in an executor
-    process works while the reference does. `same_as`: another candidate's verdict on the same images, config, tolerance and `expected`
-    (the gate's lockstep fuzzing); when this candidate returned the very same bytes and no
-    invariance is asked, the comparison is that verdict's (copied), not made again. `steps`: the reference's steps with assumed variants applied (`fuzz --assume`;
-    `oracle.diagnosis.assumed_steps`); the checkpoint's by default. `brief`: a pixel mismatch
-    judged only as far as its group (`checks.compare`; `checks.chain.full_verdict` completes it).
+    `call`: the candidate's call, already started (`Candidate.start_call`; by default started
+    here, before the reference runs, so that an executor's candidate works meanwhile).
+    `same_as`: another candidate's verdict on the same images, config, tolerance and `expected`
+    (the gate's lockstep fuzzing): when this one returned the same bytes and no invariance is
+    asked, that verdict is copied. `steps`: the reference's steps with assumed variants
+    (`fuzz --assume`); the checkpoint's by default. `brief`: a pixel mismatch judged only as
+    far as its group (`checks.compare`; `checks.chain.full_verdict` completes it).
     """
     if not isinstance(candidate, Candidate):
         candidate = Candidate(getattr(candidate, "__name__", "candidate"), candidate)

@@ -39,8 +39,11 @@ LITTLE_ENDIAN = sys.byteorder == "little"
 __all__ = ["LITTLE_ENDIAN", "affine_forms", "blend_table", "composite_planes", "pair_table", "patches_from_hwc",
            "patches_from_planes", "patches_from_composite", "patches_from_plane_rows", "patches_from_rows"]
 
-# Bytes of uint8 levels handled per band (a band is whole patch rows; at least one).
+# Bytes of uint8 levels handled per band (a band is whole patch rows; at least one): on one
+# thread, 512 KiB and 1 MiB bands were fastest (2048x2048 K3, docs/measurements.md round 11);
+# on several threads, bands are made smaller until each thread has _BANDS_PER_THREAD of them.
 _BAND_BYTES = 1 << 20
+_BANDS_PER_THREAD = 4
 # Rows of the source composited per band.
 _COMPOSITE_ROWS = 64
 # Source pixels from which an RGBA image is composited by the vector passes: below, their ~20
@@ -83,8 +86,9 @@ def _affine_apply(src: np.ndarray, out: np.ndarray, form: tuple[np.float32, np.f
     # out (float32) = src (uint8) / d - b, the same ufunc calls for the check and the patches
     # (IEEE operations in the default rounding mode, which nothing here changes). The levels are
     # cast first (exact: every uint8 is a float32), then divided in place: the values of
-    # `np.divide(src, d)`, whose mixed-type loop casts through a buffer at about 3x the time
-    # (2058 x 2058 x 3 levels: 6.3 ms against 2.2 + 1.5 ms, docs/measurements.md round 11).
+    # `np.divide(src, d)` on the same float32 loop, whose mixed-type call casts through a buffer
+    # (2058 x 2058 x 3 levels: 6.3 ms for it, 2.2 ms the cast + 1.5 ms the division in place,
+    # docs/measurements.md round 11).
     np.copyto(out, src, casting="unsafe")
     np.divide(out, form[0], out=out)
     np.subtract(out, form[1], out=out)
@@ -171,6 +175,8 @@ def _patch_bands(height: int, width: int, ps: int, lut: np.ndarray, make_fill: F
     gh, gw = -(-height // ps), -(-width // ps)
     out = outputs.empty((gh * gw, 3, ps * ps), np.float32)  # (every band is written below)
     rows = max(1, _BAND_BYTES // (ps * gw * ps * 3))
+    if threads > 1:  # at least _BANDS_PER_THREAD bands a thread, so that the threads stay even
+        rows = max(1, min(rows, gh // (_BANDS_PER_THREAD * threads)))
     values = _Levels(lut, ps)
     starts = list(range(0, gh, rows))
 

@@ -31,8 +31,10 @@ from kimi_oracle.workflows import bench
 
 pytestmark = [pytest.mark.targets, pytest.mark.slow]
 
-# Numba reads it when the executor imports it (executors are forked from a server started later).
-os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+# Numba reads it when the executor imports it; executors are forked from a server that inherits
+# this process's environment when it starts: run this file in its own session (as the README's
+# command does), so that no earlier test has started that server.
+os.environ["NUMBA_NUM_THREADS"] = "1"
 
 REFERENCE = f"{Path(__file__).parents[1] / 'helpers' / 'candidates_for_tests.py'}:reference_one_thread"
 

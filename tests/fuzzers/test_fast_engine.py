@@ -423,7 +423,30 @@ def test_the_search_judges_briefly_and_records_whole_verdicts(monkeypatch):
     for finding in run.findings:
         assert finding.check == "pixel_mismatch"
         assert "brief" not in finding.stats
-        assert set(finding.stats["histogram"]) >= {"equal", "<1", "1"}
+        # Hand count: every value of image 0 (its patch rows x 3 x 14 x 14) is 1 level off, the
+        # other images' equal.
+        t, h, w = finding.stats["per_image"][0]["grid_thw"]
+        ones = t * h * w * 3 * 14 * 14
+        assert finding.stats["histogram"]["1"] == finding.stats["differing"] == ones
+        assert finding.stats["histogram"]["equal"] == finding.stats["values"] - ones
         worst = finding.stats["worst"]
         assert worst["image"] == 0 and {"patch", "channel", "resized_xy", "ulp_diff"} <= set(worst)
         assert worst["level_diff"] == pytest.approx(1.0)
+
+
+def test_the_lockstep_partner_records_whole_verdicts_too():
+    # fuzz_pair: OLD's verdict copies NEW's (brief) stats where their outputs are the same; what
+    # OLD records is completed from its own results all the same.
+    import torch
+
+    from kimi_oracle.fuzzers.fuzzing import fuzz_pair
+
+    def one_level_off(images, config):
+        out = reference.preprocess(images, config)
+        return type(out)(out.pixel_values + torch.tensor(1.0 / 127.5, dtype=torch.float32), out.grid_thws)
+
+    new, old = fuzz_pair(Candidate("new", one_level_off), Candidate("old", one_level_off), K3,
+                         FuzzOptions(examples=8, seed=3, shrink=False, diagnosis_share=None, vary_config=False))
+    assert new.findings and old.findings
+    for finding in new.findings + old.findings:
+        assert "brief" not in finding.stats and finding.stats["histogram"]["1"] == finding.stats["values"]

@@ -390,6 +390,9 @@ def _merged_engines(shards: Sequence[Shard], findings: list[dict[str, Any]]) -> 
                 if key in ("findings", "status") or isinstance(value, bool) or not isinstance(value, (int, float)):
                     continue
                 m[key] = round(m.get(key, 0) + value, 3)
+            for row in info.get("cpu") or []:  # (each worker's CPU split, with the shard it ran in)
+                if isinstance(row, dict):
+                    m.setdefault("cpu", []).append({"shard": str(shard.directory), **row})
             for key in ("coverage",):
                 if isinstance(info.get(key), dict):
                     cov = m.setdefault(key, {})

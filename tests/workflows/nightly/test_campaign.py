@@ -181,11 +181,9 @@ def test_reference_runs_clean(tmp_path):
     assert s["engines"]["atheris"]["examples"] >= 2 * 20  # each harness: its starting corpus, then 20 more
     # Each hypothesis worker's CPU split (issue 33.1): the fuzzing process' and its candidate's.
     cpu = s["engines"]["hypothesis"]["cpu"]
-    assert sorted(row["worker"] for row in cpu) == list(range(s["engines"]["hypothesis"]["workers"]))
-    for row in cpu:
-        assert row["oracle_s"] > 0 and row["candidate_s"] > 0
-        assert row["ratio"] == pytest.approx(row["oracle_s"] / row["candidate_s"], rel=1e-2)
-        assert row["search"]["oracle_ms_per_example"] > 0
+    assert len({row["worker"] for row in cpu}) == len(cpu) == s["engines"]["hypothesis"]["workers"]
+    for row in cpu:  # (both processes worked: the reference here, `reference` in the executor)
+        assert row["oracle_s"] > 0 and row["candidate_s"] > 0 and row["search"]["oracle_ms_per_example"] > 0
     assert "cpu" not in s["engines"]["atheris"]
 
 

@@ -100,6 +100,10 @@ def test_two_shards_merge_into_one_report_deduplicated_by_key(shards, tmp_path, 
     assert _db_files(merged / "hypothesis-db") >= _db_files(s1 / "hypothesis-db") | _db_files(s2 / "hypothesis-db")
     assert s["engines"]["hypothesis"]["examples"] == sum(_summary(d)["engines"]["hypothesis"]["examples"]
                                                          for d in (s1, s2))
+    # Each worker's CPU split kept, with the shard it ran in (the shards' own rows).
+    assert s["engines"]["hypothesis"]["cpu"] == [{"shard": str(d), **row} for d in (s1, s2)
+                                                 for row in _summary(d)["engines"]["hypothesis"]["cpu"]]
+    assert len(s["engines"]["hypothesis"]["cpu"]) == 2
     junit = ET.parse(merged / "junit.xml").getroot()
     assert int(junit.get("failures")) >= 1
     assert "## Shards" in (merged / "summary.md").read_text()
