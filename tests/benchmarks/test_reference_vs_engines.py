@@ -9,8 +9,8 @@ The reference runs the same way, on one thread (`candidates_for_tests.reference_
 and so do the engines: one torch thread per executor (the executors' default) and
 NUMBA_NUM_THREADS=1 (set here before any executor starts). Interleaved, median of 5 per-pair
 ratios. Needs the pinned releases (fetched once into the engine cache, as .ci/run does); without
-a network and a cached wheel the test is skipped, saying so. Slow: loading the releases and the
-photos' rounds take minutes.
+a network and a cached wheel the test is skipped, saying so. About 40 s here once the releases
+are cached.
 
 Not timed: `sglang-cpu`. SGLang's K3 `cpu` backend hands the pixels to the checkpoint's own
 processor, which the adapter supplies as this reference (`adapters.sglang`): its time is the
@@ -19,7 +19,6 @@ reference's on its default threads plus SGLang's bookkeeping, the reference agai
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -29,12 +28,7 @@ from kimi_oracle.core.errors import CandidateError
 from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.workflows import bench
 
-pytestmark = [pytest.mark.targets, pytest.mark.slow]
-
-# Numba reads it when the executor imports it; executors are forked from a server that inherits
-# this process's environment when it starts: run this file in its own session (as the README's
-# command does), so that no earlier test has started that server.
-os.environ["NUMBA_NUM_THREADS"] = "1"
+pytestmark = pytest.mark.targets  # (left out of a plain `kimi-oracle bench`, as the floor)
 
 REFERENCE = f"{Path(__file__).parents[1] / 'helpers' / 'candidates_for_tests.py'}:reference_one_thread"
 
@@ -63,8 +57,14 @@ class _Clock:
 
 
 @pytest.mark.parametrize("engine", list(ENGINE_PATHS))
-def test_the_reference_is_not_slower_than_an_engines_cpu_path(benchmark, engine):
+def test_the_reference_is_not_slower_than_an_engines_cpu_path(benchmark, engine, monkeypatch):
     from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
+
+    # Numba reads it when the executor imports it. Executors are forked from a server that
+    # inherits this process's environment when it starts: run this file in a session of its own
+    # (`pytest -m targets ... tests/benchmarks/test_reference_vs_engines.py`), so that no earlier
+    # test has started that server with numba's default of one thread per core.
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
 
     profile, images = ENGINE_PATHS[engine]
     config = PreprocessConfig.profile(profile)
