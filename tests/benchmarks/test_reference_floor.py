@@ -14,20 +14,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from reference_speed_cases import CASES
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.geometry import plan
-from kimi_oracle.inputs.generators import CaseParams, make_image
+from kimi_oracle.inputs.generators import make_image
 from kimi_oracle.pipelines import reference
 from kimi_oracle.workflows import bench
 
 pytestmark = pytest.mark.targets  # (left out of a plain `kimi-oracle bench`)
-
-CASES = {
-    "rgb-2048x2048-k3": (CaseParams(2048, 2048, "RGB", content="noise", seed=7), "k3", False, 1.5),
-    "rgb-4032x3024-k3": (CaseParams(4032, 3024, "RGB", content="noise", seed=4), "k3", False, 1.5),
-    "rgb-4032x3024-k25": (CaseParams(4032, 3024, "RGB", content="noise", seed=4), "k25", True, 1.5),
-    "rgba-1920x1080-k3-chessboard": (CaseParams(1920, 1080, "RGBA", "gradient", "noise", seed=3), "k3", False, 2.5),
-}
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -7,7 +7,8 @@ torchvision backend), in its own executor, as
 `gate` times candidates (`IsolatedCandidate.time_call`: the call's own time inside its process).
 The reference runs the same way, on one thread (`candidates_for_tests.reference_one_thread`),
 and so do the engines: one torch thread per executor (the executors' default) and
-NUMBA_NUM_THREADS=1 (set here before any executor starts). Interleaved, median of 5 per-pair
+NUMBA_NUM_THREADS=1 (set in the test, before its executors start). The images are the floor
+benchmark's (`reference_speed_cases`) of the engine's profile. Interleaved, median of 5 per-pair
 ratios. Needs the pinned releases (fetched once into the engine cache, as .ci/run does); without
 a network and a cached wheel the test is skipped, saying so. About 40 s here once the releases
 are cached.
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from reference_speed_cases import CASES
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
 from kimi_oracle.inputs.generators import CaseParams, make_image
@@ -32,17 +34,15 @@ pytestmark = pytest.mark.targets  # (left out of a plain `kimi-oracle bench`, as
 
 REFERENCE = f"{Path(__file__).parents[1] / 'helpers' / 'candidates_for_tests.py'}:reference_one_thread"
 
-_K3_IMAGES = {
-    "rgb-2048x2048": CaseParams(2048, 2048, "RGB", content="noise", seed=7),
-    "rgb-4032x3024": CaseParams(4032, 3024, "RGB", content="noise", seed=4),
-    "rgba-1920x1080-chessboard": CaseParams(1920, 1080, "RGBA", "gradient", "noise", seed=3),
-}
-_K25_IMAGES = {"rgb-4032x3024": CaseParams(4032, 3024, "RGB", content="noise", seed=4)}
+def _images(profile: str) -> dict[str, CaseParams]:
+    """The floor benchmark's images of one profile (the same images, `reference_speed_cases`)."""
+    return {name: params for name, (params, p, _, _) in CASES.items() if p == profile}
+
 
 ENGINE_PATHS = {
-    "vllm-k3@0.33.0": ("k3", _K3_IMAGES),
-    "vllm@0.33.0": ("k25", _K25_IMAGES),
-    "transformers@5.23.0": ("k25", _K25_IMAGES),
+    "vllm-k3@0.33.0": "k3",
+    "vllm@0.33.0": "k25",
+    "transformers@5.23.0": "k25",
 }
 
 
@@ -66,7 +66,8 @@ def test_the_reference_is_not_slower_than_an_engines_cpu_path(benchmark, engine,
     # test has started that server with numba's default of one thread per core.
     monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
 
-    profile, images = ENGINE_PATHS[engine]
+    profile = ENGINE_PATHS[engine]
+    images = _images(profile)
     config = PreprocessConfig.profile(profile)
     try:
         theirs = IsolatedCandidate(engine, timeout_s=600, start_timeout_s=600)

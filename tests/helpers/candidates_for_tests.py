@@ -1,4 +1,5 @@
-"""Planted-failure candidates for the nightly tests (loaded as `path/to/file.py:function`)."""
+"""Planted-failure candidates for the nightly tests, and the reference on one thread for the
+engine benchmark (loaded as `path/to/file.py:function`)."""
 
 import os
 import time

@@ -282,7 +282,7 @@ def _second_image_off_by_three_levels(expected):
     act = _clone(expected)
     first_rows = int(expected.grid_thws[0].prod())
     level = round((float(expected.pixel_values[first_rows, 0, 0, 0]) + 1.0) * 127.5)
-    act.pixel_values[first_rows, 0, 0, 0] = _lut_value(min(level + 3, 255) if level < 252 else level - 3)
+    act.pixel_values[first_rows, 0, 0, 0] = _lut_value(level + 3 if level < 252 else level - 3)
     level0 = round((float(expected.pixel_values[0, 0, 0, 0]) + 1.0) * 127.5)
     act.pixel_values[0, 0, 0, 0] = _lut_value(level0 + 1 if level0 < 255 else level0 - 1)
     return act
