@@ -37,6 +37,7 @@ from kimi_oracle.inputs.generators import (
     vary_config,
 )
 from kimi_oracle.oracle.checks import Tolerance, pixel_stats
+from kimi_oracle.oracle.checks import pixels as pixels_module
 
 K3 = PreprocessConfig.profile("k3")
 
@@ -171,7 +172,12 @@ def _ulps(a: float, b: float) -> int:
     return abs(ia - ib)
 
 
-def test_pixel_stats_by_hand():
+# 0: the whole output one block; 1764 (3 rows) and 1 (a row each): blocks that cross the images
+# and leave the NaN, the largest ulps and the worst value in later blocks.
+@pytest.mark.parametrize("block_values", [0, 3 * 588, 1])
+def test_pixel_stats_by_hand(monkeypatch, block_values):
+    if block_values:
+        monkeypatch.setattr(pixels_module, "_BLOCK_VALUES", block_values)
     # K3 normalizes level v to (v / 255 - 0.5) / 0.5: one level is 2/255 in every channel.
     step = 2.0 / 255.0
     grids = [(1, 2, 2), (1, 2, 4)]  # 4 + 8 patch rows
@@ -208,6 +214,13 @@ def test_pixel_stats_by_hand():
     levels = pixel_stats(exp, act, grids, K3, Tolerance.parse("levels:3"))
     assert levels["failing"] == 2 and [r["failing"] for r in levels["per_image"]] == [0, 2]
     assert levels["worst"]["patch"] == 5 and levels["worst"]["channel"] == "B"  # the NaN again
+
+    act[9, 2, 4, 4] = 0.0  # every difference finite: the histogram counts below each bound
+    finite = pixel_stats(exp, act, grids, K3, Tolerance.parse("exact"))
+    assert finite["histogram"] == {"equal": values - 6, "<1": 2, "1": 1, "2": 1, "3-5": 1, "6-20": 0, ">20": 1}
+    assert finite["max_level_diff"] == pytest.approx(30.0, rel=1e-5) and finite["non_finite"] == 0
+    assert finite["max_ulp"] == _ulps(float(act[5, 0, 1, 1]), 0.0)  # the 30 levels, in row 5
+    assert finite["worst"]["patch"] == 5 - 4 and finite["worst"]["image"] == 1
 
 
 def test_pixel_stats_per_channel_steps_by_hand():

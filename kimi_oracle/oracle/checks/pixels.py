@@ -87,15 +87,33 @@ def pixel_stats(
     return stats
 
 
+# Large outputs are compared in row blocks of about this many values (1 MiB of float64), each
+# block's passes made while it is in the cache: a real photo's 36 Mi values took 3-4 times as
+# long in whole-array passes (docs/measurements.md). The values computed are the same.
+_BLOCK_VALUES = 1 << 17
+
+
+def _blocks(rows: int, row_values: int) -> range:
+    """The first rows of the row blocks of an output of `rows` rows of `row_values` values."""
+    return range(0, rows, max(1, _BLOCK_VALUES // max(row_values, 1)))
+
+
 def _level_differences(a: np.ndarray, e: np.ndarray, config: PreprocessConfig) -> tuple[np.ndarray, float]:
     """|a - e| in levels, NaN counted as infinite, and its largest value (0.0 when empty)."""
-    # One float64 buffer, operated on in place: the values of np.abs(a64 - e64) / slopes.
-    diff = a.astype(np.float64)
-    np.subtract(diff, e, out=diff)
-    np.abs(diff, out=diff)
-    np.divide(diff, _level_divisor(config), out=diff)
-    top = float(diff.max()) if diff.size else 0.0
-    if math.isnan(top):  # max propagates NaN: a NaN difference counts as infinite
+    # One float64 buffer, each block operated on in place: the values of np.abs(a64 - e64) / slopes.
+    diff = np.empty(a.shape, dtype=np.float64)
+    divisor = _level_divisor(config)
+    tops = []
+    step = _blocks(len(a), a[0].size if len(a) else 1).step
+    for lo in range(0, len(a), step):
+        d = diff[lo:lo + step]
+        np.copyto(d, a[lo:lo + step])
+        np.subtract(d, e[lo:lo + step], out=d)
+        np.abs(d, out=d)
+        np.divide(d, divisor, out=d)
+        tops.append(d.max() if d.size else 0.0)
+    top = float(np.max(tops)) if diff.size else 0.0  # (np.max propagates a block's NaN)
+    if math.isnan(top):  # a NaN difference counts as infinite
         diff[np.isnan(diff)] = np.inf
         top = float(diff.max())
     return diff, top
@@ -134,10 +152,15 @@ def _totals(tol: Tolerance, a: np.ndarray, diff: np.ndarray, top: float, bitwise
 def _max_ulp(a_bits: np.ndarray, e_bits: np.ndarray) -> int | None:
     """The most ulps between differing values of the same sign (None when none is)."""
     # Their int32 difference cannot overflow, and equal values (0 apart) change no maximum of
-    # differing ones (>= 1 apart).
-    same_sign = (a_bits ^ e_bits) >= 0
-    ulps = np.where(same_sign, a_bits - e_bits, 0)
-    top_ulp = int(np.abs(ulps, out=ulps).max())
+    # differing ones (>= 1 apart). Block by block (`_BLOCK_VALUES`).
+    top_ulp = 0
+    step = _blocks(len(a_bits), a_bits[0].size if len(a_bits) else 1).step
+    for lo in range(0, len(a_bits), step):
+        a, e = a_bits[lo:lo + step], e_bits[lo:lo + step]
+        ulps = np.subtract(a, e)
+        ulps[(a ^ e) < 0] = 0
+        if ulps.size:
+            top_ulp = max(top_ulp, int(np.abs(ulps, out=ulps).max()))
     return top_ulp if top_ulp > 0 else None
 
 
@@ -246,7 +269,13 @@ def _histogram(diff: np.ndarray, bitwise: np.ndarray, differing: int | None = No
         differing = int(np.count_nonzero(bitwise))
     equal = int(bitwise.size) - differing
     if all_finite:
-        below = [int(np.count_nonzero(diff < bound)) - equal for bound in _HISTOGRAM_BOUNDS.tolist()]
+        bounds = _HISTOGRAM_BOUNDS.tolist()
+        below = [-equal] * len(bounds)
+        step = _blocks(len(diff), diff[0].size if diff.ndim and len(diff) else 1).step
+        for lo in range(0, len(diff) if diff.ndim else 0, step):
+            block = diff[lo:lo + step]
+            for k, bound in enumerate(bounds):
+                below[k] += int(np.count_nonzero(block < bound))
     else:
         values = np.compress(bitwise.reshape(-1), diff.reshape(-1))
         below = [int(np.count_nonzero(values < bound)) for bound in _HISTOGRAM_BOUNDS.tolist()]
