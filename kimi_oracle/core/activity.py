@@ -13,7 +13,7 @@ import bisect
 import contextlib
 import time
 from array import array
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 class Activity:
@@ -93,4 +93,26 @@ def union_seconds(*activities: Activity | None, window: tuple[float, float] | No
     return total
 
 
-__all__ = ["Activity", "union_seconds"]
+class HarnessMeter:
+    """The harness's seconds since `t0`: the clock's seconds less those `at_work(a, b)` counts
+    within [a, b] (the union of the work's spans), read again and again without reading every
+    span each time. The windows older than `lag` seconds are summed once (the union within
+    adjacent windows adds up to the union within their span); the last `lag` seconds are read
+    again at each reading, since a span may be recorded after it ends (an executor's arrives with
+    its answer; one recorded later still counts as the harness's: the safe side)."""
+
+    def __init__(self, at_work: Callable[[float, float], float], t0: float, lag: float):
+        self.at_work, self.lag = at_work, lag
+        self.checked = t0  # the windows up to here are summed in `harness_s`
+        self.harness_s = 0.0
+
+    def spent(self, now: float) -> float:
+        """The harness's seconds from `t0` to `now`."""
+        until = max(self.checked, now - self.lag)
+        if until > self.checked:
+            self.harness_s += (until - self.checked) - self.at_work(self.checked, until)
+            self.checked = until
+        return self.harness_s + (now - until) - self.at_work(until, now)
+
+
+__all__ = ["Activity", "HarnessMeter", "union_seconds"]

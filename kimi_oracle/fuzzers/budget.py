@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kimi_oracle.core.activity import HarnessMeter
 from kimi_oracle.fuzzers.options import OVERHEAD_CHECK_S, OVERHEAD_LAG_S, SEARCH_SHARE
 
 
@@ -54,14 +55,9 @@ class _Budget:
         if now < self.next_overhead_check:
             return False
         self.next_overhead_check = now + OVERHEAD_CHECK_S
-        # Summed window by window (the union of spans within adjacent windows adds up to the
-        # union within their span), so that each check reads only recent spans; the last
-        # OVERHEAD_LAG_S are read again at each check, since an executor's span is recorded when
-        # its answer arrives (a span later than that counts as the harness's: the safe side).
-        until = max(self.overhead_checked, now - OVERHEAD_LAG_S)
-        self.harness_s += (until - self.overhead_checked) - options.at_work(self.overhead_checked, until)
-        self.overhead_checked = until
-        spent = self.harness_s + (now - until) - options.at_work(until, now)
+        if self.harness is None:
+            self.harness = HarnessMeter(options.at_work, self.start, OVERHEAD_LAG_S)
+        spent = self.harness.spent(now)
         if self.run.examples < options.overhead_min_examples:
             return False
         elapsed = now - self.start

@@ -11,6 +11,7 @@ from typing import Any, Callable, Sequence
 from PIL import Image
 
 from kimi_oracle.core import interrupts
+from kimi_oracle.core.activity import HarnessMeter
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.defaults import fresh_seed
 from kimi_oracle.core.errors import KimiOracleError
@@ -72,10 +73,10 @@ class _Engine(_Budget, _Shrinking, _Settling):
         self.published: set[str] = set()  # groups whose finding is out (a budget's later search)
         self.longest = {False: 0.0, True: 0.0}  # the longest example so far: ordinary, tile-crossing
         self.last_done: float | None = None  # when the latest example's judging (and noting) ended
-        # Under FuzzOptions.overhead_s: the harness's time in the search, measured up to overhead_checked
-        # (every OVERHEAD_CHECK_S, from next_overhead_check on).
-        self.harness_s = 0.0
-        self.overhead_checked = self.next_overhead_check = self.start
+        # Under FuzzOptions.overhead_s: the harness's time in the search (read every OVERHEAD_CHECK_S,
+        # from next_overhead_check on).
+        self.harness: HarnessMeter | None = None
+        self.next_overhead_check = self.start
         self.database = _database(options.db_dir) if options.db_dir else None
         # fuzz_pair: the baseline's engine, judged on every generated example of this one in lockstep
         self.partner: _Engine | None = None

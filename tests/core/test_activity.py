@@ -1,6 +1,6 @@
 """core.activity: spans of work and the length of their union (the gate's overhead), by hand."""
 
-from kimi_oracle.core.activity import Activity, union_seconds
+from kimi_oracle.core.activity import Activity, HarnessMeter, union_seconds
 
 
 def test_union_of_overlapping_and_disjoint_spans():
@@ -68,3 +68,28 @@ def test_a_window_reads_the_spans_it_overlaps_whatever_their_order_and_length():
         bounds = [0, *cuts, end]
         parts = sum(union_seconds(a, window=(x, y)) for x, y in zip(bounds, bounds[1:]))
         assert parts == union_seconds(a, window=(0, end)) == a.seconds()
+
+
+def test_harness_meter_reads_what_the_whole_window_gives_with_spans_reported_late():
+    # The harness's time from t0 = 0: the clock less the union of the work's spans. The meter
+    # sums windows older than `lag` once; a span reported after it ended (an executor's, with its
+    # answer) still counts when it falls within the last `lag` seconds of the reading.
+    a, b = Activity(), Activity()
+    window_reads = []
+
+    def at_work(lo, hi):
+        window_reads.append((lo, hi))
+        return union_seconds(a, b, window=(lo, hi))
+
+    meter = HarnessMeter(at_work, 0.0, lag=2.0)
+    a.add(0.5, 1.5)
+    assert meter.spent(1.0) == 0.5  # [0, 0.5) free, [0.5, 1.0) at work
+    b.add(1.0, 3.0)
+    assert meter.spent(4.0) == 4.0 - (3.0 - 0.5)  # the union [0.5, 3.0) at work
+    a.add(3.5, 4.5)  # reported at 5.0, after its end
+    b.add(2.5, 3.8)  # late, and overlapping both
+    assert meter.spent(5.0) == 5.0 - (3.0 - 0.5) - (4.5 - 3.0)
+    assert meter.spent(9.0) == 9.0 - (4.5 - 0.5)
+    # No reading goes back over windows already summed: the windows read start in order.
+    starts = [lo for lo, _ in window_reads]
+    assert starts == sorted(starts) and starts[-1] == 9.0 - 2.0

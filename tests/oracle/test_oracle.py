@@ -12,6 +12,7 @@ from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.oracle.checks import Tolerance, ToleranceError, check_invariance, compare, invariance_plan
+from kimi_oracle.oracle.checks.invariance import check_invariance_lockstep
 from kimi_oracle.pipelines import reference
 
 CFG = PreprocessConfig.k3_small()
@@ -219,16 +220,17 @@ def test_permutation_bug():
     assert v.check == "invariance" and v.stats["kind"] in ("subset", "permutation")
 
 
-def test_local_grid_table_bug():
-    def local_positions(batch):
-        out = _ref(batch)
-        grids = out.grid_thws.clone()
-        # The first image's grid is looked up by a position that is only right for full batches.
-        if len(batch) < 3:
-            grids[0] = torch.tensor([1, 2, 2])
-        return PreprocessResult(out.pixel_values, grids)
+def _local_positions(batch):
+    out = _ref(batch)
+    grids = out.grid_thws.clone()
+    # The first image's grid is looked up by a position that is only right for full batches.
+    if len(batch) < 3:
+        grids[0] = torch.tensor([1, 2, 2])
+    return PreprocessResult(out.pixel_values, grids)
 
-    v = check_invariance(local_positions, _three())
+
+def test_local_grid_table_bug():
+    v = check_invariance(_local_positions, _three())
     assert v.check == "invariance" and v.stats["kind"] == "batch_vs_single"
 
 
@@ -244,6 +246,60 @@ def test_nondeterminism():
 
     v = check_invariance(flaky, _three())
     assert v.check == "invariance" and v.stats["kind"] == "determinism"
+
+
+class _Logged:
+    """A candidate in "another process": its call is begun on `start` and answered on `result`,
+    both logged, so that the order of starts and answers can be read back."""
+
+    def __init__(self, name, fn, log):
+        self.name, self.fn, self.log = name, fn, log
+
+    def start(self, batch):
+        self.log.append(("start", self.name, len(batch)))
+        fn, log, name = self.fn, self.log, self.name
+
+        class Call:
+            def result(self):
+                log.append(("answer", name, len(batch)))
+                return fn(batch)
+
+        return Call()
+
+
+def test_lockstep_invariance_gives_each_candidates_own_verdict():
+    def raising(batch):
+        if len(batch) == 1:
+            raise KeyError("one image")
+        return _ref(batch)
+
+    log = []
+    images = _three()
+    met = []
+    good, bad, crash = (_Logged("good", _ref, log), _Logged("bad", _local_positions, log),
+                        _Logged("crash", raising, log))
+    outcomes = check_invariance_lockstep([good.start, bad.start, crash.start], images, captured=(KeyError,),
+                                         meanwhile=lambda: met.append(len(log)))
+    assert outcomes[0].ok and outcomes[0].message == check_invariance(_ref, images).message
+    alone = check_invariance(_local_positions, images)
+    assert (outcomes[1].check, outcomes[1].stats["kind"], outcomes[1].message) == (
+        alone.check, alone.stats["kind"], alone.message)
+    assert isinstance(outcomes[2], KeyError)
+    plan = [len(images)] + [len(idx) for _, idx in invariance_plan(len(images))]
+    starts = [e for e in log if e[:2] == ("start", "good")]
+    assert [n for _, _, n in starts] == plan  # every call of the plan, once
+    # Each candidate's next call is begun before any answer of the step before is compared:
+    # the first answers come only after all three first calls were started.
+    first_answer = next(k for k, e in enumerate(log) if e[0] == "answer")
+    assert {e[1] for e in log[:first_answer]} == {"good", "bad", "crash"}
+    # The failing candidates stop: "bad" fails its first single image (its third call: the next
+    # one is begun before that answer is compared); "crash" raises there, which is known before
+    # its next call would begin.
+    assert len([e for e in log if e[:2] == ("start", "bad")]) == 4
+    assert len([e for e in log if e[:2] == ("start", "crash")]) == 3
+    # `meanwhile` ran once, after the last call of the plan was begun and before its answer.
+    last_start = max(k for k, e in enumerate(log) if e[:2] == ("start", "good"))
+    assert len(met) == 1 and met[0] > last_start and log[met[0]:] == [("answer", "good", len(images))]
 
 
 def test_same_output_and_digest_mean_bit_identical():

@@ -56,6 +56,35 @@ def invariance_plan(n: int) -> list[tuple[str, tuple[int, ...]]]:
     return out
 
 
+def _full_problem(full: PreprocessResult, n: int) -> Verdict | None:
+    """A verdict when the full batch's grids do not describe its rows (no invariance is defined)."""
+    if _grid_rows(full.grid_thws) is None or len(full.grid_thws) != n or full.patch_offsets()[-1] != full.pixel_values.shape[0]:
+        return Verdict(INVARIANCE, "the full batch's grids do not describe its rows; invariances undefined",
+                       {"kind": "batch_vs_single"})
+    return None
+
+
+def _entry_verdict(full: PreprocessResult, kind: str, indices: tuple[int, ...], got: PreprocessResult, n: int,
+                   config: PreprocessConfig | None) -> Verdict | None:
+    """The failing verdict of one entry of the plan (the candidate's answer `got`), None when it holds."""
+    want = full if kind == "determinism" else _select(full, indices)
+    same, why = _same(want, got)
+    if same:
+        return None
+    label = {
+        "determinism": "a second run of the same batch differs",
+        "batch_vs_single": f"image {indices[0]} alone differs from its rows in the batch of {n}",
+        "subset": f"the sub-batch {list(indices)} differs from its rows in the batch of {n}",
+        "permutation": f"the batch permuted to {list(indices)} does not give permuted rows",
+    }[kind]
+    stats: dict[str, Any] = {"kind": kind, "indices": list(indices), "batch_size": n, "detail": why}
+    if config is not None and want.pixel_values.shape == got.pixel_values.shape:
+        stats.update(difference_magnitude(want, got, config))
+        why += (f" (max {stats['max_level_diff']:.3g} levels"
+                + (f", {stats['max_ulp']} ulp)" if stats.get("max_ulp") is not None else ")"))
+    return Verdict(INVARIANCE, f"{kind}: {label}: {why}", stats, expected=want, actual=got)
+
+
 def check_invariance(
     run: Callable[[list[Image.Image]], PreprocessResult],
     images: Sequence[Image.Image],
@@ -70,27 +99,62 @@ def check_invariance(
     if full is None:
         full = _coerce(run(images))
     n = len(images)
-    if _grid_rows(full.grid_thws) is None or len(full.grid_thws) != n or full.patch_offsets()[-1] != full.pixel_values.shape[0]:
-        return Verdict(INVARIANCE, "the full batch's grids do not describe its rows; invariances undefined",
-                       {"kind": "batch_vs_single"})
+    problem = _full_problem(full, n)
+    if problem is not None:
+        return problem
     for kind, indices in invariance_plan(n):
         if kind not in kinds:
             continue
-        got = _coerce(run([images[i] for i in indices]))
-        want = full if kind == "determinism" else _select(full, indices)
-        same, why = _same(want, got)
-        if not same:
-            label = {
-                "determinism": "a second run of the same batch differs",
-                "batch_vs_single": f"image {indices[0]} alone differs from its rows in the batch of {n}",
-                "subset": f"the sub-batch {list(indices)} differs from its rows in the batch of {n}",
-                "permutation": f"the batch permuted to {list(indices)} does not give permuted rows",
-            }[kind]
-            stats: dict[str, Any] = {"kind": kind, "indices": list(indices), "batch_size": n, "detail": why}
-            if config is not None and want.pixel_values.shape == got.pixel_values.shape:
-                stats.update(difference_magnitude(want, got, config))
-                why += (f" (max {stats['max_level_diff']:.3g} levels"
-                        + (f", {stats['max_ulp']} ulp)" if stats.get("max_ulp") is not None else ")"))
-            return Verdict(INVARIANCE, f"{kind}: {label}: {why}", stats, expected=want, actual=got)
+        verdict = _entry_verdict(full, kind, indices, _coerce(run([images[i] for i in indices])), n, config)
+        if verdict is not None:
+            return verdict
     return Verdict(None, "invariances hold", {"batch_size": n})
 
+
+def check_invariance_lockstep(
+    starts: Sequence[Callable[[list[Image.Image]], Any]],
+    images: Sequence[Image.Image],
+    *,
+    kinds: Sequence[str] = INVARIANCE_KINDS,
+    config: PreprocessConfig | None = None,
+    captured: tuple[type[BaseException], ...] = (),
+    meanwhile: Callable[[], None] | None = None,
+) -> list["Verdict | BaseException"]:
+    """`check_invariance` for several candidates at once, each in its own process: `starts[c](batch)`
+    starts candidate c's call and returns it at once (`.result()` waits for its answer). Each
+    candidate's next call of the plan is started as soon as its previous answer is in, and the
+    answers are compared while the next calls are at work. A candidate's checks end at its first
+    failure (one call begun after it is left unanswered), or at an exception of a `captured`
+    type raised by an answer, which is then its outcome; other exceptions propagate. `meanwhile`
+    is called once, while the plan's last calls are at work (not when every candidate's checks
+    ended before them). Returns each candidate's verdict (or captured exception), the one
+    `check_invariance` gives."""
+    images = list(images)
+    n = len(images)
+    plan = [("full", tuple(range(n)))] + [(k, idx) for k, idx in invariance_plan(n) if k in kinds]
+    outcomes: list[Verdict | BaseException | None] = [None] * len(starts)
+    fulls: list[PreprocessResult | None] = [None] * len(starts)
+    calls: list[Any] = [None] * len(starts)
+    for step in range(len(plan) + 1):
+        answers: dict[int, PreprocessResult] = {}
+        for c, start in enumerate(starts):
+            if outcomes[c] is not None:
+                continue
+            if step:
+                try:
+                    answers[c] = _coerce(calls[c].result())
+                except captured as exc:
+                    outcomes[c] = exc
+                    continue
+            if step < len(plan):
+                calls[c] = start([images[i] for i in plan[step][1]])
+        for c, got in answers.items():  # (the next calls at work meanwhile)
+            kind, indices = plan[step - 1]
+            if kind == "full":
+                fulls[c] = got
+                outcomes[c] = _full_problem(got, n)
+            else:
+                outcomes[c] = _entry_verdict(fulls[c], kind, indices, got, n, config)  # type: ignore[arg-type]
+        if meanwhile is not None and step == len(plan) - 1 and any(o is None for o in outcomes):
+            meanwhile()
+    return [o if o is not None else Verdict(None, "invariances hold", {"batch_size": n}) for o in outcomes]

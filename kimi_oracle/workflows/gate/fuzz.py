@@ -114,16 +114,22 @@ def _vs_baseline(ctx: GateContext, stage: Stage, examples: int | None, budget_s:
     for side, run in (("new", run_new), ("old", run_old)):
         for f in run.findings:
             inputs.setdefault(make_input_id("fuzz", f.config, f.params, f.images), {}).setdefault(side, f)
-    t_differing = time.monotonic()
 
-    def allowance_spent() -> bool:  # what judging and writing `inputs` will take kept back
+    def allowance_spent() -> bool:  # what writing the differing examples' findings will take kept back
         if examples is not None or overhead_s is None:
             return False
-        return ctx.overhead(t0, time.monotonic()) + Budget.writes_s(len(inputs)) >= overhead_s
+        return ctx.overhead(t0, time.monotonic()) + Budget.writes_s(len(extra)) >= overhead_s
 
-    differing = _differing_examples(ctx, run_new, run_old, inputs, allowance_spent)
+    # Every finding's input judged on both sides first (each finding needs it); then the
+    # differing examples, in what is left of the allowance, and their writing.
     t_both = time.monotonic()
     disagree = _judge_and_write(ctx, inputs)
+    t_differing = time.monotonic()
+    extra: dict[str, dict[str, Finding]] = {}
+    differing = _differing_examples(ctx, run_new, run_old, extra, allowance_spent, known=set(inputs))
+    disagree += _judge_and_write(ctx, extra)
+    t_end = time.monotonic()
+    inputs.update(extra)
     stage.details = {"examples": run_new.examples, "calls": run_new.calls, "rejected": run_new.rejected,
                      "seed": ctx.seed, "stopped": run_new.stopped, "counts": run_new.counts(),
                      "skipped_hanging": run_new.skipped_hanging,
@@ -138,8 +144,8 @@ def _vs_baseline(ctx: GateContext, stage: Stage, examples: int | None, budget_s:
                      "seconds": {"new_run": round(run_new.elapsed_s, 3), "new_search": round(run_new.search_s, 3),
                                  "old_run": round(run_old.elapsed_s, 3),
                                  "old_search": round(run_old.search_s, 3),
-                                 "differing_examples": round(t_both - t_differing, 3),
-                                 "judged_on_both": round(time.monotonic() - t_both, 3)}}
+                                 "judged_on_both": round(t_differing - t_both, 3),
+                                 "differing_examples": round(t_end - t_differing, 3)}}
     stage.summary = (f"{run_new.examples} examples for NEW, {run_old.examples} for OLD (seed {ctx.seed}: "
                      f"the same cases{'; the search ended at its overhead allowance' if run_new.stopped == 'overhead' else ''}"
                      f"); {len(inputs)} failing inputs judged on both, {disagree} where they "
@@ -211,20 +217,26 @@ def _judge_on_both(ctx: GateContext, inputs: dict[str, dict[str, Finding]], writ
                      "old": other_out if side == "new" else f.actual}
             window = outputs_window(f.stats, *sides.values())
             f.extra["other_side"]["outputs"] = outputs_note(window)
-            npz = outputs_npz(window, **sides)
+            # (the outputs compressed by the writer too: zlib releases the GIL, this thread judges on)
             writes.append((side, f, writer.submit(
-                write_finding, ctx.out_dir if side == "new" else ctx.out_dir / "baseline", f,
-                extra_files={"outputs.npz": npz})))
+                _write_with_outputs, ctx.out_dir if side == "new" else ctx.out_dir / "baseline", f, window, sides)))
     return disagree
 
 
+def _write_with_outputs(out_dir: Any, f: Finding, window: tuple[int, int, int] | None,
+                        sides: dict[str, Any]) -> Any:
+    """`write_finding` with the input's outputs (`outputs.npz`: expected, new, old)."""
+    return write_finding(out_dir, f, extra_files={"outputs.npz": outputs_npz(window, **sides)})
+
+
 def _differing_examples(ctx: GateContext, run_new: FuzzRun, run_old: FuzzRun,
-                        inputs: dict[str, dict[str, Finding]], allowance_spent: Callable[[], bool] = lambda: False) -> int:
+                        inputs: dict[str, dict[str, Finding]], allowance_spent: Callable[[], bool] = lambda: False,
+                        known: set[str] | frozenset[str] = frozenset()) -> int:
     """Every generated example where NEW's and OLD's outcomes differ (their digests, example by
-    example: both runs drew the same cases), beyond the findings' own inputs: grouped by how
-    each side fails there, up to DIFFERING_PER_GROUP examples of each group (at most
-    MAX_DIFFERING in all, none once `allowance_spent()`) are judged on both sides and join
-    `inputs` unshrunk. Returns how many examples differ."""
+    example: both runs drew the same cases), beyond the findings' own inputs (`known`, and those
+    in `inputs`): grouped by how each side fails there, up to DIFFERING_PER_GROUP examples of
+    each group (at most MAX_DIFFERING in all, none once `allowance_spent()`) are judged on both
+    sides and join `inputs` unshrunk. Returns how many examples differ."""
     indices = sorted(i for i, d in run_new.outcomes.items() if i in run_old.outcomes and run_old.outcomes[i] != d)
     # Not re-run: examples a side did not judge (a mode class it hung on) or timed out on:
     # each would cost a whole case timeout again, and the hang is a finding of its own.
@@ -241,7 +253,7 @@ def _differing_examples(ctx: GateContext, run_new: FuzzRun, run_old: FuzzRun,
         case = generated_case(ctx.config, options, run_new.seed, i)
         images = case.make_images()
         key = make_input_id("fuzz", case.config, [p.to_dict() for p in case.images], images)
-        if key in inputs:
+        if key in inputs or key in known:
             continue  # a finding's own input: judged on both sides already (a photo's costs seconds)
         try:
             expected = reference.preprocess([im.copy() for im in images], case.config)

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from kimi_oracle.core import interrupts
+from kimi_oracle.core.activity import HarnessMeter
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError
-from kimi_oracle.fuzzers.sandbox import IsolatedCandidate
 from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.oracle.candidates import CandidateCrash
-from kimi_oracle.oracle.checks import INVARIANCE, TIMEOUT, Verdict, check_invariance
+from kimi_oracle.oracle.checks import INVARIANCE, TIMEOUT, Verdict
+from kimi_oracle.oracle.checks.invariance import check_invariance_lockstep
 from kimi_oracle.oracle.grouping import mode_class
 from kimi_oracle.pipelines import reference
 from kimi_oracle.workflows.gate.context import GateContext
@@ -60,23 +61,46 @@ def _drawn_batches(ctx: GateContext, stage: Stage, deadline: float) -> int:
     like the fixed batches: as many as fit before `deadline` (the correctness share the fuzz
     stage's overhead allowance left unspent: their cost is mostly the candidates'), or with
     --fuzz-examples N exactly N / INVARIANCE_EVERY of them, so the verdict does not depend on the
-    machine's speed. Returns how many were checked."""
-    from kimi_oracle.fuzzers.cases import generated_case
-    from kimi_oracle.fuzzers.fuzzing import INVARIANCE_EVERY, FuzzOptions
+    machine's speed. Each batch is drawn and made while the last calls of the one before are at
+    work. Returns how many were checked."""
+    from kimi_oracle.fuzzers.fuzzing import INVARIANCE_EVERY
+    from kimi_oracle.fuzzers.options import OVERHEAD_LAG_S
 
     count = None if ctx.options.fuzz_examples is None else ctx.options.fuzz_examples // INVARIANCE_EVERY
-    options = FuzzOptions(seed=ctx.seed, vary_config=True, max_side=DRAWN_MAX_SIDE)
     allowance = ctx.budget.invariance_overhead_s()
-    t0 = time.monotonic()
-    checked, longest, index = 0, 0.0, 0
-    while checked < (count if count is not None else DRAWN_MAX) and index < 20 * DRAWN_MAX:
+    harness = HarnessMeter(lambda a, b: ctx.at_work(window=(a, b)), time.monotonic(), OVERHEAD_LAG_S)
+    batches = _drawn(ctx)
+    made: list[tuple[int, Any, list[Any]] | None] = []
+
+    def meanwhile() -> None:
+        made.append(next(batches, None))
+
+    checked, longest = 0, 0.0
+    while checked < (count if count is not None else DRAWN_MAX):
         began = time.monotonic()
         if count is None and (began + longest > deadline
-                              or (checked % 8 == 0 and ctx.overhead(t0, began) >= allowance)):
+                              or (checked % 8 == 0 and harness.spent(began) >= allowance)):
             break
+        batch = made.pop() if made else next(batches, None)
+        if batch is None:
+            break
+        index, case, images = batch
+        checked += _check_batch(ctx, stage, case.config, images, f"invariance:drawn/{index}",
+                                [p.to_dict() for p in case.images], ctx.options.profile, meanwhile)
+        longest = max(longest, time.monotonic() - began)
+    return checked
+
+
+def _drawn(ctx: GateContext) -> Iterator[tuple[int, Any, list[Any]]]:
+    """The drawn batches to check, in order: (index, case, images), each of two or more images
+    the checkpoint accepts and none of a mode class NEW hung on."""
+    from kimi_oracle.fuzzers.cases import generated_case
+    from kimi_oracle.fuzzers.fuzzing import FuzzOptions
+
+    options = FuzzOptions(seed=ctx.seed, vary_config=True, max_side=DRAWN_MAX_SIDE)
+    for index in range(20 * DRAWN_MAX):
         interrupts.raise_if_requested()
         case = generated_case(ctx.config, options, ctx.seed + DRAWN_SEED_OFFSET, index)
-        index += 1
         if len(case.images) < 2:
             continue
         images = case.make_images()
@@ -86,15 +110,13 @@ def _drawn_batches(ctx: GateContext, stage: Stage, deadline: float) -> int:
             continue  # the checkpoint rejects it: no invariance to hold
         if set(mode_class(img) for img in images) & set(ctx.hung):
             continue  # (a mode class NEW hung on: the goldens' finding; no second timeout)
-        checked += _check_batch(ctx, stage, case.config, images, f"invariance:drawn/{index - 1}",
-                                [p.to_dict() for p in case.images], ctx.options.profile)
-        longest = max(longest, time.monotonic() - began)
-    return checked
+        yield index, case, images
 
 
 def _check_batch(ctx: GateContext, stage: Stage, config: PreprocessConfig, images: list[Any], input_id: str,
-                 params: list[dict[str, Any]], profile: str) -> int:
-    """One batch on OLD (observed) and NEW (a finding when it fails): 1 when NEW was checked."""
+                 params: list[dict[str, Any]], profile: str, meanwhile: Callable[[], None] | None = None) -> int:
+    """One batch on OLD (observed) and NEW (a finding when it fails): 1 when NEW was checked.
+    `meanwhile`: called while the last calls are at work (`check_invariance_lockstep`)."""
     classes = sorted({mode_class(img) for img in images} & set(ctx.hung))
     if classes:
         # NEW hangs on these inputs (the goldens showed it): another whole timeout would show
@@ -102,11 +124,10 @@ def _check_batch(ctx: GateContext, stage: Stage, config: PreprocessConfig, image
         stage.reasons.append(f"invariance ({profile}, {len(images)} images): not run: the candidate "
                              f"timed out on {', '.join(classes)} images in the goldens")
         return 0
-    if ctx.old is not None:
-        old_verdict = _invariance_verdict(ctx.old, config, images)
-        if not old_verdict.ok:
-            ctx.observations["old"].append(observation(input_id, NAME, old_verdict, images))
-    verdict = _invariance_verdict(ctx.new, config, images)
+    verdict, *old_verdict = _invariance_verdicts([ctx.new] + ([ctx.old] if ctx.old is not None else []),
+                                                 config, images, meanwhile)
+    if old_verdict and not old_verdict[0].ok:
+        ctx.observations["old"].append(observation(input_id, NAME, old_verdict[0], images))
     if verdict.check not in (None, INVARIANCE):
         how = "timed out" if verdict.check == TIMEOUT else "crashed"
         if not ctx.relative:
@@ -126,12 +147,31 @@ def _check_batch(ctx: GateContext, stage: Stage, config: PreprocessConfig, image
     return 1
 
 
-def _invariance_verdict(candidate: IsolatedCandidate, config: PreprocessConfig, images: list[Any]) -> Verdict:
-    """A candidate's invariance verdict on a batch (a crash or hang as its finding's verdict)."""
-    try:
-        return check_invariance(lambda imgs: candidate(imgs, config), images)
-    except CandidateCrash as exc:
-        return Verdict(crash_check(exc), str(exc), crash_stats(exc))
+def _invariance_verdicts(candidates: list[Any], config: PreprocessConfig, images: list[Any],
+                         meanwhile: Callable[[], None] | None = None) -> list[Verdict]:
+    """Each candidate's invariance verdict on a batch (a crash or hang as its finding's verdict),
+    NEW and OLD checked in lockstep: both at work on their calls while the answers before are
+    compared (`check_invariance_lockstep`)."""
+    def starter(candidate: Any) -> Callable[[list[Any]], Any]:
+        start_call = getattr(candidate, "start_call", None)
+        if start_call is not None:
+            return lambda batch: start_call(batch, config)
+        return lambda batch: _Answered(candidate(batch, config))  # (a function: it answers at once)
+
+    outcomes = check_invariance_lockstep([starter(c) for c in candidates], images, captured=(CandidateCrash,),
+                                         meanwhile=meanwhile)
+    return [Verdict(crash_check(o), str(o), crash_stats(o)) if isinstance(o, CandidateCrash) else o  # type: ignore[misc]
+            for o in outcomes]
+
+
+class _Answered:
+    """A call already answered (a candidate that runs in this process)."""
+
+    def __init__(self, answer: Any):
+        self.answer = answer
+
+    def result(self) -> Any:
+        return self.answer
 
 
 def _invariance_batches(seed: int) -> list[list[CaseParams]]:
