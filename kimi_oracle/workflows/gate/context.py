@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import time
 from pathlib import Path
@@ -86,6 +87,11 @@ class GateContext:
         self.interrupted = False  # Ctrl-C or SIGTERM arrived: the running stage is an error
         self.hung: dict[str, str] = {}  # mode class -> golden case NEW timed out on
         self.engine_activity = Activity()  # the --engine stage's engine process at work (or waited for)
+        # Finding folders written by one background thread (`write_later`): the fuzz stage's are
+        # written while the next stages' candidates work, all of them before the timing stage and
+        # the report (`writes_done`).
+        self._writer: concurrent.futures.ThreadPoolExecutor | None = None
+        self._writes: list[tuple[dict[str, Any], str, Any, concurrent.futures.Future]] = []
         # from now until Gate.run() starts the clock again
         self.budget = Budget(options.budget_s, time.monotonic(), with_baseline=self.old is not None,
                              with_engine=options.engine is not None)
@@ -97,6 +103,37 @@ class GateContext:
     def findings_of(self, side: str) -> list[dict[str, Any]]:
         """The finding entries of NEW (`side` "new") or of OLD (the baseline's)."""
         return self.findings if side == "new" else self.baseline_findings
+
+    def write_later(self, stage: str, side: str, finding: Any, write: Callable[[], Any]) -> None:
+        """Write a finding's folder (`write()`, atomic) in the background; its entry takes its
+        place among the side's findings now and is filled in when `writes_done` sees it written."""
+        if self._writer is None:
+            self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="finding-writer")
+        entry: dict[str, Any] = {"stage": stage}  # its place among the side's findings, filled in once written
+        self.findings_of(side).append(entry)
+        self._writes.append((entry, side, finding, self._writer.submit(write)))
+
+    def writes_done(self) -> list[tuple[str, str]]:
+        """Wait for every folder `write_later` began (each is written whole or not at all) and fill
+        in their entries (in the order begun; a failed write's is removed). Returns the failed
+        writes as (stage, reason)."""
+        from kimi_oracle.results.report import finding_summary
+
+        failed: list[tuple[str, str]] = []
+        writes, self._writes = self._writes, []
+        for entry, side, finding, done in writes:
+            try:
+                done.result()
+            except Exception as exc:  # noqa: BLE001 - the stage is told; the other writes go on
+                self.findings_of(side).remove(entry)
+                stage = entry["stage"]
+                failed.append((stage, f"{stage}: a finding could not be written: {type(exc).__name__}: {exc}"))
+                continue
+            entry.update(finding_summary(finding))
+        if self._writer is not None and not self._writes:
+            self._writer.shutdown(wait=True)
+            self._writer = None
+        return failed
 
     def start(self) -> None:
         """Start both executors (CandidateError when a spec cannot be loaded)."""

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import sys
+import functools
 import time
 from typing import Any, Callable
 
@@ -16,7 +15,7 @@ from kimi_oracle.oracle.checks import ACCEPTS_INVALID, INVARIANCE, TIMEOUT, Verd
 from kimi_oracle.oracle.grouping import finding_key, image_at_fault
 from kimi_oracle.oracle.judge import Rejected, evaluate
 from kimi_oracle.pipelines import reference
-from kimi_oracle.results.report import Finding, finding_summary, write_finding
+from kimi_oracle.results.report import Finding, write_finding
 from kimi_oracle.workflows.gate.budget import OVERHEAD_MIN_EXAMPLES, Budget
 from kimi_oracle.workflows.gate.context import GateContext
 from kimi_oracle.workflows.gate.observations import (finding_observation, make_input_id, outputs_npz,
@@ -157,34 +156,16 @@ def _vs_baseline(ctx: GateContext, stage: Stage, examples: int | None, budget_s:
 
 
 def _judge_and_write(ctx: GateContext, inputs: dict[str, dict[str, Finding]]) -> int:
-    """`_judge_on_both`, with the findings written by one writer thread while this one judges the
-    next inputs (the writes are mostly zlib, PNG encoding and fsync, which release the GIL); each
-    is atomic, and all are done before it returns, their entries added in order. Returns how many
-    inputs the sides disagree on."""
-    disagree = 0
-    writes: list[tuple[str, Finding, concurrent.futures.Future]] = []
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="finding-writer") as writer:
-        try:
-            disagree = _judge_on_both(ctx, inputs, writer, writes)
-        finally:
-            failed: BaseException | None = None
-            for side, f, done in writes:
-                try:
-                    done.result()
-                except Exception as exc:  # noqa: BLE001 - the first write error is the stage's
-                    failed = failed or exc
-                    continue
-                entry = {"stage": NAME, **finding_summary(f)}
-                ctx.findings_of(side).append(entry)
-            if failed is not None and sys.exc_info()[0] is None:
-                raise failed
-    return disagree
+    """Every failing input judged on the side that did not report it (`_judge_on_both`); the
+    findings are written by the gate's writer thread (`GateContext.write_later`: zlib, PNG
+    encoding and fsync release the GIL) while this one judges on and the next stages run.
+    Returns how many inputs the sides disagree on."""
+    return _judge_on_both(ctx, inputs)
 
 
-def _judge_on_both(ctx: GateContext, inputs: dict[str, dict[str, Finding]], writer: concurrent.futures.Executor,
-                   writes: list) -> int:
+def _judge_on_both(ctx: GateContext, inputs: dict[str, dict[str, Finding]]) -> int:
     """Every failing input judged on the side that did not report it; observations for both
-    sides, each side's finding handed to `writer`. Returns how many inputs the sides disagree on."""
+    sides, each side's finding handed to the writer. Returns how many inputs the sides disagree on."""
     disagree = 0
     for input_id, found in inputs.items():
         interrupts.raise_if_requested()
@@ -218,8 +199,8 @@ def _judge_on_both(ctx: GateContext, inputs: dict[str, dict[str, Finding]], writ
             window = outputs_window(f.stats, *sides.values())
             f.extra["other_side"]["outputs"] = outputs_note(window)
             # (the outputs compressed by the writer too: zlib releases the GIL, this thread judges on)
-            writes.append((side, f, writer.submit(
-                _write_with_outputs, ctx.out_dir if side == "new" else ctx.out_dir / "baseline", f, window, sides)))
+            ctx.write_later(NAME, side, f, functools.partial(
+                _write_with_outputs, ctx.out_dir if side == "new" else ctx.out_dir / "baseline", f, window, sides))
     return disagree
 
 

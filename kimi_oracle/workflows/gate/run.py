@@ -190,6 +190,8 @@ class Gate:
             self.start()
             with self.ctx.clock.reference_timed(), one_torch_thread():
                 for name, stage_run in STAGE_RUNS:
+                    if name == timing.NAME:  # (no finding is written while candidates are timed)
+                        self._writes_done()
                     self._run_stage(name, functools.partial(stage_run, self.ctx))
                     if name == _COMPARE_AFTER:  # the correctness stages have run: their rows
                         self._compare()
@@ -206,11 +208,21 @@ class Gate:
         # Held back from here on: a signal now makes the verdict `error`, and the report that
         # says so is complete before the signal's exception ends the process.
         with interrupts.held() as pending:
+            self._writes_done()
             if pending():
                 self.ctx.interrupted = True
             result = report.build(self.ctx, self.stages, self.rows, started, t0, budget)
             report.write(self.ctx, result, self.rows)
             return result
+
+    def _writes_done(self) -> None:
+        """Every finding folder begun in the background written (`GateContext.writes_done`); a
+        write that failed makes its stage an error."""
+        for stage_name, reason in self.ctx.writes_done():
+            stage = next((s for s in self.stages if s.name == stage_name), None)
+            if stage is not None:
+                stage.status = "error"
+                stage.reasons.append(reason)
 
     def _compare(self) -> None:
         """The rows (root cause x mode class x {OLD, NEW}) and their verdicts; with a baseline or a

@@ -63,3 +63,40 @@ def test_the_timing_keeps_to_its_share_and_the_report_says_where_the_budget_went
     shares = budget_shares(stages, 120.0)
     assert shares["stages_s"] == {"goldens": 6.0, "fuzz": 60.0, "invariance": 24.0, "performance": 30.0}
     assert shares["correctness_share_of_budget"] == 0.75 and shares["timing_share_of_budget"] == 0.25
+
+
+def test_findings_written_in_the_background_keep_their_place_and_a_failed_write_is_told(tmp_path, monkeypatch):
+    # GateContext.write_later: the fuzz stage's finding folders are written while the next stages
+    # run; writes_done waits for them all, fills in their entries where they were begun (before a
+    # later stage's entry) and removes the one whose write failed, naming its stage.
+    import threading
+
+    from kimi_oracle.results import report as report_module
+    from kimi_oracle.workflows.gate.context import GateContext
+    from kimi_oracle.workflows.gate.options import GateOptions
+
+    monkeypatch.setattr(report_module, "finding_summary", lambda f: {"id": f, "path": f"/{f}"})
+    ctx = GateContext("eager", "eager", GateOptions(budget_s=60.0), tmp_path)
+    release = threading.Event()
+    written = []
+
+    def write(name, fail=False):
+        def run():
+            release.wait(30)  # (held until every write was begun: they are in the background)
+            if fail:
+                raise OSError("disk full")
+            written.append(name)
+        return run
+
+    ctx.write_later("fuzz", "new", "a", write("a"))
+    ctx.write_later("fuzz", "old", "b", write("b", fail=True))
+    ctx.write_later("fuzz", "new", "c", write("c"))
+    ctx.findings.append({"stage": "corpus", "id": "later"})
+    assert written == []
+    release.set()
+    failed = ctx.writes_done()
+    assert written == ["a", "c"]
+    assert [e.get("id") for e in ctx.findings] == ["a", "c", "later"] and ctx.findings[0]["stage"] == "fuzz"
+    assert ctx.baseline_findings == []
+    assert failed == [("fuzz", "fuzz: a finding could not be written: OSError: disk full")]
+    assert ctx.writes_done() == []  # nothing left
