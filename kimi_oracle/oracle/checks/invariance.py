@@ -118,17 +118,14 @@ def check_invariance_lockstep(
     kinds: Sequence[str] = INVARIANCE_KINDS,
     config: PreprocessConfig | None = None,
     captured: tuple[type[BaseException], ...] = (),
-    meanwhile: Callable[[], None] | None = None,
 ) -> list["Verdict | BaseException"]:
     """`check_invariance` for several candidates at once, each in its own process: `starts[c](batch)`
     starts candidate c's call and returns it at once (`.result()` waits for its answer). Each
     candidate's next call of the plan is started as soon as its previous answer is in, and the
     answers are compared while the next calls are at work. A candidate's checks end at its first
     failure (one call begun after it is left unanswered), or at an exception of a `captured`
-    type raised by an answer, which is then its outcome; other exceptions propagate. `meanwhile`
-    is called once, while the plan's last calls are at work (not when every candidate's checks
-    ended before them). Returns each candidate's verdict (or captured exception), the one
-    `check_invariance` gives."""
+    type raised by an answer, which is then its outcome; other exceptions propagate. Returns each
+    candidate's verdict (or captured exception), the one `check_invariance` gives."""
     images = list(images)
     n = len(images)
     plan = [("full", tuple(range(n)))] + [(k, idx) for k, idx in invariance_plan(n) if k in kinds]
@@ -155,6 +152,4 @@ def check_invariance_lockstep(
                 outcomes[c] = _full_problem(got, n)
             else:
                 outcomes[c] = _entry_verdict(fulls[c], kind, indices, got, n, config)  # type: ignore[arg-type]
-        if meanwhile is not None and step == len(plan) - 1 and any(o is None for o in outcomes):
-            meanwhile()
     return [o if o is not None else Verdict(None, "invariances hold", {"batch_size": n}) for o in outcomes]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from typing import Any, Callable, Iterator
 
@@ -61,8 +62,8 @@ def _drawn_batches(ctx: GateContext, stage: Stage, deadline: float) -> int:
     like the fixed batches: as many as fit before `deadline` (the correctness share the fuzz
     stage's overhead allowance left unspent: their cost is mostly the candidates'), or with
     --fuzz-examples N exactly N / INVARIANCE_EVERY of them, so the verdict does not depend on the
-    machine's speed. Each batch is drawn and made while the last calls of the one before are at
-    work. Returns how many were checked."""
+    machine's speed. Each batch is drawn and made (by a second thread) while the calls of the one
+    before are at work. Returns how many were checked."""
     from kimi_oracle.fuzzers.fuzzing import INVARIANCE_EVERY
     from kimi_oracle.fuzzers.options import OVERHEAD_LAG_S
 
@@ -70,24 +71,24 @@ def _drawn_batches(ctx: GateContext, stage: Stage, deadline: float) -> int:
     allowance = ctx.budget.invariance_overhead_s()
     harness = HarnessMeter(lambda a, b: ctx.at_work(window=(a, b)), time.monotonic(), OVERHEAD_LAG_S)
     batches = _drawn(ctx)
-    made: list[tuple[int, Any, list[Any]] | None] = []
-
-    def meanwhile() -> None:
-        made.append(next(batches, None))
-
     checked, longest = 0, 0.0
-    while checked < (count if count is not None else DRAWN_MAX):
-        began = time.monotonic()
-        if count is None and (began + longest > deadline
-                              or (checked % 8 == 0 and harness.spent(began) >= allowance)):
-            break
-        batch = made.pop() if made else next(batches, None)
-        if batch is None:
-            break
-        index, case, images = batch
-        checked += _check_batch(ctx, stage, case.config, images, f"invariance:drawn/{index}",
-                                [p.to_dict() for p in case.images], ctx.options.profile, meanwhile)
-        longest = max(longest, time.monotonic() - began)
+    # The next batch is drawn and made by a second thread while this one waits for the calls
+    # (the waits release the GIL).
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="invariance-batches") as maker:
+        ahead = maker.submit(next, batches, None)
+        while checked < (count if count is not None else DRAWN_MAX):
+            began = time.monotonic()
+            if count is None and (began + longest > deadline
+                                  or (checked % 8 == 0 and harness.spent(began) >= allowance)):
+                break
+            batch = ahead.result()
+            if batch is None:
+                break
+            ahead = maker.submit(next, batches, None)
+            index, case, images = batch
+            checked += _check_batch(ctx, stage, case.config, images, f"invariance:drawn/{index}",
+                                    [p.to_dict() for p in case.images], ctx.options.profile)
+            longest = max(longest, time.monotonic() - began)
     return checked
 
 
@@ -114,9 +115,8 @@ def _drawn(ctx: GateContext) -> Iterator[tuple[int, Any, list[Any]]]:
 
 
 def _check_batch(ctx: GateContext, stage: Stage, config: PreprocessConfig, images: list[Any], input_id: str,
-                 params: list[dict[str, Any]], profile: str, meanwhile: Callable[[], None] | None = None) -> int:
-    """One batch on OLD (observed) and NEW (a finding when it fails): 1 when NEW was checked.
-    `meanwhile`: called while the last calls are at work (`check_invariance_lockstep`)."""
+                 params: list[dict[str, Any]], profile: str) -> int:
+    """One batch on OLD (observed) and NEW (a finding when it fails): 1 when NEW was checked."""
     classes = sorted({mode_class(img) for img in images} & set(ctx.hung))
     if classes:
         # NEW hangs on these inputs (the goldens showed it): another whole timeout would show
@@ -125,7 +125,7 @@ def _check_batch(ctx: GateContext, stage: Stage, config: PreprocessConfig, image
                              f"timed out on {', '.join(classes)} images in the goldens")
         return 0
     verdict, *old_verdict = _invariance_verdicts([ctx.new] + ([ctx.old] if ctx.old is not None else []),
-                                                 config, images, meanwhile)
+                                                 config, images)
     if old_verdict and not old_verdict[0].ok:
         ctx.observations["old"].append(observation(input_id, NAME, old_verdict[0], images))
     if verdict.check not in (None, INVARIANCE):
@@ -147,8 +147,7 @@ def _check_batch(ctx: GateContext, stage: Stage, config: PreprocessConfig, image
     return 1
 
 
-def _invariance_verdicts(candidates: list[Any], config: PreprocessConfig, images: list[Any],
-                         meanwhile: Callable[[], None] | None = None) -> list[Verdict]:
+def _invariance_verdicts(candidates: list[Any], config: PreprocessConfig, images: list[Any]) -> list[Verdict]:
     """Each candidate's invariance verdict on a batch (a crash or hang as its finding's verdict),
     NEW and OLD checked in lockstep: both at work on their calls while the answers before are
     compared (`check_invariance_lockstep`)."""
@@ -158,8 +157,7 @@ def _invariance_verdicts(candidates: list[Any], config: PreprocessConfig, images
             return lambda batch: start_call(batch, config)
         return lambda batch: _Answered(candidate(batch, config))  # (a function: it answers at once)
 
-    outcomes = check_invariance_lockstep([starter(c) for c in candidates], images, captured=(CandidateCrash,),
-                                         meanwhile=meanwhile)
+    outcomes = check_invariance_lockstep([starter(c) for c in candidates], images, captured=(CandidateCrash,))
     return [Verdict(crash_check(o), str(o), crash_stats(o)) if isinstance(o, CandidateCrash) else o  # type: ignore[misc]
             for o in outcomes]
 
