@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import threading
 import time
 from array import array
 from typing import Callable, Iterator
@@ -20,6 +21,9 @@ class Activity:
     """Spans [start, end) of one kind of work, stored compactly (two float arrays)."""
 
     def __init__(self) -> None:
+        # (spans may be added by one thread while another reads them: the gate's batch maker runs
+        # the reference while the main thread measures the harness's time)
+        self._lock = threading.Lock()
         self._starts = array("d")
         self._ends = array("d")
         self.count = 0
@@ -30,6 +34,10 @@ class Activity:
         span extends it, so that a long run of back-to-back calls stays one entry."""
         if end <= start:
             return
+        with self._lock:
+            self._add(start, end)
+
+    def _add(self, start: float, end: float) -> None:
         self.count += 1
         if self._ends and start <= self._ends[-1] and start >= self._starts[-1]:
             self._ends[-1] = max(self._ends[-1], end)
@@ -57,15 +65,17 @@ class Activity:
 
     def spans(self) -> list[tuple[float, float]]:
         """The recorded spans, by start."""
-        return list(zip(self._starts, self._ends))
+        with self._lock:
+            return list(zip(self._starts, self._ends))
 
     def spans_within(self, lo: float, hi: float) -> list[tuple[float, float]]:
         """The recorded spans that overlap [lo, hi), clipped to it (by start); only the spans from
         lo minus the longest span on are read."""
         # (starts are kept sorted: a span that overlaps lo starts at lo - the longest span or later)
-        first = bisect.bisect_left(self._starts, lo - self._longest)
-        return [(max(a, lo), min(b, hi))
-                for a, b in zip(self._starts[first:], self._ends[first:]) if b > lo and a < hi]
+        with self._lock:
+            first = bisect.bisect_left(self._starts, lo - self._longest)
+            return [(max(a, lo), min(b, hi))
+                    for a, b in zip(self._starts[first:], self._ends[first:]) if b > lo and a < hi]
 
     def seconds(self) -> float:
         """The length of the union of this activity's spans."""

@@ -55,6 +55,15 @@ def exit_code() -> int:
     return EXIT_TERMINATED if signal.SIGTERM in _received else EXIT_INTERRUPTED
 
 
+def quiet_thread() -> None:
+    """SIGINT and SIGTERM blocked in the calling (helper) thread: the main thread alone receives
+    them, so that `held()` there holds them back (an executor's `initializer`)."""
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        pass
+
+
 @contextlib.contextmanager
 def held() -> Iterator[Callable[[], bool]]:
     """SIGINT and SIGTERM held back while a verdict is decided and its report written; yields a

@@ -264,6 +264,9 @@ class _Logged:
                 log.append(("answer", name, len(batch)))
                 return fn(batch)
 
+            def wait(self):  # (an executor's call: its answer waited for without raising)
+                log.append(("waited", name, len(batch)))
+
         return Call()
 
 
@@ -295,8 +298,10 @@ def test_lockstep_invariance_gives_each_candidates_own_verdict():
     # its next call would begin.
     assert len([e for e in log if e[:2] == ("start", "bad")]) == 4
     assert len([e for e in log if e[:2] == ("start", "crash")]) == 3
-    # The last answer taken is the good candidate's to the last call of the plan.
-    assert log[-1] == ("answer", "good", len(images))
+    # The call "bad" began past its failure is waited for before the check returns (not by the
+    # next request to that candidate); no other call is.
+    assert [e for e in log if e[0] == "waited"] == [("waited", "bad", 1)] and log[-1][0] == "waited"
+    assert log[-2] == ("answer", "good", len(images))  # the last answer: the plan's last call
 
 
 def test_same_output_and_digest_mean_bit_identical():

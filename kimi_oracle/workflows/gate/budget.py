@@ -24,7 +24,8 @@ FUZZ_PAIR_SHARE = 0.35
 # gate aims at, as a share of its budget (the target is at most 20 %). With a baseline the fuzz
 # stage is held to what is left of it after the goldens, minus LATER_OVERHEAD_SHARE kept for the
 # stages after it; of that, FUZZ_OVERHEAD_PAIR goes to the lockstep run (its search ends when
-# spent: `FuzzOptions.overhead_s`), the rest to the differing examples and writing the findings.
+# spent: `FuzzOptions.overhead_s`), the rest to judging the findings' inputs on both sides
+# (estimated, not bounded) and then the differing examples (bounded).
 OVERHEAD_AIM = 0.185
 # The invariance stage's drawn batches stop once their own harness time (drawing, comparing,
 # the calls' transfers) reaches this share of the budget: they add candidate time at a bounded
@@ -34,7 +35,8 @@ INVARIANCE_OVERHEAD_SHARE = 0.065
 # transfers; 2-2.6 s of a 2-minute gate here) and the reports: not bounded, kept back.
 TIMING_OVERHEAD_SHARE = 0.02
 # Kept back from the fuzz stage's allowance for the stages after it: the invariances' allowance
-# and the timing's share, so that the stages' allowances add up to OVERHEAD_AIM.
+# and the timing's share (the corpus and engine stages, and writes no candidate's work overlaps,
+# are in no allowance).
 LATER_OVERHEAD_SHARE = INVARIANCE_OVERHEAD_SHARE + TIMING_OVERHEAD_SHARE
 FUZZ_OVERHEAD_PAIR = 0.7
 # The lockstep search runs at least this many examples whatever the allowance (a few seconds;
@@ -42,8 +44,8 @@ FUZZ_OVERHEAD_PAIR = 0.7
 # without examples.
 OVERHEAD_MIN_EXAMPLES = 500
 # What writing one side's finding takes (diff image, PNG inputs, JSON, fsync; the figure it rests
-# on: docs/measurements.md), kept back from the fuzz stage's allowance for each input judged on
-# both sides.
+# on: docs/measurements.md), kept back from the fuzz stage's allowance for each differing example
+# judged on both sides.
 WRITE_ESTIMATE_S = 0.015
 
 

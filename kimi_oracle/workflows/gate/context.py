@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from kimi_oracle.core import interrupts
 from kimi_oracle.core.activity import Activity, union_seconds
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.defaults import fresh_seed, start_timeout
@@ -108,7 +109,8 @@ class GateContext:
         """Write a finding's folder (`write()`, atomic) in the background; its entry takes its
         place among the side's findings now and is filled in when `writes_done` sees it written."""
         if self._writer is None:
-            self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="finding-writer")
+            self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="finding-writer",
+                                                                 initializer=interrupts.quiet_thread)
         entry: dict[str, Any] = {"stage": stage}  # its place among the side's findings, filled in once written
         self.findings_of(side).append(entry)
         self._writes.append((entry, side, finding, self._writer.submit(write)))
@@ -120,17 +122,22 @@ class GateContext:
         from kimi_oracle.results.report import finding_summary
 
         failed: list[tuple[str, str]] = []
-        writes, self._writes = self._writes, []
-        for entry, side, finding, done in writes:
+        # (each write leaves the list only once settled: an interrupt while waiting leaves the rest
+        # to the next call, which the report's own makes with the signals held)
+        while self._writes:
+            entry, side, finding, done = self._writes[0]
             try:
                 done.result()
+                summary = finding_summary(finding)
             except Exception as exc:  # noqa: BLE001 - the stage is told; the other writes go on
-                self.findings_of(side).remove(entry)
+                entries = self.findings_of(side)
+                del entries[next(k for k, e in enumerate(entries) if e is entry)]
                 stage = entry["stage"]
                 failed.append((stage, f"{stage}: a finding could not be written: {type(exc).__name__}: {exc}"))
-                continue
-            entry.update(finding_summary(finding))
-        if self._writer is not None and not self._writes:
+            else:
+                entry.update(summary)
+            self._writes.pop(0)
+        if self._writer is not None:
             self._writer.shutdown(wait=True)
             self._writer = None
         return failed
@@ -146,7 +153,8 @@ class GateContext:
             raise
 
     def close(self) -> None:
-        """Stop both executors."""
+        """Stop both executors (the findings begun are written first)."""
+        self.writes_done()
         self.new.close()
         if self.old is not None:
             self.old.close()

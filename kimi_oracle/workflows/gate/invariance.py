@@ -74,7 +74,8 @@ def _drawn_batches(ctx: GateContext, stage: Stage, deadline: float) -> int:
     checked, longest = 0, 0.0
     # The next batch is drawn and made by a second thread while this one waits for the calls
     # (the waits release the GIL).
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="invariance-batches") as maker:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="invariance-batches",
+                                               initializer=interrupts.quiet_thread) as maker:
         ahead = maker.submit(next, batches, None)
         while checked < (count if count is not None else DRAWN_MAX):
             began = time.monotonic()
@@ -155,7 +156,7 @@ def _invariance_verdicts(candidates: list[Any], config: PreprocessConfig, images
         start_call = getattr(candidate, "start_call", None)
         if start_call is not None:
             return lambda batch: start_call(batch, config)
-        return lambda batch: _Answered(candidate(batch, config))  # (a function: it answers at once)
+        return lambda batch: _Answered(lambda: candidate(batch, config))  # (a function: run when asked)
 
     outcomes = check_invariance_lockstep([starter(c) for c in candidates], images, captured=(CandidateCrash,))
     return [Verdict(crash_check(o), str(o), crash_stats(o)) if isinstance(o, CandidateCrash) else o  # type: ignore[misc]
@@ -163,13 +164,14 @@ def _invariance_verdicts(candidates: list[Any], config: PreprocessConfig, images
 
 
 class _Answered:
-    """A call already answered (a candidate that runs in this process)."""
+    """A call of a candidate that runs in this process: made when its answer is asked for (its
+    raise is then the answer's, as an executor's would be)."""
 
-    def __init__(self, answer: Any):
-        self.answer = answer
+    def __init__(self, call: Callable[[], Any]):
+        self.call = call
 
     def result(self) -> Any:
-        return self.answer
+        return self.call()
 
 
 def _invariance_batches(seed: int) -> list[list[CaseParams]]:

@@ -117,7 +117,9 @@ class Gate:
 
     def fuzzing(self, budget_s: float, overhead_s: float | None = None) -> Stage:
         """The fuzz stage under `budget_s` (and `overhead_s` of harness time; `workflows.gate.fuzz`)."""
-        return fuzz.fuzzed(self.ctx, budget_s, overhead_s)
+        stage = fuzz.fuzzed(self.ctx, budget_s, overhead_s)
+        self._writes_done()
+        return stage
 
     def corpus(self) -> Stage:
         """The corpus stage (`workflows.gate.corpus`)."""
