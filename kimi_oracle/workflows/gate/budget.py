@@ -10,8 +10,9 @@ PLANNER_SHARE = 0.2
 # Shares of the budget: the timing (with a baseline) at most PERF_SHARE (issue 33: at most 25 %,
 # the correctness stages at least 70 %); fuzzing gets what the goldens leave, less the timing's
 # share and INVARIANCE_SHARE kept for the invariance stage, which runs after it and takes what
-# is left before the timing's share (its drawn batches: `gate.invariance`).
-PERF_SHARE = 0.25
+# is left before the timing's share (its drawn batches: `gate.invariance`). 24 %: the stage ends
+# the measurement under way at its deadline (25.0 % measured with a 25 % share).
+PERF_SHARE = 0.24
 INVARIANCE_SHARE = 0.05
 # Kept for the engine stage (`--engine`), which runs after the invariances and before the timing.
 ENGINE_SHARE = 0.2
