@@ -131,17 +131,16 @@ def check_invariance_lockstep(
     plan = [("full", tuple(range(n)))] + [(k, idx) for k, idx in invariance_plan(n) if k in kinds]
     outcomes: list[Verdict | BaseException | None] = [None] * len(starts)
     fulls: list[PreprocessResult | None] = [None] * len(starts)
-    calls: list[Any] = [None] * len(starts)
-    taken: list[Any] = []  # the calls whose answers were taken
+    calls: list[Any] = [None] * len(starts)  # each candidate's call begun and not answered yet
     for step in range(len(plan) + 1):
         answers: dict[int, PreprocessResult] = {}
         for c, start in enumerate(starts):
             if outcomes[c] is not None:
                 continue
             if step:
-                taken.append(calls[c])
+                call, calls[c] = calls[c], None
                 try:
-                    answers[c] = _coerce(calls[c].result())
+                    answers[c] = _coerce(call.result())
                 except captured as exc:
                     outcomes[c] = exc
                     continue
@@ -154,10 +153,10 @@ def check_invariance_lockstep(
                 outcomes[c] = _full_problem(got, n)
             else:
                 outcomes[c] = _entry_verdict(fulls[c], kind, indices, got, n, config)  # type: ignore[arg-type]
-    for c, call in enumerate(calls):
+    for call in calls:
         # A call begun after its candidate's failure: its answer is waited for here (without
         # raising), not by whatever that candidate is asked next (a hang costs its timeout now).
         wait = getattr(call, "wait", None)
-        if call is not None and call not in taken and wait is not None:
+        if wait is not None:
             wait()
     return [o if o is not None else Verdict(None, "invariances hold", {"batch_size": n}) for o in outcomes]

@@ -93,9 +93,9 @@ def pixel_stats(
 _BLOCK_VALUES = 1 << 17
 
 
-def _blocks(rows: int, row_values: int) -> range:
-    """The first rows of the row blocks of an output of `rows` rows of `row_values` values."""
-    return range(0, rows, max(1, _BLOCK_VALUES // max(row_values, 1)))
+def _block_rows(values: np.ndarray) -> int:
+    """How many rows (first-axis entries) of `values` one block holds."""
+    return max(1, _BLOCK_VALUES // max(values[0].size, 1)) if len(values) else 1
 
 
 def _level_differences(a: np.ndarray, e: np.ndarray, config: PreprocessConfig) -> tuple[np.ndarray, float]:
@@ -104,7 +104,7 @@ def _level_differences(a: np.ndarray, e: np.ndarray, config: PreprocessConfig) -
     diff = np.empty(a.shape, dtype=np.float64)
     divisor = _level_divisor(config)
     tops = []
-    step = _blocks(len(a), a[0].size if len(a) else 1).step
+    step = _block_rows(a)
     for lo in range(0, len(a), step):
         d = diff[lo:lo + step]
         np.copyto(d, a[lo:lo + step])
@@ -154,7 +154,7 @@ def _max_ulp(a_bits: np.ndarray, e_bits: np.ndarray) -> int | None:
     # Their int32 difference cannot overflow, and equal values (0 apart) change no maximum of
     # differing ones (>= 1 apart). Block by block (`_BLOCK_VALUES`).
     top_ulp = 0
-    step = _blocks(len(a_bits), a_bits[0].size if len(a_bits) else 1).step
+    step = _block_rows(a_bits)
     for lo in range(0, len(a_bits), step):
         a, e = a_bits[lo:lo + step], e_bits[lo:lo + step]
         ulps = np.subtract(a, e)
@@ -271,8 +271,8 @@ def _histogram(diff: np.ndarray, bitwise: np.ndarray, differing: int | None = No
     if all_finite:
         bounds = _HISTOGRAM_BOUNDS.tolist()
         below = [-equal] * len(bounds)
-        step = _blocks(len(diff), diff[0].size if diff.ndim and len(diff) else 1).step
-        for lo in range(0, len(diff) if diff.ndim else 0, step):
+        step = _block_rows(diff)
+        for lo in range(0, len(diff), step):
             block = diff[lo:lo + step]
             for k, bound in enumerate(bounds):
                 below[k] += int(np.count_nonzero(block < bound))

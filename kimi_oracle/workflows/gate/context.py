@@ -153,11 +153,14 @@ class GateContext:
             raise
 
     def close(self) -> None:
-        """Stop both executors (the findings begun are written first)."""
-        self.writes_done()
-        self.new.close()
-        if self.old is not None:
-            self.old.close()
+        """Stop both executors, then wait for the findings begun (`writes_done`; a library
+        caller's: `Gate.close` has settled its own, telling their stages of a failure)."""
+        try:
+            self.new.close()
+            if self.old is not None:
+                self.old.close()
+        finally:
+            self.writes_done()
 
     def at_work(self, window: tuple[float, float] | None = None, reference: bool = True) -> float:
         """Wall-clock seconds (within `window`) in which a candidate's process worked or was

@@ -122,11 +122,11 @@ def _vs_baseline(ctx: GateContext, stage: Stage, examples: int | None, budget_s:
     # Every finding's input judged on both sides first (each finding needs it); then the
     # differing examples, in what is left of the allowance, and their writing.
     t_both = time.monotonic()
-    disagree = _judge_and_write(ctx, inputs)
+    disagree = _judge_on_both(ctx, inputs)
     t_differing = time.monotonic()
     extra: dict[str, dict[str, Finding]] = {}
     differing = _differing_examples(ctx, run_new, run_old, extra, allowance_spent, known=set(inputs))
-    disagree += _judge_and_write(ctx, extra)
+    disagree += _judge_on_both(ctx, extra)
     t_end = time.monotonic()
     inputs.update(extra)
     stage.details = {"examples": run_new.examples, "calls": run_new.calls, "rejected": run_new.rejected,
@@ -155,17 +155,11 @@ def _vs_baseline(ctx: GateContext, stage: Stage, examples: int | None, budget_s:
     return stage
 
 
-def _judge_and_write(ctx: GateContext, inputs: dict[str, dict[str, Finding]]) -> int:
-    """Every failing input judged on the side that did not report it (`_judge_on_both`); the
-    findings are written by the gate's writer thread (`GateContext.write_later`: zlib, PNG
-    encoding and fsync release the GIL) while this one judges on and the next stages run.
-    Returns how many inputs the sides disagree on."""
-    return _judge_on_both(ctx, inputs)
-
-
 def _judge_on_both(ctx: GateContext, inputs: dict[str, dict[str, Finding]]) -> int:
     """Every failing input judged on the side that did not report it; observations for both
-    sides, each side's finding handed to the writer. Returns how many inputs the sides disagree on."""
+    sides; each side's finding written by the gate's writer thread (`GateContext.write_later`:
+    zlib, PNG encoding and fsync release the GIL) while this one judges on and the next stages
+    run. Returns how many inputs the sides disagree on."""
     disagree = 0
     for input_id, found in inputs.items():
         interrupts.raise_if_requested()

@@ -102,8 +102,12 @@ class Gate:
         self.ctx.start()
 
     def close(self) -> None:
-        """Stop both executors."""
-        self.ctx.close()
+        """The findings begun written (a failed write makes its stage an error), then both
+        executors stopped."""
+        try:
+            self._writes_done()
+        finally:
+            self.ctx.close()
 
     # -- one stage each (library callers and tests) ------------------------------------------
 
