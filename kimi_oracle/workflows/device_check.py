@@ -80,8 +80,9 @@ def _cases():
     return [(cfg, p, make_image(p)) for cfg, p in cases]
 
 
-def exactness(results: dict) -> None:
-    """GPU pipeline vs reference, one image at a time and in batches, torch.equal."""
+def exactness(results: dict, tiles=None) -> None:
+    """GPU pipeline vs reference, one image at a time and in batches, torch.equal (`tiles`: the
+    pipeline's tile sizes, None for its CUDA defaults)."""
     import torch
 
     from kimi_oracle.pipelines import reference
@@ -93,7 +94,7 @@ def exactness(results: dict) -> None:
     for cfg, params, img in cases:
         exp = reference.preprocess([img], cfg)
         try:
-            got = preprocess([img], cfg, device="cuda")
+            got = preprocess([img], cfg, device="cuda", tiles=tiles)
             gv = got.pixel_values.cpu()
             same_grid = torch.equal(got.grid_thws, exp.grid_thws)
             differing = int((gv != exp.pixel_values).sum()) if gv.shape == exp.pixel_values.shape else -1
@@ -113,7 +114,7 @@ def exactness(results: dict) -> None:
             continue
         batch_total += 1
         exp = reference.preprocess(imgs, cfg)
-        got = preprocess(imgs, cfg, device="cuda", chunk_bytes=1 << 20)
+        got = preprocess(imgs, cfg, device="cuda", chunk_bytes=1 << 20, tiles=tiles)
         batch_ok += int(torch.equal(got.pixel_values.cpu(), exp.pixel_values) and torch.equal(got.grid_thws, exp.grid_thws))
     results["exactness"] = {
         "images": len(rows),

@@ -274,6 +274,20 @@ class _ChunkLaunches:
     copy_out: Callable[[], Any] | None  # the chunk's output to a host output, after the tails
 
 
+def _writes_in_place(out: torch.Tensor, dev: torch.device) -> bool:
+    """Whether the tails write straight into `out`: it lies on the launches' device. A CUDA
+    device without an index is the current one (a tensor made on `cuda` reports `cuda:0`, and
+    `torch.device("cuda:0") != torch.device("cuda")`); elsewhere (a pinned host output) a chunk
+    is written on the device and copied to `out` after its tails."""
+    where = out.device
+    if where.type != dev.type:
+        return False
+    if where.type != "cuda":
+        return True
+    current = torch.cuda.current_device
+    return (current() if where.index is None else where.index) == (current() if dev.index is None else dev.index)
+
+
 def _chunk_launches(batch: _Batch, chunk: Sequence[_Job]) -> _ChunkLaunches:
     """Host work and uploads for one chunk: its launches in order, and the tails' extent
     records (filled when the launches run)."""
@@ -281,7 +295,7 @@ def _chunk_launches(batch: _Batch, chunk: Sequence[_Job]) -> _ChunkLaunches:
     arenas = _upload_arenas(chunk, _layout_arenas(chunk), dev)
     tables = _device_tables(chunk, batch.config.transparent_bg_config, dev)
     ps = batch.config.patch_size
-    if batch.out.device == dev:
+    if _writes_in_place(batch.out, dev):
         target, base = batch.out, 0
     else:
         first = int(batch.starts[chunk[0].index])

@@ -136,6 +136,8 @@ def prepare_launches(
     chunk = _chunk_launches(batch, batch.jobs)
 
     def finish() -> PreprocessResult:
+        if chunk.copy_out is not None:  # (the launches wrote a chunk buffer: into the output)
+            chunk.copy_out()
         produced = _produced_grids(batch.jobs, chunk.extents, int(batch.out.shape[0]), config.patch_size)
         return PreprocessResult(batch.out, torch.tensor(produced, dtype=torch.int64))
 

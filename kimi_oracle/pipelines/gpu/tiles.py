@@ -24,11 +24,11 @@ class Tiles:
     (flat, in patch order / row-major order). `num_warps` applies to every kernel on CUDA.
     """
 
-    pass_rows: int = 8
+    pass_rows: int = 4
     pass_cols: int = 64
-    tail: int = 512
-    convert: int = 512
-    num_warps: int = 8
+    tail: int = 256
+    convert: int = 256
+    num_warps: int = 4
 
     def checked(self) -> "Tiles":
         """Itself, or InputError naming the field that is not a power of two."""
@@ -42,7 +42,9 @@ class Tiles:
 
 
 # The defaults whose registers and occupancy `kimi-oracle gpu build` certifies: 2 output
-# pixels per thread in every kernel (8 warps x 32 threads for 512 pixels).
+# pixels per thread in every kernel (4 warps x 32 threads for 256 pixels). Chosen on an H200 by
+# `python -m kimi_oracle.workflows.tile_sweep` among 14 candidates (docs/gpu.md, "Tiles"): the
+# fastest pass tile and tail block within 64 registers; 8 x 64 pixels at 8 warps before.
 CUDA_TILES = Tiles()
 # The interpreter's cost is per program instance and per element of a block: tiles that hold
 # a test image (on the k3-small goldens tail blocks of 2^13 to 2^14 elements beat 2^15, which

@@ -288,6 +288,37 @@ def test_prepare_launches_then_finish(gpu_kwargs):
     assert_same(finish(), reference.preprocess(images, cfg), "prepare_launches")
 
 
+def test_prepare_launches_through_a_chunk_buffer(gpu_kwargs, monkeypatch):
+    # On CUDA the tails wrote a chunk buffer whenever the output's device read `cuda:0` and the
+    # launches' `cuda` (unequal torch.devices), and `finish` never copied that buffer into the
+    # output: every value the device benchmarks read back differed from the reference (H200,
+    # 2026-12-04). Forced here on CPU tensors: `finish` must copy it.
+    from kimi_oracle.pipelines.gpu import launches as launches_mod
+    from kimi_oracle.pipelines.gpu.pipeline import prepare_launches
+
+    monkeypatch.setattr(launches_mod, "_writes_in_place", lambda out, dev: False)
+    cfg = k3(LIMIT)
+    images = [gen(47, 31, "RGB", seed=3), rgba_hidden(16, 70, seed=41)]
+    launches, _, finish = prepare_launches(images, cfg, **gpu_kwargs)
+    for fn in launches:
+        fn()
+    assert_same(finish(), reference.preprocess(images, cfg), "prepare_launches via a chunk buffer")
+
+
+def test_writes_in_place_reads_an_indexless_cuda_device_as_the_current_one(monkeypatch):
+    from types import SimpleNamespace
+
+    from kimi_oracle.pipelines.gpu.launches import _writes_in_place
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    on = lambda dev: SimpleNamespace(device=torch.device(dev))  # noqa: E731 - a tensor's device only
+    assert _writes_in_place(on("cuda:1"), torch.device("cuda"))
+    assert _writes_in_place(on("cuda:1"), torch.device("cuda:1"))
+    assert not _writes_in_place(on("cuda:0"), torch.device("cuda"))
+    assert not _writes_in_place(on("cpu"), torch.device("cuda"))  # a pinned host output
+    assert _writes_in_place(on("cpu"), torch.device("cpu"))
+
+
 def test_solid_image_and_transpose(gpu_kwargs):
     cfg = k3(1 << 20)
     a = Image.new("RGB", (56, 28), (10, 200, 30))
