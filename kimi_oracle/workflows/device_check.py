@@ -185,11 +185,11 @@ def _benchmark_row(label: str, imgs: list, cfg: PreprocessConfig, peak: float | 
     """One input's figures: host work, device time of all launches and of each, vs the eager path."""
     import torch
 
-    from kimi_oracle.pipelines import eager
+    from kimi_oracle.pipelines import eager, reference
     from kimi_oracle.pipelines.gpu.pipeline import prepare_launches
 
     t = time.perf_counter()
-    launches, stats, _finish = prepare_launches(imgs, cfg, device="cuda")
+    launches, stats, finish = prepare_launches(imgs, cfg, device="cuda")
     torch.cuda.synchronize()
     host_and_h2d = time.perf_counter() - t
 
@@ -205,12 +205,19 @@ def _benchmark_row(label: str, imgs: list, cfg: PreprocessConfig, peak: float | 
         per_launch.append({**planned, "device_s": launch_s,
                            "share_of_floor": (planned["bytes"] / peak / launch_s) if peak else None,
                            "on_device": _launch_registers(launch)})
+    # What was timed is checked: the launches' output (after all the timed runs) against the
+    # reference, byte for byte (a benchmark of wrong work is reported as such).
+    got, exp = finish(), reference.preprocess(imgs, cfg)
+    exact = bool(torch.equal(got.grid_thws.cpu(), exp.grid_thws) and got.pixel_values.shape == exp.pixel_values.shape
+                 and torch.equal(got.pixel_values.cpu(), exp.pixel_values))
+    del got, exp
     useful = stats["source_bytes"] + stats["output_bytes"]
     tens, plans, alphas = eager.host_tensors(imgs, cfg)
     tens = [x.cuda() for x in tens]
     eager_s = _time_cuda(lambda: eager.from_tensors(tens, plans, alphas, cfg), iters=10)
     return {
         "input": label,
+        "exact": exact,
         "launches": stats["launches"],
         "host_prep_and_upload_s": round(host_and_h2d, 4),
         "device_s": dev_s,
@@ -267,13 +274,14 @@ def write(results: dict, outdir: Path) -> None:
         lines += ["", f"## Benchmarks on {bm['device']}", "",
                   "Roofline: bytes each launch must move (sources read once, outputs written once); "
                   "share of floor = (bytes / this device's peak) / measured device time.", "",
-                  f"| input | launches | host+H2D s | device s | roofline MB | {floors} | share of floor | eager s | speedup |",
-                  "|---|---|---|---|---|" + "---|" * len(ROOFLINE_DEVICES) + "---|---|---|"]
+                  f"| input | launches | host+H2D s | device s | roofline MB | {floors} | share of floor | eager s | speedup | output exact |",
+                  "|---|---|---|---|---|" + "---|" * len(ROOFLINE_DEVICES) + "---|---|---|---|"]
         for r in bm["rows"]:
             share = "n/a" if r["share_of_floor"] is None else f"{100 * r['share_of_floor']:.1f} %"
             fl = " | ".join(f"{r['floor_s'][d] * 1e6:.1f}" for d, _ in ROOFLINE_DEVICES)
             lines.append(f"| {r['input']} | {r['launches']} | {r['host_prep_and_upload_s']:.4f} | {r['device_s']:.6f} | "
-                         f"{r['roofline_bytes'] / 1e6:.1f} | {fl} | {share} | {r['eager_device_s']:.6f} | {r['speedup_vs_eager']:.1f}x |")
+                         f"{r['roofline_bytes'] / 1e6:.1f} | {fl} | {share} | {r['eager_device_s']:.6f} | {r['speedup_vs_eager']:.1f}x | "
+                         f"{r.get('exact', '?')} |")
         lines += ["", "Per launch:", "", "| input | launch | MB | device µs | share of floor | registers / spills on device |",
                   "|---|---|---|---|---|---|"]
         for r in bm["rows"]:
@@ -321,7 +329,8 @@ def main(argv: list[str]) -> int:
         write(results, outdir)
     ex = results["exactness"]
     built = not results["build"].get("failures")
-    return 0 if ex["bit_identical"] == ex["images"] and built else 1
+    timed_right = all(r.get("exact") for r in results["benchmarks"]["rows"])
+    return 0 if ex["bit_identical"] == ex["images"] and built and timed_right else 1
 
 
 if __name__ == "__main__":
