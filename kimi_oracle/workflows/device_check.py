@@ -121,6 +121,7 @@ def exactness(results: dict, tiles=None) -> None:
         "bit_identical": sum(1 for r in rows if r["grid_equal"] and r["differing_values"] == 0),
         "failures": [r for r in rows if not (r["grid_equal"] and r["differing_values"] == 0)],
         "batches_identical": f"{batch_ok}/{batch_total}",
+        "batches": batch_total, "batches_ok": batch_ok,
         "seconds": round(time.time() - t0, 1),
     }
 
@@ -327,10 +328,20 @@ def main(argv: list[str]) -> int:
             print(results["error"], file=sys.stderr)
             return 1
         write(results, outdir)
-    ex = results["exactness"]
-    built = not results["build"].get("failures")
-    timed_right = all(r.get("exact") for r in results["benchmarks"]["rows"])
-    return 0 if ex["bit_identical"] == ex["images"] and built and timed_right else 1
+    return 0 if passed(results) else 1
+
+
+def exact_everywhere(ex: dict) -> bool:
+    """Every image and every mixed batch of an `exactness` result identical to the reference."""
+    return ex["bit_identical"] == ex["images"] and ex.get("batches_ok") == ex.get("batches")
+
+
+def passed(results: dict) -> bool:
+    """The check's verdict: every image and batch exact, every benchmark's timed output exact,
+    the build without failures."""
+    rows = results.get("benchmarks", {}).get("rows", [])
+    return (exact_everywhere(results["exactness"]) and all(r.get("exact") is True for r in rows)
+            and not results["build"].get("failures"))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,11 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
             raise BackendError("device 'cuda' requested but torch sees no CUDA device")
         if os.environ.get("TRITON_INTERPRET") == "1":
             raise BackendError("TRITON_INTERPRET=1 is set: kernels would run on the host, not CUDA")
+        if dev.index is None:
+            # The current device, by its index: the tensors made on `cuda` report `cuda:N`, and
+            # `torch.device("cuda") != torch.device("cuda:0")` (the output's device is compared
+            # with this one, and the device tables are cached by its name).
+            dev = torch.device("cuda", torch.cuda.current_device())
     elif dev.type == "cpu":
         if os.environ.get("TRITON_INTERPRET") != "1":
             raise BackendError(

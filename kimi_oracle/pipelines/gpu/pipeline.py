@@ -26,7 +26,7 @@ from kimi_oracle.pipelines.gpu.jobs import (_ITEM, _RGB, _TORCH_DT, SUPPORTED_MO
                                             _Conversion, _Job, _make_job, _native_array)
 from kimi_oracle.pipelines.gpu.launches import (Launch, _Batch, _chunk_launches, _ChunkLaunches, _convert_launches,
                                                 _Extent, _fill_fields, _group, _pass_launches, _pass_rows,
-                                                _tail_launches, _tail_rows)
+                                                _tail_launches, _tail_rows, _writes_in_place)
 from kimi_oracle.pipelines.gpu.tables import (
     MODES_16,
     TABLE_MODES,
@@ -194,7 +194,7 @@ def preprocess(
     # One read of the tails' records (it also waits for the kernels, and for the copies to a
     # pinned host output, which were queued before it on the same stream).
     produced = _produced_grids(batch.jobs, extents, int(batch.out.shape[0]), config.patch_size)
-    if batch.out.device != dev:
+    if not _writes_in_place(batch.out, dev):
         torch.cuda.current_stream(dev).synchronize()  # pinned host output: wait for the copies
     return PreprocessResult(batch.out, torch.tensor(produced, dtype=torch.int64))
 

@@ -315,8 +315,23 @@ def test_writes_in_place_reads_an_indexless_cuda_device_as_the_current_one(monke
     assert _writes_in_place(on("cuda:1"), torch.device("cuda"))
     assert _writes_in_place(on("cuda:1"), torch.device("cuda:1"))
     assert not _writes_in_place(on("cuda:0"), torch.device("cuda"))
+    assert _writes_in_place(on("cuda"), torch.device("cuda"))
+    assert not _writes_in_place(on("cuda:0"), torch.device("cuda:1"))
     assert not _writes_in_place(on("cpu"), torch.device("cuda"))  # a pinned host output
     assert _writes_in_place(on("cpu"), torch.device("cpu"))
+
+
+def test_resolve_device_names_the_current_cuda_device_by_its_index(monkeypatch):
+    # (no CUDA here: torch's answers are stood in for; the kernels are the interpreter's, loaded)
+    from kimi_oracle.pipelines.gpu import backend
+
+    backend._kernels()  # loaded under the interpreter first (never compiled for CUDA here)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 2)
+    assert backend.resolve_device("cuda") == torch.device("cuda", 2)
+    assert backend.resolve_device(None) == torch.device("cuda", 2)
+    assert backend.resolve_device("cuda:1") == torch.device("cuda", 1)
 
 
 def test_solid_image_and_transpose(gpu_kwargs):
