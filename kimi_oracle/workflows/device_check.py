@@ -21,6 +21,7 @@ from kimi_oracle.workflows.bench import ROOFLINE_DEVICES, peak_bandwidth, roofli
 
 if TYPE_CHECKING:
     from kimi_oracle.core.config import PreprocessConfig
+    from kimi_oracle.core.result import PreprocessResult
 
 
 def versions() -> dict:
@@ -94,11 +95,8 @@ def exactness(results: dict, tiles=None) -> None:
     for cfg, params, img in cases:
         exp = reference.preprocess([img], cfg)
         try:
-            got = preprocess([img], cfg, device="cuda", tiles=tiles)
-            gv = got.pixel_values.cpu()
-            same_grid = torch.equal(got.grid_thws, exp.grid_thws)
-            differing = int((gv != exp.pixel_values).sum()) if gv.shape == exp.pixel_values.shape else -1
-            err = None
+            seen = compared(preprocess([img], cfg, device="cuda", tiles=tiles), exp)
+            same_grid, differing, err = seen["grid_equal"], seen["differing_values"], None
         except Exception as exc:  # noqa: BLE001 - record and continue
             same_grid, differing, err = False, -1, f"{type(exc).__name__}: {exc}"
         rows.append({"case": params.describe(), "config": cfg.describe(), "grid_equal": same_grid,
@@ -152,21 +150,38 @@ def _launch_registers(launch) -> dict | None:
         return None
 
 
+def compared(got: "PreprocessResult", exp: "PreprocessResult") -> dict:
+    """A GPU result against the reference's: `exact` (grids and values, torch.equal), the grids'
+    equality, the count of differing values (-1 for another shape), the first grids of both."""
+    import torch
+
+    grids = bool(torch.equal(got.grid_thws.cpu(), exp.grid_thws))
+    values = got.pixel_values.cpu()
+    differing = int((values != exp.pixel_values).sum()) if values.shape == exp.pixel_values.shape else -1
+    return {"exact": grids and differing == 0 and torch.equal(values, exp.pixel_values),
+            "grid_equal": grids, "differing_values": differing,
+            "got_grids": got.grid_thws.tolist()[:4], "expected_grids": exp.grid_thws.tolist()[:4]}
+
+
 def benchmarks(results: dict) -> None:
     """Device time from the planes on the device to the finished output, per input and per
     launch, read as a share of the roofline floor on this device; vs the eager path."""
     import torch
 
+    name = torch.cuda.get_device_name(0)
+    peak = peak_bandwidth(name)
+    rows = [_benchmark_row(label, imgs, cfg, peak) for label, (imgs, cfg) in benchmark_cases().items()]
+    results["benchmarks"] = {"device": name, "hbm_peak_Bps": peak, "rows": rows}
+
+
+def benchmark_cases() -> dict[str, tuple[list, "PreprocessConfig"]]:
+    """The benchmarked batches and their configs, by label (K3; a label naming 16384 runs with
+    that patch budget)."""
     from kimi_oracle.core.config import PreprocessConfig
 
     k3 = PreprocessConfig.k3()
-    name = torch.cuda.get_device_name(0)
-    peak = peak_bandwidth(name)
-    rows = []
-    for label, imgs in _benchmark_inputs().items():
-        cfg = dataclasses.replace(k3, in_patch_limit=16384) if "16384" in label else k3
-        rows.append(_benchmark_row(label, imgs, cfg, peak))
-    results["benchmarks"] = {"device": name, "hbm_peak_Bps": peak, "rows": rows}
+    return {label: (imgs, dataclasses.replace(k3, in_patch_limit=16384) if "16384" in label else k3)
+            for label, imgs in _benchmark_inputs().items()}
 
 
 def _benchmark_inputs() -> dict[str, list]:
@@ -208,10 +223,7 @@ def _benchmark_row(label: str, imgs: list, cfg: PreprocessConfig, peak: float | 
                            "on_device": _launch_registers(launch)})
     # What was timed is checked: the launches' output (after all the timed runs) against the
     # reference, byte for byte (a benchmark of wrong work is reported as such).
-    got, exp = finish(), reference.preprocess(imgs, cfg)
-    exact = bool(torch.equal(got.grid_thws.cpu(), exp.grid_thws) and got.pixel_values.shape == exp.pixel_values.shape
-                 and torch.equal(got.pixel_values.cpu(), exp.pixel_values))
-    del got, exp
+    exact = compared(finish(), reference.preprocess(imgs, cfg))["exact"]
     useful = stats["source_bytes"] + stats["output_bytes"]
     tens, plans, alphas = eager.host_tensors(imgs, cfg)
     tens = [x.cuda() for x in tens]

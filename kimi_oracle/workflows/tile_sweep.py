@@ -55,28 +55,22 @@ def _label(tiles) -> str:
     return f"pass {tiles.pass_rows}x{tiles.pass_cols}, tail {tiles.tail}, warps {tiles.num_warps}"
 
 
-def _inputs() -> dict[str, tuple[list, Any]]:
-    from kimi_oracle.core.config import PreprocessConfig
-    from kimi_oracle.workflows.device_check import _benchmark_inputs
-
-    k3 = PreprocessConfig.k3()
-    return {label: (imgs, dataclasses.replace(k3, in_patch_limit=16384) if "16384" in label else k3)
-            for label, imgs in _benchmark_inputs().items()}
-
-
 def compile_only(arch: str) -> list[dict[str, Any]]:
     """Registers and spills of the benchmark inputs' launches under every candidate, for `arch`
     (each candidate compiled with a fresh Triton cache: a cached kernel is not compiled again,
     and ptxas then reports nothing)."""
     import tempfile
 
+    from kimi_oracle.workflows.device_check import benchmark_cases
+
+    inputs = benchmark_cases()
     rows: list[dict[str, Any]] = []
     before = os.environ.get("TRITON_CACHE_DIR")
     try:
         for tiles in candidates():
             with tempfile.TemporaryDirectory(prefix="kimi-tile-sweep-") as cache:
                 os.environ["TRITON_CACHE_DIR"] = cache
-                rows += _compiled_rows(tiles, arch)
+                rows += _compiled_rows(tiles, arch, inputs)
     finally:
         if before is None:
             os.environ.pop("TRITON_CACHE_DIR", None)
@@ -85,12 +79,12 @@ def compile_only(arch: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _compiled_rows(tiles, arch: str) -> list[dict[str, Any]]:
+def _compiled_rows(tiles, arch: str, inputs: dict) -> list[dict[str, Any]]:
     from kimi_oracle.pipelines.gpu import build
     from kimi_oracle.pipelines.gpu.pipeline import launch_plan
 
     seen: dict = {}
-    for imgs, cfg in _inputs().values():
+    for imgs, cfg in inputs.values():
         for launch in launch_plan(imgs[:1], cfg, tiles=tiles)[0]:
             seen.setdefault((launch.kernel_name, launch.specialization), launch)
     rows = []
@@ -106,7 +100,7 @@ def _measure(tiles, inputs: dict, expected: dict) -> dict[str, Any]:
     import torch
 
     from kimi_oracle.pipelines.gpu.pipeline import prepare_launches
-    from kimi_oracle.workflows.device_check import _launch_registers, _time_cuda
+    from kimi_oracle.workflows.device_check import _launch_registers, _time_cuda, compared
 
     out: dict[str, Any] = {"tiles": dataclasses.asdict(tiles), "label": _label(tiles), "inputs": {}}
     for label, (imgs, cfg) in inputs.items():
@@ -116,36 +110,25 @@ def _measure(tiles, inputs: dict, expected: dict) -> dict[str, Any]:
             per.append({"kernel": launch.kernel_name, "specialization": launch.specialization,
                         "device_s": _time_cuda(launch), "on_device": _launch_registers(launch)})
         out["inputs"][label] = {"launches": per, "device_s": sum(p["device_s"] for p in per),
-                                **_compared(finish(), expected[label])}
+                                **compared(finish(), expected[label])}
         del launches, finish
         torch.cuda.empty_cache()
     return out
-
-
-def _compared(got, exp) -> dict[str, Any]:
-    """exact (grids and every byte), the grids' equality and the count of differing values."""
-    import torch
-
-    grids = bool(torch.equal(got.grid_thws.cpu(), exp.grid_thws))
-    values = got.pixel_values.cpu()
-    differing = int((values != exp.pixel_values).sum()) if values.shape == exp.pixel_values.shape else -1
-    return {"exact": grids and differing == 0 and torch.equal(values, exp.pixel_values),
-            "grid_equal": grids, "differing_values": differing,
-            "got_grids": got.grid_thws.tolist()[:4], "expected_grids": exp.grid_thws.tolist()[:4]}
 
 
 def _paths(inputs: dict, expected: dict) -> dict[str, Any]:
     """At the default tiles: `preprocess`, and `prepare_launches` run once, against the reference."""
     from kimi_oracle.pipelines.gpu import preprocess
     from kimi_oracle.pipelines.gpu.pipeline import prepare_launches
+    from kimi_oracle.workflows.device_check import compared
 
     out = {}
     for label, (imgs, cfg) in inputs.items():
         launches, _stats, finish = prepare_launches(imgs, cfg, device="cuda")
         for launch in launches:
             launch()
-        out[label] = {"prepare_launches": _compared(finish(), expected[label]),
-                      "preprocess": _compared(preprocess(imgs, cfg, device="cuda"), expected[label])}
+        out[label] = {"prepare_launches": compared(finish(), expected[label]),
+                      "preprocess": compared(preprocess(imgs, cfg, device="cuda"), expected[label])}
     return out
 
 
@@ -154,10 +137,10 @@ def _best(results: list[dict[str, Any]]) -> dict[str, Any]:
     tail time over all inputs, among candidates exact on every input whose every launch the
     driver reports within the build's register target and without spills; the warp count with
     the least sum."""
+    from kimi_oracle.pipelines.gpu.build import MAX_REGISTERS
+
     def kernel_time(res: dict, kernel: str) -> float:
         return sum(p["device_s"] for row in res["inputs"].values() for p in row["launches"] if p["kernel"] == kernel)
-
-    from kimi_oracle.pipelines.gpu.build import MAX_REGISTERS
 
     def within(launch: dict) -> bool:  # registers read from the driver, within the target
         dev = launch["on_device"]
@@ -185,7 +168,7 @@ def sweep(outdir: Path) -> int:
     from kimi_oracle.pipelines.gpu.tiles import CUDA_TILES
     from kimi_oracle.workflows import device_check
 
-    inputs = _inputs()
+    inputs = device_check.benchmark_cases()
     expected = {label: reference.preprocess(imgs, cfg) for label, (imgs, cfg) in inputs.items()}
     results: dict[str, Any] = {"versions": device_check.versions(), "default": _label(CUDA_TILES), "candidates": []}
     results["paths"] = _paths(inputs, expected)
