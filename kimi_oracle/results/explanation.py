@@ -40,6 +40,9 @@ def explanation_line(attribution: Mapping[str, Any] | None) -> str:
     if fields["explanation"] == PARTLY_EXPLAINED and isinstance(attribution, Mapping):
         left = attribution.get("residual_max_levels")
         text += f"; left: max {left:.4g} levels" if isinstance(left, (int, float)) else "; left: max - levels"
+    where = attribution.get("where") if isinstance(attribution, Mapping) else None
+    if isinstance(where, list) and where and isinstance(where[0], Mapping) and where[0].get("summary"):
+        text += f"; where: {where[0]['summary']}"
     return text
 
 

@@ -316,8 +316,10 @@ def test_identical_candidate_has_no_root_cause():
 
 
 def test_a_difference_no_variant_makes_is_unexplained():
+    # every other patch moved by 3 levels: no table of levels (a level maps to two values there),
+    # no pad, no order of the patches makes that
     images = [image("RGB", 30, 30)]
-    out = _shifted(run(images, K3), K3, 3.0, slice(None))
+    out = _shifted(run(images, K3), K3, 3.0, slice(0, None, 2))
     result = attribute(images, K3, out)
     assert result.root_causes == ("unexplained",)
     assert result.explained == ()

@@ -42,7 +42,9 @@ def test_an_unexplained_entry_holds_only_with_its_measured_levels():
     config = PreprocessConfig.profile("k3")
     img = make_image(CaseParams(30, 20, "RGB", content="noise", seed=5))
     expected = preprocess([img], config)
-    actual = PreprocessResult(expected.pixel_values + 1.0 / 255, expected.grid_thws)  # no catalogued variant
+    values = expected.pixel_values.clone()
+    values[0::2] += 1.0 / 255  # every other patch moved: no variant, catalogued or fitted, makes that
+    actual = PreprocessResult(values, expected.grid_thws)
     verdict = compare(expected, actual, config, sizes=[img.size])
     fields = finding_diagnosis("pixel_mismatch", verdict.stats, [img], config, expected=verdict.expected,
                                actual=verdict.actual)

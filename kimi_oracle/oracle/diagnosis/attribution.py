@@ -28,6 +28,7 @@ from kimi_oracle.oracle.candidates import as_result
 from kimi_oracle.oracle.diagnosis.catalogue import (BY_ELIMINATION, BY_ID, CATALOGUE, ROOT_CAUSE_IDS, UNEXPLAINED,
                                                     assumed_steps, full_name, steps_for)
 from kimi_oracle.oracle.diagnosis.levels import LevelSummary, Target, merge
+from kimi_oracle.oracle.diagnosis.regions import PAD_FAMILIES, locate
 from kimi_oracle.oracle.diagnosis.search import (GREEDY_RUNS, PAIR_FIRST, RESTARTS, Budget, Explained, OutOfRuns,
                                                  Search, _Option)
 from kimi_oracle.pipelines.variants.request import lossy_file
@@ -58,6 +59,8 @@ class Attribution:
     complete: bool = True
     seconds: float = field(default=0.0, compare=False)
     assumed: tuple[str, ...] = ()  # the variants the reference was compared with applied (`--assume`)
+    # Where each image's difference lies (`regions.Where.to_dict`), one per image in `images`.
+    where: tuple[dict[str, Any], ...] = ()
 
     @property
     def fully_explained(self) -> bool:
@@ -104,6 +107,7 @@ class Attribution:
             "images": list(self.images),
             "per_image": [list(r) for r in self.per_image],
             "assumed": list(self.assumed),
+            "where": [dict(w) for w in self.where],
             "runs": self.runs,
             "complete": self.complete,
             "seconds": self.seconds,
@@ -118,6 +122,7 @@ class _ImageOutcome:
     before: LevelSummary
     after: LevelSummary
     complete: bool
+    where: dict[str, Any] = field(default_factory=dict)
 
 
 def _offsets(decoded: list, config: PreprocessConfig, act: PreprocessResult) -> list[int]:
@@ -179,13 +184,18 @@ def _search_image(search: Search, start: _Option) -> tuple[list[Explained], _Opt
 
 
 def _attribute_image(search: Search, i: int, target: Target, expected: torch.Tensor | None,
-                     decoder_allowed: bool) -> _ImageOutcome | None:
-    """Image i explained (None when the budget ends before the reference's own run)."""
+                     decoder_allowed: bool, actual: torch.Tensor) -> _ImageOutcome | None:
+    """Image i explained (None when the budget ends before the reference's own run). Where
+    its difference lies is measured first: one confined to the padding is searched among the
+    families that can touch the padding only (`regions.PAD_FAMILIES`)."""
     try:
         model = expected if expected is not None else search.run(i, search.base)
     except OutOfRuns:
         return None
     dist = target.summary(model)
+    where = locate(actual, model, search.decoded[i], search.plans[i], search.config, i)
+    if where.confined_to_pad:
+        search.catalogue = tuple(c for c in search.catalogue if c.id in PAD_FAMILIES)
     start = _Option(dist.total_levels, -1, -1, None, None, search.base, {i: model}, {i: dist}, False)
     taken, current, complete = _search_image(search, start)
     if complete and not taken and dist.differing and lossy_file(search.decoded[i]) and decoder_allowed:
@@ -193,7 +203,7 @@ def _attribute_image(search: Search, i: int, target: Target, expected: torch.Ten
         # a lossy file: the candidate decoded it its own way (docs/inputs.md).
         left = current.dist[i]
         taken = [Explained("decoder", BY_ELIMINATION, left.max_levels, left.mean_levels, left.total_levels, (), i)]
-    return _ImageOutcome(taken, dist, current.dist[i], complete)
+    return _ImageOutcome(taken, dist, current.dist[i], complete, where.to_dict())
 
 
 def _ids(taken: Sequence[Explained]) -> tuple[str, ...]:
@@ -241,7 +251,7 @@ def attribute(
             target = Target(act.pixel_values[lo:hi], config)
             search = Search(decoded, config, [i], {i: target}, catalogue, budget, base)
             outcome = _attribute_image(search, i, target, None if expected is None else expected.pixel_values[lo:hi],
-                                       causes is None or "decoder" in causes)
+                                       causes is None or "decoder" in causes, act.pixel_values[lo:hi])
             if outcome is None:
                 break
             outcomes.append(outcome)
@@ -318,4 +328,5 @@ def _combined(outcomes: list[_ImageOutcome], scope: list[int], budget: Budget, s
         differing=before.differing, residual_max_levels=after.max_levels,
         residual_mean_levels=after.mean_levels, residual_differing=after.differing,
         explained=tuple(taken), images=tuple(scope)[:len(outcomes)], per_image=per_image,
-        runs=budget.runs, complete=complete, seconds=seconds, assumed=assumed)
+        runs=budget.runs, complete=complete, seconds=seconds, assumed=assumed,
+        where=tuple(o.where for o in outcomes))

@@ -21,6 +21,7 @@ from kimi_oracle.core.errors import AssumptionError
 from kimi_oracle.core.explanation import UNEXPLAINED
 from kimi_oracle.core.geometry import ResizePlan
 from kimi_oracle.core.images import has_alpha
+from kimi_oracle.oracle.diagnosis import fitted
 from kimi_oracle.pipelines.reference import CHECKPOINT, EIGHT_BIT_MODES, Steps
 from kimi_oracle.pipelines.variants import layout, modes, request
 from kimi_oracle.pipelines.variants import normalize as normalizers
@@ -96,13 +97,27 @@ class RootCause:
     # An input on which each variant changes the output (None only while a family is drafted:
     # the tests then fail).
     suitable: Suitable | None = field(default=None, compare=False)
+    # Fitted variants (`diagnosis.fitted`): `fit(FitInput)` measures them from an image's
+    # outputs, `parse(name, config)` rebuilds one from its name (None: not such a name).
+    fit: Callable[[Any], Sequence[tuple[str, Callable[[Steps], Steps]]]] | None = field(default=None, compare=False)
+    parse: Callable[[str, PreprocessConfig], tuple[str, Callable[[Steps], Steps]] | None] | None = field(
+        default=None, compare=False)
 
     def variant(self, config: PreprocessConfig, name: str) -> Variant:
-        """The variant called `name` under `config` (KeyError when there is none)."""
+        """The variant called `name` under `config`, enumerated or fitted (KeyError when there
+        is none)."""
         for v in self.variants(config):
             if v.name == name:
                 return v
+        parsed = self.parse(name, config) if self.parse is not None else None
+        if parsed is not None:
+            return Variant(*parsed)
         raise KeyError(f"{self.id}: no variant {name!r} under this config")
+
+    def fitted(self, fi: Any) -> list[Variant]:
+        """The variants measured from one image's outputs (`fitted.FitInput`): none for a
+        family without a fit."""
+        return [] if self.fit is None else [Variant(name, apply) for name, apply in self.fit(fi)]
 
 
 def _resized(img: Image.Image, p: ResizePlan) -> bool:
@@ -245,6 +260,7 @@ CATALOGUE: tuple[RootCause, ...] = (
         _fixed(*_swapping("normalize", _NORMALIZERS)),
         lambda img, p, config, steps: True,
         reference="float64-then-float32 table",
+        fit=fitted.fit_normalize, parse=fitted.parse_normalize,
         # CLIP's statistics: float orders disagree with the table somewhere
         suitable=Suitable((_image(w=28, h=28),), (CLIP_STATISTICS,), levels=UNDER_ONE_LEVEL),
     ),
@@ -345,6 +361,7 @@ CATALOGUE: tuple[RootCause, ...] = (
         _fixed(*_swapping("pad", _PADS)),
         lambda img, p, config, steps: bool(p.pad_w or p.pad_h),
         suitable=Suitable((_image(w=30, h=30),), ({},)),
+        fit=fitted.fit_pad, parse=lambda name, config: fitted.parse_pad(name),
     ),
     RootCause(
         "patch-order",
@@ -352,6 +369,7 @@ CATALOGUE: tuple[RootCause, ...] = (
         _fixed(*_swapping("patchify", _PATCH_ORDERS)),
         lambda img, p, config, steps: True,
         suitable=Suitable((_image(w=28, h=28),), ({},)),
+        fit=fitted.fit_patch_order, parse=lambda name, config: fitted.parse_patch_order(name),
     ),
 )
 
@@ -368,7 +386,11 @@ DOC_ROWS: dict[str, tuple[str, str]] = {
         "constants` (scale and bias computed in float64 and stored as float32, as SGLang 0.5.23 and the "
         "`sglang-0.5.23` model do), `(x/255-mean)/std` (torchvision's rescale then normalize), "
         "`(x/255-mean)*(1/std)`, `(x-255*mean)/(255*std)` (the rescale folded into the statistics), "
-        "`bfloat16`, `float16` (the checkpoint's values cast to a half type and back) — sub-level"),
+        "`bfloat16`, `float16` (the checkpoint's values cast to a half type and back) — sub-level; fitted "
+        "(any levels): `mean-a,b,c`, `std-d,e,f`, `mean-a,b,c-std-d,e,f`, each with `-KIND` when the "
+        "arithmetic is not the table's (`-divide`, `-fused`, ...): other statistics, solved per channel from "
+        "the affine relation between the reference's levels and the candidate's values and rounded to the "
+        "fewest decimals that reproduce them"),
     "resample-float": ("`pillow-bicubic`",
         "`torch-bicubic-antialias` (float32 `F.interpolate`, antialias, round half to even, clamp), "
         "`torch-bicubic` (no antialias, a = −0.75: OpenCV's INTER_CUBIC arithmetic in float), "
@@ -404,10 +426,14 @@ DOC_ROWS: dict[str, tuple[str, str]] = {
         "`chessboard-default`, `chessboard-k3` — those that differ from the config"),
     "pad": ("level 0, bottom and right",
         "`pad-top-left`, `pad-background` (the background pattern in the padding), `pad-white`, "
-        "`pad-after-normalize` (0.0 after the normalization: the mean level, not level 0)"),
+        "`pad-after-normalize` (0.0 after the normalization: the mean level, not level 0); fitted: "
+        "`level-N` / `levels-a,b,c` (any level the candidate's padding holds), `normalized-V` / "
+        "`normalized-a,b,c` (a model value that is no level's)"),
     "patch-order": ("(gh·gw, C, p, p), gy·gw + gx",
         "`channels-last` ((p, p, C) read as (C, p, p)), `patches-column-major`, `patch-transposed` ((C, px, "
-        "py)), `channels-bgr`"),
+        "py)), `channels-bgr`; fitted: `axes-a,b,c,d,e` (the (gh, p, gw, p, C) axes in another order), "
+        "`channels-a,b,c` (output channel k holds channel a, b, c), `permuted-k0,k1,...` (output patch k is "
+        "the reference's patch k_i; up to 256 patches)"),
 }
 MEANINGS: dict[str, str] = {c.id: c.meaning for c in CATALOGUE}
 MEANINGS[UNEXPLAINED] = "none of the catalogued deviations accounts for the difference"
@@ -449,9 +475,10 @@ def parse_assumption(text: str) -> tuple[str, str]:
     if not variant:
         raise AssumptionError(f"--assume {text!r}: expected FAMILY=VARIANT")
     if family != "background":
-        names = [v.name for config in (PreprocessConfig.k3(), PreprocessConfig.k25())
-                 for v in BY_ID[family].variants(config)]
-        if variant not in names:
+        configs = (PreprocessConfig.k3(), PreprocessConfig.k25())
+        names = [v.name for config in configs for v in BY_ID[family].variants(config)]
+        parse = BY_ID[family].parse
+        if variant not in names and not (parse is not None and any(parse(variant, c) for c in configs)):
             raise AssumptionError(f"--assume {text!r}: {family} has no variant {variant!r}; variants: "
                                   f"{', '.join(dict.fromkeys(names))}")
     return family, variant

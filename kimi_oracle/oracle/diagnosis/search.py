@@ -21,7 +21,8 @@ from PIL import Image
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.geometry import ResizePlan, plan
 from kimi_oracle.core.images import encoded_bytes
-from kimi_oracle.oracle.diagnosis.catalogue import RootCause, full_name
+from kimi_oracle.oracle.diagnosis.catalogue import RootCause, Variant, full_name
+from kimi_oracle.oracle.diagnosis.fitted import FitInput
 from kimi_oracle.oracle.diagnosis.levels import LevelSummary, Target, merge
 from kimi_oracle.pipelines.reference import CHECKPOINT, Steps
 
@@ -192,6 +193,7 @@ class Search:
         self.resized: dict[tuple[int, Steps], tuple[np.ndarray, ResizePlan]] = {}
         self.memo: dict[tuple[Steps, frozenset], list[_Option]] = {}
         self.image_keys: list[bytes | None] = [None] * len(decoded)
+        self.fits: dict[tuple, list[Variant]] = {}
 
     def run(self, i: int, steps: Steps) -> torch.Tensor:
         """Image i's patches under `steps` (one reference run; the resized, filled array is
@@ -241,7 +243,7 @@ class Search:
                        if cause.touches(self.decoded[i], self.plans[i], self.config, base.steps)]
             if not touched:
                 continue
-            for vi, variant in enumerate(cause.variants(self.config)):
+            for vi, variant in enumerate(self.variants_of(cause, base, touched[0])):
                 if tried is not None:  # a pair: each unordered pair once
                     pair = frozenset({(base.cause_index, base.variant_index), (ci, vi)})
                     if pair in tried:
@@ -257,6 +259,25 @@ class Search:
         if tried is None:
             self.memo[memo_key] = out
         return out
+
+    def variants_of(self, cause: RootCause, base: _Option, i: int) -> list[Variant]:
+        """The family's variants under the config, then those fitted on image i's outputs under
+        `base` (`fitted`: measured once per base; a fitted variant that the catalogue lists
+        under the same name is left out)."""
+        listed = list(cause.variants(self.config))
+        if cause.fit is None or i not in base.model:
+            return listed
+        key = (cause.id, base.steps, i)
+        found = self.fits.get(key)
+        if found is None:
+            fi = FitInput(base.model[i], self.targets[i].bits.view(np.float32), self.plans[i], self.config,
+                          base.steps)
+            try:
+                found = self.fits[key] = cause.fitted(fi)
+            except (ValueError, IndexError):  # (outputs no fit can read: none fitted)
+                found = self.fits[key] = []
+        names = {v.name for v in listed}
+        return listed + [v for v in found if v.name not in names]
 
     def step(self, current: _Option, done: set[str], rank: int = 0) -> tuple[list[_Option], tuple[str, ...]]:
         """The swaps taken next (one, or a pair; none when nothing qualifies) and the root causes
