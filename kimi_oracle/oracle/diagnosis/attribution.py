@@ -31,6 +31,7 @@ from kimi_oracle.oracle.diagnosis.levels import LevelSummary, Target, merge
 from kimi_oracle.oracle.diagnosis.regions import PAD_FAMILIES, locate
 from kimi_oracle.oracle.diagnosis.search import (GREEDY_RUNS, PAIR_FIRST, RESTARTS, Budget, Explained, OutOfRuns,
                                                  Search, _Option)
+from kimi_oracle.pipelines.reference import Steps
 from kimi_oracle.pipelines.variants.request import lossy_file
 
 
@@ -221,6 +222,7 @@ def attribute(
     causes: Sequence[str] | None = None,
     max_runs: int | None = None,
     assume: Sequence[tuple[str, str]] = (),
+    base: Steps | None = None,
 ) -> Attribution:
     """The root causes of the candidate's pixel differences (rule: docs/diagnosis.md).
 
@@ -230,7 +232,9 @@ def attribute(
     diagnosis to one image's rows; `causes` to some root-cause ids; `max_runs` bounds the
     reference runs spent (the search stops where it is, `complete` False); `assume` holds
     (family, variant) pairs the reference is taken with (`--assume`: `expected` is then the
-    reference with them applied) and whose families are not searched. Raises CandidateError
+    reference with them applied) and whose families are not searched; `base`, when given, is the
+    steps the search starts from instead (every family searched: `change.diagnose_change` starts
+    from a baseline's inferred steps). Raises CandidateError
     when the candidate's shape is not the reference's."""
     start = time.perf_counter()
     decoded = load_images(images)
@@ -242,7 +246,7 @@ def attribute(
     assumed_families = {family for family, _ in assume}
     catalogue = tuple(c for c in (CATALOGUE if causes is None else tuple(BY_ID[c] for c in causes))
                       if c.id not in assumed_families)
-    base = assumed_steps(config, assume)
+    base = assumed_steps(config, assume) if base is None else base
     budget = Budget(max_runs)
     outcomes: list[_ImageOutcome] = []
     with one_torch_thread():  # small tensors: a thread pool only adds its overhead (core.threads)

@@ -114,11 +114,14 @@ class PadValues:
 
 
 def _pad_region(fi: FitInput) -> np.ndarray | None:
-    """The candidate's values in the padding, (n, 3); None when the image has no padding."""
-    p = fi.plan
+    return pad_region(fi.target, fi.plan, fi.config.patch_size)
+
+
+def pad_region(values: np.ndarray | torch.Tensor, p: ResizePlan, patch: int) -> np.ndarray | None:
+    """An image's (N, 3, p, p) values in the padding, (n, 3); None when it has no padding."""
     if not (p.pad_w or p.pad_h):
         return None
-    laid = canvas(fi.target, p, fi.config.patch_size)
+    laid = canvas(values, p, patch)
     mask = np.ones(laid.shape[:2], dtype=bool)
     mask[: p.new_h, : p.new_w] = False
     return laid[mask]
@@ -128,25 +131,27 @@ def fit_pad(fi: FitInput) -> list[Fitted]:
     """The pad the candidate shows, when its padding holds one value per channel: the levels of
     the base's normalization those values are (`level-N`), else the values (`normalized-V`)."""
     region = _pad_region(fi)
-    if region is None or not len(region):
-        return []
+    fn = None if region is None else pad_fill(region, fi.steps.normalize(fi.config))
+    if fn is None or fn in (PadLevels((0, 0, 0)), PadLevels((255, 255, 255)), PadValues((0.0, 0.0, 0.0))):
+        return []  # (none, or the checkpoint's own pad, or the catalogue's pad-white, pad-after-normalize)
+    return [_pad_variant(fn)]
+
+
+def pad_fill(region: np.ndarray, lut: np.ndarray) -> PadLevels | PadValues | None:
+    """The fill of (n, 3) padding values when they hold one value per channel: the levels of
+    table `lut` they are, else the values; None when they are not one value per channel."""
+    if not len(region):
+        return None
     first = region[0]
     if not np.array_equal(region.view(np.int32), np.broadcast_to(first, region.shape).view(np.int32)):
-        return []
-    lut = fi.steps.normalize(fi.config)
+        return None
     levels = []
     for c in range(3):
         hit = np.flatnonzero(lut[c].view(np.int32) == np.float32(first[c]).view(np.int32))
         levels.append(int(hit[0]) if len(hit) else None)
     if all(v is not None for v in levels):
-        if levels == [0, 0, 0] or levels == [255, 255, 255]:
-            return []  # the checkpoint's own pad, or the catalogue's pad-white
-        fn: Any = PadLevels(tuple(levels))  # type: ignore[arg-type]
-    elif all(float(v) == 0.0 for v in first):
-        return []  # the catalogue's pad-after-normalize
-    else:
-        fn = PadValues(tuple(float(v) for v in first))  # type: ignore[arg-type]
-    return [_pad_variant(fn)]
+        return PadLevels(tuple(levels))  # type: ignore[arg-type]
+    return PadValues(tuple(float(v) for v in first))  # type: ignore[arg-type]
 
 
 def _pad_variant(fn: PadLevels | PadValues) -> Fitted:

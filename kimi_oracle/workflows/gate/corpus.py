@@ -12,6 +12,7 @@ from kimi_oracle.oracle.checks import Verdict, same_output
 from kimi_oracle.oracle.judge import evaluate
 from kimi_oracle.pipelines import reference
 from kimi_oracle.results.report import finding_summary, write_finding
+from kimi_oracle.workflows.gate.changes import observe_change
 from kimi_oracle.workflows.gate.context import GateContext
 from kimi_oracle.workflows.gate.observations import finding_observation, outputs_note, outputs_npz, outputs_window
 from kimi_oracle.workflows.gate.options import Stage
@@ -77,7 +78,7 @@ def _judge_file(ctx: GateContext, stage: Stage, counts: dict[str, int], rel: str
             counts["failing_old"] += int(not ov.ok)
             return  # the same result on both sides: no difference between them to judge
         counts["new_and_old_disagree"] += 1
-    for side, verdict in verdicts.items():
+    for side, verdict in sorted(verdicts.items(), key=lambda kv: kv[0] != "old"):  # (OLD's observation first)
         if verdict.ok:
             continue
         counts[f"failing_{side}"] += 1
@@ -94,6 +95,12 @@ def _record(ctx: GateContext, stage: Stage, side: str, verdict: Verdict, verdict
     if obs is not None:
         ctx.observations[side].append(obs)
     other = verdicts.get("old" if side == "new" else "new")
+    if side == "new" and other is not None:  # what turns OLD's output into NEW's on this file
+        prior = next((o for o in reversed(ctx.observations["old"]) if o.get("input") == f"corpus:{rel}"), None)
+        change = observe_change(ctx, obs, [img], ctx.config, verdict.actual, other.actual, 0, prior,
+                                old_is_reference=other.ok)
+        if change is not None:
+            f.extra["change_from_baseline"] = change
     sides = {"expected": expected, "new": verdicts["new"].actual,
              "old": other.actual if side == "new" and other is not None else verdict.actual if side == "old" else None}
     window = outputs_window(f.stats, *sides.values())

@@ -17,6 +17,7 @@ from kimi_oracle.oracle.judge import Rejected, evaluate
 from kimi_oracle.pipelines import reference
 from kimi_oracle.results.report import Finding, write_finding
 from kimi_oracle.workflows.gate.budget import OVERHEAD_MIN_EXAMPLES, Budget
+from kimi_oracle.workflows.gate.changes import observe_change
 from kimi_oracle.workflows.gate.context import GateContext
 from kimi_oracle.workflows.gate.observations import (finding_observation, make_input_id, outputs_npz,
                                                       outputs_note, outputs_window)
@@ -174,12 +175,20 @@ def _judge_on_both(ctx: GateContext, inputs: dict[str, dict[str, Finding]]) -> i
                 or (new_out is None and old_out is None and new_f.key.split("{")[0] == old_f.key.split("{")[0]))))
         disagree += int(not same)
         index = image_at_fault(base.stats)  # both sides observed on the same image of the batch
+        observed: dict[str, dict[str, Any] | None] = {"new": None, "old": None}
+        for side, f in (("new", new_f), ("old", old_f)):
+            if f is not None:
+                observed[side] = finding_observation(input_id, NAME, f, index)
+                if observed[side] is not None:
+                    ctx.observations[side].append(observed[side])
+        if not same and new_f is not None:  # what turns OLD's output into NEW's there
+            change = observe_change(ctx, observed["new"], base.images, base.config, new_out, old_out, index,
+                                    observed["old"], old_is_reference=old_f is None)
+            if change is not None:
+                new_f.extra["change_from_baseline"] = change
         for side, f, other, other_out in (("new", new_f, old_f, old_out), ("old", old_f, new_f, new_out)):
             if f is None:
                 continue
-            obs = finding_observation(input_id, NAME, f, index)
-            if obs is not None:
-                ctx.observations[side].append(obs)
             f.extra["other_side"] = {
                 "role": "baseline" if side == "new" else "candidate",
                 "candidate": (ctx.old if side == "new" else ctx.new).spec,  # type: ignore[union-attr]

@@ -16,10 +16,11 @@ from kimi_oracle.inputs.generators import CaseParams
 from kimi_oracle.oracle.candidates import CandidateCrash
 from kimi_oracle.oracle.checks import ACCEPTS_INVALID, CRASH, PIXEL_MISMATCH, SHAPE_DTYPE, TIMEOUT, Verdict, compare
 from kimi_oracle.oracle.diagnosis import finding_diagnosis
-from kimi_oracle.oracle.grouping import finding_key, mode_class
+from kimi_oracle.oracle.grouping import finding_key, image_at_fault, mode_class
 from kimi_oracle.pipelines import reference
 from kimi_oracle.results.report import diff_image
 from kimi_oracle.workflows import golden
+from kimi_oracle.workflows.gate.changes import observe_change
 from kimi_oracle.workflows.gate.context import GateContext
 from kimi_oracle.workflows.gate.observations import crash_check, crash_stats, observation
 from kimi_oracle.workflows.gate.options import Stage
@@ -340,6 +341,7 @@ def _observe_both(ctx: GateContext, judged: list[tuple]) -> tuple[int, dict[str,
         rerun_counts["rerun" if rerun else "judged_from_records"] += 1
         if nv is not None and nv.ok and ov is not None and not ov.ok:
             fixed += 1
+        observed: dict[str, Any] = {"new": None, "old": None}
         for side, v in (("new", nv), ("old", ov)):
             if v is None or v.ok:
                 continue
@@ -348,9 +350,13 @@ def _observe_both(ctx: GateContext, judged: list[tuple]) -> tuple[int, dict[str,
             elif side == "old" and nv is not None and nv.ok:
                 continue  # fixed by NEW: OLD's causes are not diagnosed here
             else:
-                ctx.observations[side].append(_diagnosed(input_id, NAME, v, images, config))
+                observed[side] = _diagnosed(input_id, NAME, v, images, config)
+                ctx.observations[side].append(observed[side])
                 if side == "new":
                     diffs.append((profile, key, v, config))
+        if observed["new"] is not None and ov is not None:  # what turns OLD's output into NEW's
+            observe_change(ctx, observed["new"], images, config, nv.actual, ov.actual,
+                           image_at_fault(nv.stats), observed["old"], old_is_reference=ov.ok)
     _golden_diff_images(ctx, diffs)
     return fixed, rerun_counts
 

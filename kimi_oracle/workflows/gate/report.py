@@ -29,8 +29,44 @@ def budget_shares(stages: list[Stage], budget: float) -> dict[str, Any]:
             "correctness_share_of_budget": share(correctness), "timing_share_of_budget": share(timing)}
 
 
+def what_changed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The changes from OLD that the failing rows name, one per variant (the report's first
+    lines): `name`, `family`, `variant`, `where` (its largest change's), `levels`, `mode_classes`,
+    `inputs`."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        change = r.get("change")
+        if not r.get("fails") or not isinstance(change, dict):
+            continue
+        name = f"{change.get('family')}/{change.get('variant')}"
+        entry = out.setdefault(name, {"name": name, "family": change.get("family"), "variant": change.get("variant"),
+                                      "where": change.get("where"), "levels": change.get("levels"),
+                                      "mode_classes": [], "inputs": 0})
+        entry["mode_classes"].append(r.get("mode_class") or "-")
+        entry["inputs"] += int(change.get("inputs") or 0)
+    return list(out.values())
+
+
+def _changed_lines(report: dict[str, Any]) -> list[str]:
+    changes = report.get("what_changed") or []
+    failing = [r for r in report.get("rows") or [] if r.get("fails")]
+    if not report.get("baseline") or not failing:
+        return []
+    lines = ["## What changed from the baseline", ""]
+    for c in changes:
+        where = (c.get("where") or {}).get("summary") or "-"
+        lines.append(f"- **`{c['name']}`** ({c['inputs']} input(s); mode classes {', '.join(c['mode_classes'])}): "
+                     f"{where}")
+    unnamed = [r for r in failing if not r.get("change")]
+    if unnamed:
+        lines.append(f"- {len(unnamed)} failing row(s) with no single step change from OLD that reproduces NEW: "
+                     + ", ".join(f"`{r['root_cause']}` [{r['mode_class'] or '-'}]" for r in unnamed[:12]))
+    lines.append("")
+    return lines
+
+
 def build(ctx: GateContext, stages: list[Stage], rows: list[dict[str, Any]], started: str, t0: float,
-          budget: float) -> dict[str, Any]:
+          budget: float, side_rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The report of a run that started at `started` (UTC) and `t0` (time.monotonic())."""
     elapsed = time.monotonic() - t0
     verdict, reasons = _verdict(ctx, stages, rows)
@@ -76,6 +112,10 @@ def build(ctx: GateContext, stages: list[Stage], rows: list[dict[str, Any]], sta
         },
         # Root causes of the goldens' and the fuzz stage's findings, per mode class, worst first.
         "rows": rows,
+        # with a baseline: the changes from OLD the failing rows name, and each side's own rows
+        # against the reference (the rows before the change was named; they decide nothing)
+        "what_changed": what_changed(rows),
+        "side_rows": side_rows or [],
         "relative": ctx.relative,
         "margin_pct": ctx.options.margin_pct,
         "known": str(ctx.options.known_path) if ctx.options.known_path else None,
@@ -147,9 +187,8 @@ def _machine() -> dict[str, Any]:
 def render_markdown(report: dict[str, Any]) -> str:
     """The human-readable report."""
     icon = {"pass": "PASS", "fail": "FAIL", "skipped": "skipped", "error": "ERROR"}
-    lines = [
-        f"# kimi-oracle gate: {report['verdict'].upper()}",
-        "",
+    lines = [f"# kimi-oracle gate: {report['verdict'].upper()}", "", *_changed_lines(report)]
+    lines += [
         f"- candidate: `{report['candidate']}`" + (f", baseline: `{report['baseline']}`" if report["baseline"] else ""),
         *([f"- **interrupted** (SIGINT/SIGTERM): the verdict is ERROR, whatever ran before"]
           if report.get("stopped") == "interrupted" else []),
@@ -176,6 +215,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append("")
     lines += rows_markdown(report.get("rows") or [],
                            "OLD" if report["baseline"] else "known limits" if report.get("known") else "OLD (none)")
+    if report.get("side_rows"):
+        lines += rows_markdown(report["side_rows"], "OLD",
+                               title="Each side against the reference (before the change was named; decides nothing)")
     if report.get("root_causes"):
         lines += root_cause_markdown(report["root_causes"])
     lines += [

@@ -18,6 +18,7 @@ from kimi_oracle.oracle.candidates import CandidateCrash
 from kimi_oracle.oracle.checks import TIMEOUT
 from kimi_oracle.workflows.gate import corpus, fuzz, goldens, invariance, planner, report, timing
 from kimi_oracle.workflows.gate.budget import Budget
+from kimi_oracle.workflows.gate.changes import named_by_change
 from kimi_oracle.workflows.gate.context import GateContext
 from kimi_oracle.workflows.gate.observations import crash_check
 from kimi_oracle.workflows.gate.options import GateOptions, Stage
@@ -95,6 +96,8 @@ class Gate:
                  progress: Callable[[str], None] | None = None):
         self.ctx = GateContext(new, baseline, options, out_dir, progress)
         self.rows: list[dict[str, Any]] = []
+        # each side's rows against the reference (with a baseline; the rows name the change)
+        self.side_rows: list[dict[str, Any]] = []
         self.stages: list[Stage] = []
 
     def start(self) -> None:
@@ -217,7 +220,7 @@ class Gate:
             self._writes_done()
             if pending():
                 self.ctx.interrupted = True
-            result = report.build(self.ctx, self.stages, self.rows, started, t0, budget)
+            result = report.build(self.ctx, self.stages, self.rows, started, t0, budget, side_rows=self.side_rows)
             report.write(self.ctx, result, self.rows)
             return result
 
@@ -234,9 +237,13 @@ class Gate:
         """The rows (root cause x mode class x {OLD, NEW}) and their verdicts; with a baseline or a
         known file they decide the correctness stages (a stage fails when a failing row has an
         input from it)."""
-        new = aggregate(self.ctx.observations["new"])
         old = aggregate(self.ctx.observations["old"]) if self.old is not None else None
-        self.rows = compare_rows(new, old, self.margin, known=self.known, strict=self.options.strict)
+        named = self.ctx.observations["new"]
+        if self.old is not None:  # NEW's causes where the change from OLD is named (gate.changes)
+            named = named_by_change(named, self.ctx.observations["old"])
+            self.side_rows = compare_rows(aggregate(self.ctx.observations["new"]), old, self.margin,
+                                          known=self.known, strict=self.options.strict)
+        self.rows = compare_rows(aggregate(named), old, self.margin, known=self.known, strict=self.options.strict)
         if not self.relative:
             return
         for stage in self.stages:

@@ -62,6 +62,18 @@ class Side:
     per_input: dict[str, tuple[float | None, float | None, float | None]] = field(default_factory=dict, repr=False)
     # per observation: the variants of this row's family that explained it (taken or bit-identical)
     variant_sets: list[set[str]] = field(default_factory=list, repr=False)
+    # the changes from OLD's output that this row's family names (`workflows.gate.changes`)
+    changes: list[Mapping[str, Any]] = field(default_factory=list, repr=False)
+
+    def change(self) -> dict[str, Any] | None:
+        """The row's `change` (gate-report.json): the family, the variant (with its measured
+        parameters) and where and by how much of its largest change, the other variants seen."""
+        if not self.changes:
+            return None
+        worst = max(self.changes, key=lambda c: _number((c.get("levels") or {}).get("max")) or 0.0)
+        return {"family": worst.get("family"), "variant": worst.get("variant"), "where": worst.get("where"),
+                "levels": worst.get("levels"), "exact": bool(worst.get("exact")),
+                "variants": sorted({str(c.get("name")) for c in self.changes}), "inputs": len(self.changes)}
 
     def restricted(self, inputs: set[str]) -> "Side":
         """The same row over `inputs` only (pixel rows)."""
@@ -111,7 +123,8 @@ def aggregate(observations: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str]
     rows: dict[tuple[str, str], Side] = {}
     for o in observations:
         check = str(o.get("check"))
-        levels = cause_levels(o) if check == PIXEL_MISMATCH else {}
+        own = o.get("cause_levels")  # (set where the gate named the change: `gate.changes`)
+        levels = (dict(own) if isinstance(own, Mapping) else cause_levels(o)) if check == PIXEL_MISMATCH else {}
         whole = (_number(o.get("max_levels")), _number(o.get("mean_levels")))
         entries = cause_entries(check, str(o.get("key") or check), o.get("root_causes"), levels, whole)
         # The share of values that differ is measured for the whole image: it is a cause's only
@@ -133,6 +146,9 @@ def aggregate(observations: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str]
                 if share is not None:
                     side.share = max(side.share or 0.0, share)
                 side.variant_sets.append(family_variants(o.get("attribution"), cause))
+                change = o.get("change")
+                if isinstance(change, Mapping) and change.get("exact") and cause in (change.get("families") or []):
+                    side.changes.append(change)
                 prev = side.per_input.get(str(o.get("input")))
                 cur = (None if top is None else float(top), None if mean is None else float(mean), share)
                 side.per_input[str(o.get("input"))] = cur if prev is None else tuple(

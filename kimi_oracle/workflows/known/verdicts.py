@@ -82,7 +82,7 @@ def compare_rows(new: Mapping[tuple[str, str], Side], old: Mapping[tuple[str, st
         stages = sorted((n.stages if n is not None else set()) | (o.stages if o is not None else set()))
         out.append({"root_cause": key[0], "mode_class": key[1], "check": check, "old": old_dict,
                     "new": n.to_dict() if n is not None else dict(ABSENT), "verdict": verdict, "fails": fails,
-                    "why": why, "stages": stages,
+                    "why": why, "stages": stages, "change": n.change() if n is not None else None,
                     "message": (n or o).message})  # type: ignore[union-attr]
     if known is not None and old is None:
         out.extend(_gone_known_rows(new, known))
@@ -205,11 +205,12 @@ def row_reason(row: Mapping[str, Any]) -> str:
             f"OLD {describe_side(row['old'])})")
 
 
-def rows_markdown(rows: Sequence[Mapping[str, Any]], old_label: str = "OLD") -> list[str]:
-    """The table every gate report opens with."""
+def rows_markdown(rows: Sequence[Mapping[str, Any]], old_label: str = "OLD",
+                  title: str = "Root causes × mode classes") -> list[str]:
+    """The table every gate report opens with (`title`: its heading)."""
     if not rows:
-        return ["## Root causes × mode classes", "", "No divergence from the reference, on either side.", ""]
-    out = ["## Root causes × mode classes", "",
+        return [f"## {title}", "", "No divergence from the reference, on either side.", ""]
+    out = [f"## {title}", "",
            f"| verdict | root cause | mode class | {old_label} (max / mean levels, share) | "
            "NEW (max / mean levels, share) | why |",
            "|---|---|---|---|---|---|"]
