@@ -182,10 +182,7 @@ def _judge_on_both(ctx: GateContext, inputs: dict[str, dict[str, Finding]]) -> i
                 if observed[side] is not None:
                     ctx.observations[side].append(observed[side])
         if not same and new_f is not None:  # what turns OLD's output into NEW's there
-            change = observe_change(ctx, observed["new"], base.images, base.config, new_out, old_out, index,
-                                    observed["old"], old_is_reference=old_f is None)
-            if change is not None:
-                new_f.extra["change_from_baseline"] = change
+            _changed(ctx, observed, base, new_f, new_out, old_out, index, old_f is None)
         for side, f, other, other_out in (("new", new_f, old_f, old_out), ("old", old_f, new_f, new_out)):
             if f is None:
                 continue
@@ -205,6 +202,15 @@ def _judge_on_both(ctx: GateContext, inputs: dict[str, dict[str, Finding]]) -> i
             ctx.write_later(NAME, side, f, functools.partial(
                 _write_with_outputs, ctx.out_dir if side == "new" else ctx.out_dir / "baseline", f, window, sides))
     return disagree
+
+
+def _changed(ctx: GateContext, observed: dict[str, Any], base: Finding, new_f: Finding, new_out: Any, old_out: Any,
+             index: int, old_is_reference: bool) -> None:
+    """NEW's observation (and finding) given the change from OLD's output (`gate.changes`)."""
+    change = observe_change(ctx, observed["new"], base.images, base.config, new_out, old_out, index,
+                            observed["old"], old_is_reference=old_is_reference)
+    if change is not None:
+        new_f.extra["change_from_baseline"] = change
 
 
 def _write_with_outputs(out_dir: Any, f: Finding, window: tuple[int, int, int] | None,

@@ -29,6 +29,9 @@ def budget_shares(stages: list[Stage], budget: float) -> dict[str, Any]:
             "correctness_share_of_budget": share(correctness), "timing_share_of_budget": share(timing)}
 
 
+SIDE_ROWS_TITLE = "Each side against the reference (before the change was named; decides nothing)"
+
+
 def what_changed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The changes from OLD that the failing rows name, one per variant (the report's first
     lines): `name`, `family`, `variant`, `where` (its largest change's), `levels`, `mode_classes`,
@@ -95,9 +98,7 @@ def build(ctx: GateContext, stages: list[Stage], rows: list[dict[str, Any]], sta
         "started": started,
         "finished": utc_now(),
         "elapsed_s": round(elapsed, 3),
-        "time": {
-            # A candidate's process at work or waited for (its calls and the transfers to it),
-            # NEW's and OLD's as one wall-clock union; it overlaps in_reference_s.
+        "time": {  # in_candidate_s: NEW's and OLD's calls (a wall-clock union; overlaps in_reference_s)
             "in_candidate_s": round(in_candidates, 3),
             "in_reference_s": round(ctx.clock.reference_s, 3),
             "overhead_s": round(overhead, 3),
@@ -112,10 +113,8 @@ def build(ctx: GateContext, stages: list[Stage], rows: list[dict[str, Any]], sta
         },
         # Root causes of the goldens' and the fuzz stage's findings, per mode class, worst first.
         "rows": rows,
-        # with a baseline: the changes from OLD the failing rows name, and each side's own rows
-        # against the reference (the rows before the change was named; they decide nothing)
-        "what_changed": what_changed(rows),
-        "side_rows": side_rows or [],
+        # each side's own rows against the reference (before the change was named; decide nothing)
+        "what_changed": what_changed(rows), "side_rows": side_rows or [],
         "relative": ctx.relative,
         "margin_pct": ctx.options.margin_pct,
         "known": str(ctx.options.known_path) if ctx.options.known_path else None,
@@ -216,8 +215,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += rows_markdown(report.get("rows") or [],
                            "OLD" if report["baseline"] else "known limits" if report.get("known") else "OLD (none)")
     if report.get("side_rows"):
-        lines += rows_markdown(report["side_rows"], "OLD",
-                               title="Each side against the reference (before the change was named; decides nothing)")
+        lines += rows_markdown(report["side_rows"], "OLD", title=SIDE_ROWS_TITLE)
     if report.get("root_causes"):
         lines += root_cause_markdown(report["root_causes"])
     lines += [
