@@ -160,5 +160,22 @@ def diagnose_change(images: Sequence[ImageSource], config: PreprocessConfig, new
         return out
     families = list(dict.fromkeys(v.split("/", 1)[0] for v in att.variants))
     first = att.variants[0]
+    alternatives = sorted({a for e in att.explained for a in e.alternatives})
     return {**out, "family": families[0], "variant": first.split("/", 1)[1], "name": first,
-            "families": families, "variants": list(att.variants), "exact": att.fully_explained, "tier": "steps"}
+            "families": families, "variants": list(att.variants), "alternatives": alternatives,
+            "exact": att.fully_explained, "tier": "steps"}
+
+
+def rows_of_another_image(batch: Any, k: int) -> int | None:
+    """j when image k's rows of a batch's result are bit for bit image j's rows (j != k: an
+    engine that gave one image of a group another's rows), else None."""
+    try:
+        r = as_result(batch)
+        offsets = r.patch_offsets()
+        mine = r.pixel_values[offsets[k]:offsets[k + 1]]
+        for j in range(len(offsets) - 1):
+            if j != k and _same(r.pixel_values[offsets[j]:offsets[j + 1]], mine):
+                return j
+    except (AttributeError, IndexError, RuntimeError, TypeError, ValueError):
+        return None
+    return None

@@ -261,12 +261,41 @@ def fit_constants(pairs: list[tuple[np.ndarray, np.ndarray]], config: Preprocess
             return None
         s = 1.0 / (255.0 * a)
         raw.append((-b * s, s))
+    found = _uniform_constants(raw, pairs, config)
+    if found is not None:
+        return None if found.mean == tuple(config.image_mean) and found.std == tuple(config.image_std) else found
     for kind in NORMALIZE_KINDS:
         found = _constants_in(kind, raw, pairs, config)
         if found is not None:
             if found.mean == tuple(config.image_mean) and found.std == tuple(config.image_std):
                 return None
             return found
+    return None
+
+
+def _candidates(raw: list[tuple[float, float]], config: PreprocessConfig) -> list[tuple[tuple, tuple]]:
+    """Statistics to try, simplest first: the config's, then per rounding (1..MAX_DIGITS decimals)
+    the fitted mean with the config's std, then fitted mean and std; last the raw fit."""
+    mean0, std0 = tuple(config.image_mean), tuple(config.image_std)
+    out = [(mean0, std0)]
+    for d in range(1, MAX_DIGITS + 1):
+        mean, std = tuple(round(m, d) for m, _ in raw), tuple(round(s, d) for _, s in raw)
+        out += [(mean, std0), (mean0, std), (mean, std)]
+    out.append((tuple(m for m, _ in raw), tuple(s for _, s in raw)))
+    return list(dict.fromkeys(out))
+
+
+def _uniform_constants(raw: list[tuple[float, float]], pairs: list[tuple[np.ndarray, np.ndarray]],
+                       config: PreprocessConfig) -> FittedNormalize | None:
+    """The simplest statistics (one rounding for all channels) and arithmetic that reproduce
+    every observed value."""
+    for mean, std in _candidates(raw, config):
+        if not all(v > 0 for v in std):
+            continue
+        for kind in NORMALIZE_KINDS:
+            table = _table(kind, mean, std)
+            if all(np.array_equal(table[c][lv].view(np.int32), y.view(np.int32)) for c, (lv, y) in enumerate(pairs)):
+                return FittedNormalize(kind, tuple(float(v) for v in mean), tuple(float(v) for v in std))  # type: ignore[arg-type]
     return None
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.oracle.checks import PIXEL_MISMATCH
+from kimi_oracle.oracle.checks import INVARIANCE, PIXEL_MISMATCH
 from kimi_oracle.oracle.diagnosis.change import diagnose_change
 from kimi_oracle.results.report import cause_levels
 
@@ -56,9 +56,13 @@ def named_by_change(new: Iterable[Mapping[str, Any]], old: Iterable[Mapping[str,
     outputs); `per_side_root_causes` keeps NEW's own. Observations without an exact change are
     NEW's own."""
     old_by = {(o.get("input"), o.get("stage")): o for o in old if o.get("check") == PIXEL_MISMATCH}
+    new = consistent(new)
     out = []
     for o in new:
         change = o.get("change")
+        if isinstance(change, Mapping) and change.get("exact") and o.get("check") == INVARIANCE:
+            out.append({**o, "key": change.get("family"), "per_side_root_causes": [str(o.get("key"))]})
+            continue
         if not isinstance(change, Mapping) or not change.get("exact") or o.get("check") != PIXEL_MISMATCH:
             out.append(dict(o))
             continue
@@ -82,3 +86,26 @@ def named_by_change(new: Iterable[Mapping[str, Any]], old: Iterable[Mapping[str,
                     "attribution": {**(before if isinstance(before, Mapping) else {}), "explained": explained},
                     "per_side_root_causes": list(o.get("root_causes") or [])})
     return out
+
+
+def consistent(observations: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The observations with each exact change that had bit-identical alternatives named after
+    the alternative the most other inputs' changes name (a one-line defect changes one step on
+    every input; on one input another step may give the same output)."""
+    obs = [dict(o) for o in observations]
+    counts: dict[str, int] = {}
+    for o in obs:
+        c = o.get("change")
+        if isinstance(c, Mapping) and c.get("exact"):
+            counts[str(c.get("name"))] = counts.get(str(c.get("name")), 0) + 1
+    for o in obs:
+        c = o.get("change")
+        if not isinstance(c, Mapping) or not c.get("exact") or len(c.get("families") or []) != 1:
+            continue
+        options = [str(c.get("name"))] + [str(a) for a in c.get("alternatives") or []]
+        best = max(options, key=lambda n: (counts.get(n, 0), n == c.get("name")))
+        if best != c.get("name"):
+            family, _, variant = best.partition("/")
+            o["change"] = {**c, "family": family, "variant": variant, "name": best, "families": [family],
+                           "chosen_among_alternatives": True}
+    return obs

@@ -14,6 +14,7 @@ from kimi_oracle.inputs.generators import CaseParams, make_image
 from kimi_oracle.oracle.candidates import CandidateCrash
 from kimi_oracle.oracle.checks import INVARIANCE, TIMEOUT, Verdict
 from kimi_oracle.oracle.checks.invariance import check_invariance_lockstep
+from kimi_oracle.oracle.diagnosis.change import diagnose_change, rows_of_another_image
 from kimi_oracle.oracle.grouping import mode_class
 from kimi_oracle.pipelines import reference
 from kimi_oracle.workflows.gate.context import GateContext
@@ -144,8 +145,34 @@ def _check_batch(ctx: GateContext, stage: Stage, config: PreprocessConfig, image
         ctx.findings.append({"stage": NAME, "check": INVARIANCE, "profile": profile,
                              "message": verdict.message, "images": params,
                              "config": config.to_hf_json()})
-        ctx.observations["new"].append(observation(input_id, NAME, verdict, images))
+        obs = observation(input_id, NAME, verdict, images)
+        if ctx.old is not None and verdict.stats.get("kind") == "batch_vs_single":
+            _batch_change(ctx, obs, verdict, images, config)
+        ctx.observations["new"].append(obs)
     return 1
+
+
+def _batch_change(ctx: GateContext, obs: dict[str, Any], verdict: Verdict, images: list[Any],
+                  config: PreprocessConfig) -> None:
+    """What turns an image's output alone into its rows in the batch (`gate.changes`): another
+    image's rows (`patch-order/rows-of-image-J`), or a step change read off the two outputs."""
+    k = int((verdict.stats.get("indices") or [0])[0])
+    try:
+        full = ctx.new(images, config)
+    except Exception:  # noqa: BLE001 - a crash here is the invariance finding's, already recorded
+        return
+    j = rows_of_another_image(full, k)
+    if j is not None:
+        obs["change"] = {"family": "patch-order", "variant": f"rows-of-image-{j}",
+                         "name": f"patch-order/rows-of-image-{j}", "families": ["patch-order"], "exact": True,
+                         "where": {"image": k, "summary": f"image {k}'s rows in the batch are image {j}'s"},
+                         "levels": {"max": verdict.stats.get("max_level_diff"),
+                                    "mean": verdict.stats.get("mean_level_diff")}, "tier": "batch"}
+        return
+    if verdict.expected is not None and verdict.actual is not None:
+        change = diagnose_change([images[k]], config, verdict.expected, verdict.actual, old_attribution={})
+        if change is not None and change.get("exact"):
+            obs["change"] = change
 
 
 def _invariance_verdicts(candidates: list[Any], config: PreprocessConfig, images: list[Any]) -> list[Verdict]:

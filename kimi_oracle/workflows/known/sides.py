@@ -136,6 +136,9 @@ def aggregate(observations: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str]
             side = rows.setdefault((cause, mode), Side(check=check, message=str(o.get("message", ""))))
             side.inputs.add(str(o.get("input")))
             side.stages.add(str(o.get("stage", "")))
+            change = o.get("change")
+            if isinstance(change, Mapping) and change.get("exact") and cause in (change.get("families") or []):
+                side.changes.append(change)
             if check == PIXEL_MISMATCH:
                 if top is not None:
                     side.max_levels = max(side.max_levels or 0.0, float(top))
@@ -146,9 +149,6 @@ def aggregate(observations: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str]
                 if share is not None:
                     side.share = max(side.share or 0.0, share)
                 side.variant_sets.append(family_variants(o.get("attribution"), cause))
-                change = o.get("change")
-                if isinstance(change, Mapping) and change.get("exact") and cause in (change.get("families") or []):
-                    side.changes.append(change)
                 prev = side.per_input.get(str(o.get("input")))
                 cur = (None if top is None else float(top), None if mean is None else float(mean), share)
                 side.per_input[str(o.get("input"))] = cur if prev is None else tuple(
