@@ -68,10 +68,16 @@ class _Settling:
         if (first is not None and first is not record and first.finding is None and finding.check == PIXEL_MISMATCH
                 and self.options.shrink and not self.eager_diagnosis and not self.diagnosis_spent()):
             first.finding = self.finding(first)
+        unconfirmed = False
+        if first is not None and first is not record and finding.check == PIXEL_MISMATCH and self.options.shrink:
+            unconfirmed = _confirm(finding, first) is False
+            if unconfirmed and first.finding is None and not record.saved and not self.diagnosis_spent():
+                # (the original's own diagnosis: the search goes on there)
+                first.finding = self.finding(first)
         if (first is not None and first is not record and first.finding is not None
                 and finding.check == PIXEL_MISMATCH and self.options.shrink):
             extra_finding = first.finding
-            lost = _lost_causes(finding, extra_finding)
+            lost = _lost_causes(finding, extra_finding) or (["unconfirmed"] if unconfirmed else [])
             if lost:
                 extra_finding.key = f"{group}{{{'+'.join(lost)}}}"
                 extra_finding.extra["group"] = extra_finding.key
@@ -139,3 +145,25 @@ def _lost_causes(shrunk: Finding, first: Finding) -> list[str]:
     levels = cause_levels(first)
     return [c for c in first.root_causes
             if c not in known and c != "unexplained" and not is_sub_level(levels.get(c, (0.0, 0.0))[0])]
+
+
+def _confirm(finding: Finding, first: _Record) -> bool | None:
+    """The shrunk finding's explanation checked on the case it was first met on (a 1x1 case holds
+    too few values to tell arithmetics apart): `confirmed_on_first_case` in its extra, and a
+    note in its message when the variants do not reproduce that case. None: not checked (not
+    explained, or not measurable there)."""
+    from kimi_oracle.core.explanation import EXPLAINED
+    from kimi_oracle.oracle.diagnosis.attribution import reproduces
+    from kimi_oracle.oracle.grouping import image_at_fault
+
+    att = finding.attribution or {}
+    if att.get("explanation") != EXPLAINED or first.verdict.actual is None:
+        return None
+    case = first.case
+    holds = reproduces(list(att.get("variants") or []), case.make_images(), case.config, first.verdict.actual,
+                       image_at_fault(first.verdict.stats))
+    finding.extra["confirmed_on_first_case"] = {"example": first.example, "holds": holds}
+    if holds is False:
+        finding.message += ("; its explanation does not reproduce the case it was first met on (example "
+                            f"{first.example}): that case is diagnosed on its own")
+    return holds

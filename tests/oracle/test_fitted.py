@@ -176,3 +176,24 @@ def test_alpha_regions_are_located():
 def test_histogram_bins_by_levels():
     assert histogram(np.array([0.5, -1.0, 3.0, 20.0, 255.0, np.inf])) == {
         "<1": 1, "1": 1, "2-3": 1, "16-63": 1, "64-255": 1, ">=256": 1}
+
+
+def test_a_fitted_name_with_a_negative_constant_parses_back():
+    from kimi_oracle.oracle.diagnosis.fitted import parse_normalize
+
+    name = "mean--0.25,0.5,0.75-std-0.5,0.25,2"
+    parsed = parse_normalize(name, K3)
+    assert parsed is not None and parsed[0] == name
+
+
+def test_an_explanation_is_confirmed_on_a_larger_case_only_when_it_reproduces_it():
+    # a 1x1 grey image cannot tell two arithmetics apart; a noise image can
+    from kimi_oracle.oracle.diagnosis.attribution import reproduces
+
+    big = _img(40, 30)
+    expected, actual = _renormalized(big, K3, (0.48, 0.46, 0.41), tuple(K3.image_std), divide=True)
+    found = attribute([big], K3, actual, expected=expected)
+    assert found.explanation == "explained"
+    assert reproduces(list(found.variants), [big], K3, actual, 0) is True
+    assert reproduces(["normalize-float/mean-0.48,0.46,0.41"], [big], K3, actual, 0) is False  # the table's arithmetic
+    assert reproduces(["decoder/by-elimination"], [big], K3, actual, 0) is None

@@ -319,6 +319,28 @@ def diagnosis_holds(fields: Mapping[str, Any], images: Sequence[ImageSource], co
             and (after.differing == 0) == (att.get("explanation") == EXPLAINED))
 
 
+def reproduces(variants: Sequence[str], images: Sequence[ImageSource], config: PreprocessConfig, actual: Any,
+               image: int) -> bool | None:
+    """Whether the reference with `variants` (`family/variant` names) applied gives the
+    candidate's rows of image `image` bit for bit (None: not measurable there: another shape,
+    a variant found by elimination, a name that does not apply)."""
+    pairs = [tuple(n.split("/", 1)) for n in variants if isinstance(n, str) and "/" in n]
+    if not pairs or any(v == BY_ELIMINATION for _, v in pairs):
+        return None
+    try:
+        decoded = load_images(images)
+        act = as_result(actual)
+        offsets = _offsets(decoded, config, act)
+        lo, hi = offsets[image], offsets[image + 1]
+        search = Search(decoded, config, [image], {}, (), Budget(1))
+        with one_torch_thread():
+            model = search.run(image, steps_for(config, pairs))  # type: ignore[arg-type]
+        got = act.pixel_values[lo:hi].float().contiguous()
+        return bool(model.shape == got.shape and torch.equal(model.view(torch.int32), got.view(torch.int32)))
+    except (KimiOracleError, KeyError, ValueError, IndexError, TypeError, OutOfRuns):
+        return None
+
+
 def _combined(outcomes: list[_ImageOutcome], scope: list[int], budget: Budget, seconds: float,
               assumed: tuple[str, ...]) -> Attribution:
     before = merge([o.before for o in outcomes])

@@ -13,6 +13,7 @@ when its output reproduces the candidate bit for bit. Rule: docs/diagnosis.md ("
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import re
@@ -41,6 +42,10 @@ MAX_NAMED_PERMUTATION = 256
 # Normalization constants are tried rounded to 1..MAX_DIGITS decimals (the shortest that
 # reproduces the candidate is named).
 MAX_DIGITS = 8
+# A channel with fewer distinct levels than this does not determine mean and std (a line passes
+# through any two points): its constants are then tried rounded to UNDERDETERMINED_DIGITS at most.
+MIN_LEVELS = 3
+UNDERDETERMINED_DIGITS = 3
 # The arithmetics a fitted normalization is tried in: the checkpoint's table first.
 NORMALIZE_KINDS = ("table", "scale-bias", "fused", "fused-float64-constants", "divide", "reciprocal",
                    "fused-255", "bfloat16", "float16")
@@ -207,6 +212,7 @@ class FittedNormalize:
         return _table(self.kind, self.mean, self.std)
 
 
+@functools.lru_cache(maxsize=4096)
 def _table(kind: str, mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
     if kind == "table":
         return reference._lut(tuple(mean), tuple(std))
@@ -253,17 +259,24 @@ def fit_constants(pairs: list[tuple[np.ndarray, np.ndarray]], config: Preprocess
     gives every observed level's candidate value bit for bit; None when none does, or when the
     config's own statistics do (the catalogued arithmetics name that)."""
     raw = []
-    for lv, y in pairs:
-        if len(lv) < 2 or not np.isfinite(y).all():
+    for c, (lv, y) in enumerate(pairs):
+        if not len(lv) or not np.isfinite(y).all():
             return None
+        if len(lv) < 2:  # one level seen (a flat image): the mean, with the config's std
+            s0 = float(config.image_std[c])
+            raw.append((float(lv[0]) / 255.0 - float(y[0]) * s0, s0))
+            continue
         a, b = np.polyfit(lv.astype(np.float64), y.astype(np.float64), 1)
         if not a > 0:
             return None
         s = 1.0 / (255.0 * a)
         raw.append((-b * s, s))
-    found = _uniform_constants(raw, pairs, config)
+    determined = all(len(lv) >= MIN_LEVELS for lv, _ in pairs)
+    found = _uniform_constants(raw, pairs, config, determined)
     if found is not None:
         return None if found.mean == tuple(config.image_mean) and found.std == tuple(config.image_std) else found
+    if not determined:
+        return None
     for kind in NORMALIZE_KINDS:
         found = _constants_in(kind, raw, pairs, config)
         if found is not None:
@@ -273,23 +286,28 @@ def fit_constants(pairs: list[tuple[np.ndarray, np.ndarray]], config: Preprocess
     return None
 
 
-def _candidates(raw: list[tuple[float, float]], config: PreprocessConfig) -> list[tuple[tuple, tuple]]:
+def _candidates(raw: list[tuple[float, float]], config: PreprocessConfig,
+                determined: bool = True) -> list[tuple[tuple, tuple]]:
     """Statistics to try, simplest first: the config's, then per rounding (1..MAX_DIGITS decimals)
-    the fitted mean with the config's std, then fitted mean and std; last the raw fit."""
+    the fitted mean with the config's std, then fitted mean and std; last the raw fit. When the
+    data do not determine the two constants (`determined` False: fewer than MIN_LEVELS levels in
+    a channel, through which some line always passes), only roundings to UNDERDETERMINED_DIGITS
+    decimals: a short constant that reproduces every value is no coincidence, a long one is."""
     mean0, std0 = tuple(config.image_mean), tuple(config.image_std)
     out = [(mean0, std0)]
-    for d in range(1, MAX_DIGITS + 1):
+    for d in range(1, (MAX_DIGITS if determined else UNDERDETERMINED_DIGITS) + 1):
         mean, std = tuple(round(m, d) for m, _ in raw), tuple(round(s, d) for _, s in raw)
         out += [(mean, std0), (mean0, std), (mean, std)]
-    out.append((tuple(m for m, _ in raw), tuple(s for _, s in raw)))
+    if determined:
+        out.append((tuple(m for m, _ in raw), tuple(s for _, s in raw)))
     return list(dict.fromkeys(out))
 
 
 def _uniform_constants(raw: list[tuple[float, float]], pairs: list[tuple[np.ndarray, np.ndarray]],
-                       config: PreprocessConfig) -> FittedNormalize | None:
+                       config: PreprocessConfig, determined: bool = True) -> FittedNormalize | None:
     """The simplest statistics (one rounding for all channels) and arithmetic that reproduce
     every observed value."""
-    for mean, std in _candidates(raw, config):
+    for mean, std in _candidates(raw, config, determined):
         if not all(v > 0 for v in std):
             continue
         for kind in NORMALIZE_KINDS:
@@ -345,7 +363,9 @@ _KIND_SUFFIX = "|".join(re.escape(k) for k in NORMALIZE_KINDS if k != "table")
 
 def parse_normalize(name: str, config: PreprocessConfig) -> Fitted | None:
     """`mean-a,b,c[-std-d,e,f][-KIND]` or `std-d,e,f[-KIND]` (None for another name)."""
-    m = re.fullmatch(rf"(?:mean-([^-]+,[^-]+,[^-]+))?-?(?:std-([^-]+,[^-]+,[^-]+))?(?:-?({_KIND_SUFFIX}))?", name)
+    num = r"-?\d+(?:\.\d+)?"
+    three = rf"{num},{num},{num}"
+    m = re.fullmatch(rf"(?:mean-({three}))?-?(?:std-({three}))?(?:-?({_KIND_SUFFIX}))?", name)
     if not m or not (m[1] or m[2]):
         return None
     try:
@@ -417,13 +437,17 @@ def _bits(a: np.ndarray | torch.Tensor) -> np.ndarray:
 
 
 def fit_patch_order(fi: FitInput) -> list[Fitted]:
-    """The order that brings the base's values closest to the candidate's, of three kinds: an
-    order of the patchify's axes, a channel order, a permutation of whole patches (each when it
-    matches more values than the base's own order; the catalogue's orders left to it)."""
+    """When the candidate's values are the base's in another order, the order that brings them
+    closest, of three kinds: an order of the patchify's axes, a channel order, a permutation of
+    whole patches (each when it matches more values than the base's own order; the catalogue's
+    orders left to it)."""
     patch = fi.config.patch_size
-    values = canvas(fi.model, fi.plan, patch)
     target = _bits(fi.target)
-    own = int((_bits(fi.model) == target).sum())
+    model_bits = _bits(fi.model)
+    if model_bits.shape != target.shape or not np.array_equal(np.sort(model_bits, axis=None), np.sort(target, axis=None)):
+        return []  # (not the base's values in another order: no order reproduces it)
+    values = canvas(fi.model, fi.plan, patch)
+    own = int((model_bits == target).sum())
     out: list[Fitted] = []
     best: tuple[int, Any] | None = None
     for axes in itertools.permutations(range(5)):
