@@ -37,8 +37,8 @@ from kimi_oracle.oracle.diagnosis.catalogue import _NORMALIZERS, _PATCH_ORDERS, 
 from kimi_oracle.oracle.diagnosis.regions import Where, canvas, locate
 from kimi_oracle.pipelines.reference import CHECKPOINT, normalization_lut
 
-# Reference runs the second tier may spend on one image (the greedy search takes tens).
-CHANGE_MAX_RUNS = 800
+# Reference runs the second tier may spend on one image (the greedy search takes tens; one change is one step).
+CHANGE_MAX_RUNS = 300
 
 
 def _rows(result: Any, index: int) -> torch.Tensor:

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.oracle.checks import INVARIANCE, PIXEL_MISMATCH
-from kimi_oracle.oracle.diagnosis.change import diagnose_change
+from kimi_oracle.oracle.diagnosis.change import CHANGE_MAX_RUNS, diagnose_change
 from kimi_oracle.results.report import cause_levels
 
 # Inputs whose change the second tier (a search from OLD's inferred steps) diagnoses in one gate
@@ -35,7 +35,7 @@ def observe_change(ctx: Any, new_obs: dict[str, Any] | None, images: Sequence[An
     old_attribution = None if old_obs is None else old_obs.get("attribution")
     change = diagnose_change(images, config, new_out, old_out, index=index, old_attribution=old_attribution,
                              old_is_reference=old_is_reference or old_obs is None,
-                             max_runs=0 if spent >= MAX_STEP_CHANGES else 800)
+                             max_runs=0 if spent >= MAX_STEP_CHANGES else CHANGE_MAX_RUNS)
     if change is not None and change.get("tier") == "steps":
         ctx.step_changes = spent + 1
     if change is not None:
