@@ -43,11 +43,12 @@ def observe_change(ctx: Any, new_obs: dict[str, Any] | None, images: Sequence[An
     return change
 
 
-def _levels(change: Mapping[str, Any]) -> tuple[float, float]:
+def _levels(change: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    # (None where a value is not finite: the row then takes no level from it, as for any such value)
     levels = change.get("levels") or {}
     top, mean = levels.get("max"), levels.get("mean")
-    return (float(top) if isinstance(top, (int, float)) else float("inf"),
-            float(mean) if isinstance(mean, (int, float)) else float("inf"))
+    return (float(top) if isinstance(top, (int, float)) else None,
+            float(mean) if isinstance(mean, (int, float)) else None)
 
 
 def named_by_change(new: Iterable[Mapping[str, Any]], old: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -75,7 +76,8 @@ def named_by_change(new: Iterable[Mapping[str, Any]], old: Iterable[Mapping[str,
         top, mean = _levels(change)
         for family in change.get("families") or [change.get("family")]:
             was = levels.get(family)
-            levels[family] = (top, mean) if not was else (max(float(was[0] or 0.0), top), max(float(was[1] or 0.0), mean))
+            levels[family] = (top, mean) if not was or top is None or mean is None else (
+                max(float(was[0] or 0.0), top), max(float(was[1] or 0.0), mean))
             if family not in causes:
                 causes.append(family)
         before = prior.get("attribution") if prior else None
