@@ -72,6 +72,10 @@ class _Record:
     cost: float = 0.0  # the clock's time making that finding took
     shrunk: bool = False  # a case the shrink found
     tile: bool = False  # a tile-crossing example's case (one image of ~256-2048 px sides)
+    # Peeled (`fuzzers.peel`): the explained causes the reference is taken with for this group
+    # (after `--assume`'s), and the group whose explanation they are.
+    after: tuple[tuple[str, str], ...] = ()
+    peeled_from: str | None = None
 
 
 def outcome_digest(verdict: Verdict | None) -> str:

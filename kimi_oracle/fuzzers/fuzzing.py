@@ -147,6 +147,7 @@ def _fuzz(candidate: Candidate | str, config: PreprocessConfig, options: FuzzOpt
         partner = engine.partner = _Engine(baseline, config, options, None, None)
         partner.run.seed, partner.start = engine.run.seed, engine.start
         engine.eager_diagnosis = partner.eager_diagnosis = True
+        engine.peeling = partner.peeling = False  # (the gate compares NEW's groups with OLD's as met)
     else:
         # fuzz(): finding folders are written by a background thread while the run goes on
         engine.publisher = Publisher(engine.clock, options.db_dir, options.diagnosis_share, background=True)

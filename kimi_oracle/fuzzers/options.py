@@ -109,6 +109,9 @@ class FuzzOptions:
     # (family, variant) pairs of the diagnosis catalogue the reference is taken with (`--assume`):
     # the candidate is compared with the reference with those variants applied.
     assume: tuple[tuple[str, str], ...] = ()
+    # Every bug its own finding (`fuzzers.peel`): an explained group's causes applied to the
+    # reference, and the search for further causes goes on there (fuzz(); never the gate's pair).
+    peel: bool = True
 
     def max_examples(self) -> int:
         """The number of examples the run draws (huge under a time budget alone)."""

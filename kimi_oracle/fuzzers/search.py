@@ -18,6 +18,7 @@ from kimi_oracle.core.errors import KimiOracleError
 from kimi_oracle.fuzzers.budget import _Budget
 from kimi_oracle.fuzzers.cases import _Record, example_source, outcome_digest
 from kimi_oracle.fuzzers.options import FuzzOptions, FuzzRun
+from kimi_oracle.fuzzers.peel import _Peeling
 from kimi_oracle.fuzzers.publishing import Publisher
 from kimi_oracle.fuzzers.settle import _Settling
 from kimi_oracle.fuzzers.shrink import _HarnessAbort, _Shrinking
@@ -25,7 +26,6 @@ from kimi_oracle.inputs.draw import ChoiceSource, ReplayError, draw_fuzz_case
 from kimi_oracle.inputs.generators import FuzzCase
 from kimi_oracle.oracle.candidates import Candidate
 from kimi_oracle.oracle.checks import TIMEOUT, Tolerance, Verdict, full_verdict
-from kimi_oracle.oracle.diagnosis import assumed_steps
 from kimi_oracle.oracle.grouping import finding_key, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
 
@@ -48,7 +48,7 @@ def _namespace(candidate: Candidate, config: PreprocessConfig, options: FuzzOpti
     return ("fuzz-cases:" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]).encode()
 
 
-class _Engine(_Budget, _Shrinking, _Settling):
+class _Engine(_Budget, _Shrinking, _Settling, _Peeling):
     """One fuzz run's state and stages (fuzz() below is the public entry)."""
 
     def __init__(self, candidate: Candidate, config: PreprocessConfig, options: FuzzOptions,
@@ -84,15 +84,20 @@ class _Engine(_Budget, _Shrinking, _Settling):
         # fuzz_pair: each group's first case is diagnosed when met (the gate compares root causes
         # of first and shrunk cases, NEW's and OLD's); fuzz(): when published, within a budget.
         self.eager_diagnosis = False
+        # fuzz(): each explained group's causes applied to the reference, and the search for
+        # further ones goes on there (`fuzzers.peel`); per group, the causes applied after it.
+        self.peeling = options.peel
+        self.peeled: dict[str, tuple[tuple[str, str], ...]] = {}
         self.publisher = Publisher(self.clock, options.db_dir, options.diagnosis_share)
 
     # -- one evaluation
 
-    def judge(self, case: FuzzCase, invariance: bool, *, shrinking: bool = False, hangs_judged: bool = False
-              ) -> tuple[list[Image.Image], Verdict] | None:
-        """The verdict on one case; None when the reference rejects it or it is not judged."""
+    def judge(self, case: FuzzCase, invariance: bool, *, shrinking: bool = False, hangs_judged: bool = False,
+              after: Sequence[tuple[str, str]] = ()) -> tuple[list[Image.Image], Verdict] | None:
+        """The verdict on one case; None when the reference rejects it or it is not judged.
+        `after`: explained causes the reference is taken with (a peeled group's, `fuzzers.peel`)."""
         return self.finish(self.begin(case, shrinking=shrinking, hangs_judged=hangs_judged), invariance,
-                           shrinking=shrinking)
+                           shrinking=shrinking, after=after)
 
     def begin(self, case: FuzzCase, *, shrinking: bool = False, images: list[Image.Image] | None = None,
               hangs_judged: bool = False) -> tuple[list[Image.Image], PreprocessConfig, Any] | None:
@@ -116,7 +121,7 @@ class _Engine(_Budget, _Shrinking, _Settling):
 
     def finish(self, started: tuple[list[Image.Image], PreprocessConfig, Any] | None, invariance: bool, *,
                shrinking: bool = False, expected: Any = None, same_as: Verdict | None = None,
-               brief: bool = False) -> tuple[list[Image.Image], Verdict] | None:
+               brief: bool = False, after: Sequence[tuple[str, str]] = ()) -> tuple[list[Image.Image], Verdict] | None:
         """The verdict on a begun case (the reference runs now, then the call's result is taken);
         `brief`: a pixel mismatch judged as far as its group (`note` completes what it records)."""
         if started is None:
@@ -129,7 +134,7 @@ class _Engine(_Budget, _Shrinking, _Settling):
         try:
             verdict = evaluate(self.candidate, images, config, self.tol, invariance=invariance, call=call,
                                expected=expected, same_as=same_as, brief=brief,
-                               steps=assumed_steps(config, self.options.assume) if self.options.assume else None)
+                               steps=self.steps_for(config, after))
         except Rejected:
             if not shrinking:
                 run.rejected += 1
@@ -154,8 +159,13 @@ class _Engine(_Budget, _Shrinking, _Settling):
         unless the search has begun the next one already)."""
         check = str(verdict.check)
         group = self.group_of(verdict, images)
+        after: tuple[tuple[str, str], ...] = ()
         if group in self.published:
-            return
+            # (a published group's example: a further cause there is its peeled group's)
+            peeled = self.past_published(group, images, case.config, verdict)
+            if peeled is None:
+                return
+            group, verdict, after = peeled
         seen = self.seen.setdefault(group, {"hits": 0, "max": 0.0})
         seen["hits"] += 1
         level = verdict.stats.get("max_level_diff")
@@ -169,12 +179,14 @@ class _Engine(_Budget, _Shrinking, _Settling):
             if not known.saved and not tile and (len(choices) < len(known.choices)
                                     or len(choices) == len(known.choices) and tuple(choices) < known.choices):
                 self.records[group] = _Record(case, tuple(choices), self.completed(verdict, case, images),
-                                              known.example, invariance, False, cost_to_judge=took)
+                                              known.example, invariance, False, cost_to_judge=took,
+                                              after=known.after, peeled_from=known.peeled_from)
             return
         verdict = self.completed(verdict, case, images)
         self.last_new = example
         self.run.first_found.setdefault(check, example)
-        record = _Record(case, tuple(choices), verdict, example, invariance, saved, cost_to_judge=took, tile=tile)
+        record = _Record(case, tuple(choices), verdict, example, invariance, saved, cost_to_judge=took, tile=tile,
+                         after=after, peeled_from=self.peeled_from(after))
         self.records[group] = record
         self.first_cases[group] = record
         if check == TIMEOUT and len(images) == 1:

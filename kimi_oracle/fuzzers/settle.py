@@ -9,6 +9,7 @@ from PIL import Image
 
 from kimi_oracle.core.levels import is_sub_level
 from kimi_oracle.fuzzers.cases import _Record, finding_from
+from kimi_oracle.fuzzers.peel import mark_peeled
 from kimi_oracle.fuzzers.shrink import _HarnessAbort
 from kimi_oracle.oracle.checks import FINDING_KINDS, PIXEL_MISMATCH
 from kimi_oracle.oracle.diagnosis import finding_diagnosis
@@ -29,21 +30,30 @@ class _Settling:
     def finding(self, record: _Record) -> Finding:
         case = record.case  # fresh images: the candidate may have altered the ones it was given
         images = case.make_images()
-        return finding_from(record.verdict, self.candidate.spec, case.config, images,
-                            params=[p.to_dict() for p in case.images], tolerance=str(self.tol),
-                            seed=self.run.seed, example=record.example,
-                            diagnosis=self.diagnosis(record, images), assume=self.options.assume)
+        finding = finding_from(record.verdict, self.candidate.spec, case.config, images,
+                               params=[p.to_dict() for p in case.images], tolerance=str(self.tol),
+                               seed=self.run.seed, example=record.example,
+                               diagnosis=self.diagnosis(record, images), assume=self.assumed(record))
+        if record.after:
+            mark_peeled(finding, record.after, record.peeled_from)
+        return finding
+
+    def assumed(self, record: _Record) -> tuple[tuple[str, str], ...]:
+        """The variants a record's reference is taken with: `--assume`'s, then its peeled causes."""
+        return tuple(self.options.assume) + tuple(record.after)
 
     def diagnosis(self, record: _Record, images: list[Image.Image]) -> dict[str, Any]:
         """The diagnosis fields of a record's finding (`fuzzers.publishing.Publisher.diagnose`;
         fuzz_pair: always a new one)."""
         budget = None if self.eager_diagnosis else self.budget
+        assume = self.assumed(record)
         return self.publisher.diagnose(record.verdict, images, record.case.config, (self.db_key, record.choices),
-                                       budget, functools.partial(finding_diagnosis, assume=self.options.assume)
-                                       if self.options.assume else finding_diagnosis)
+                                       budget, functools.partial(finding_diagnosis, assume=assume)
+                                       if assume else finding_diagnosis)
 
-    def publish(self, group: str, past_end: bool = False) -> None:
-        """The group's finding (and, when shrinking lost root causes, its first case's), written.
+    def publish(self, group: str, past_end: bool = False) -> str | None:
+        """The group's finding (and, when shrinking lost root causes, its first case's), written;
+        the group peeled from it (its explained causes applied: `fuzzers.peel`), if any.
         `past_end`: the settle's time is spent."""
         run, out_dir = self.run, self.out_dir
         began = self.clock()
@@ -62,32 +72,49 @@ class _Settling:
         if out_dir is not None:
             self.publisher.writer.submit(write_finding, out_dir, finding)
         run.findings.append(finding)
+        peeled = self._after_publish(group, record, first, finding)
+        self.publisher.costs.append(self.clock() - began)
+        return peeled
+
+    def _after_publish(self, group: str, record: _Record, first: _Record | None, finding: Finding) -> str | None:
+        """What a published finding's first case tells further: its explanation checked there,
+        then its further causes peeled (a group of their own, returned) or else the causes the
+        shrink lost published apart."""
+        run, out_dir = self.run, self.out_dir
+        first = first if first is not record and self.options.shrink else None
+        if finding.check != PIXEL_MISMATCH:
+            return None
+        unconfirmed = first is not None and _confirm(finding, first) is False
+        peeled = self.peel(group, record, finding, first)
+        if peeled is not None:
+            # (the first case's further causes are the peeled group's, shrunk and published on
+            # their own: not a finding of the unshrunk case besides)
+            if unconfirmed:
+                finding.message = finding.message.replace("that case is diagnosed on its own",
+                                                          f"the search goes on with it applied ({peeled})")
+            return peeled
+        if first is None:
+            return None
         # The first case of a key was attributed when it was met (fuzz(): now, while the
         # diagnosis share lasts): root causes that shrinking lost (a small opaque image cannot
         # show straight alpha) are a finding of their own, with that unshrunk case as its repro.
-        if (first is not None and first is not record and first.finding is None and finding.check == PIXEL_MISMATCH
-                and self.options.shrink and not self.eager_diagnosis and not self.diagnosis_spent()):
+        if (first.finding is None and not self.diagnosis_spent()
+                and (not self.eager_diagnosis or unconfirmed and not record.saved)):
             first.finding = self.finding(first)
-        unconfirmed = False
-        if first is not None and first is not record and finding.check == PIXEL_MISMATCH and self.options.shrink:
-            unconfirmed = _confirm(finding, first) is False
-            if unconfirmed and first.finding is None and not record.saved and not self.diagnosis_spent():
-                # (the original's own diagnosis: the search goes on there)
-                first.finding = self.finding(first)
-        if (first is not None and first is not record and first.finding is not None
-                and finding.check == PIXEL_MISMATCH and self.options.shrink):
-            extra_finding = first.finding
-            lost = _lost_causes(finding, extra_finding) or (["unconfirmed"] if unconfirmed else [])
-            if lost:
-                extra_finding.key = f"{group}{{{'+'.join(lost)}}}"
-                extra_finding.extra["group"] = extra_finding.key
-                extra_finding.extra["unshrunk"] = "root causes the shrunk case of " + group + " does not show"
-                extra_finding.hits = finding.hits
-                extra_finding.max_levels_seen = finding.max_levels_seen
-                if out_dir is not None:
-                    self.publisher.writer.submit(write_finding, out_dir, extra_finding)
-                run.findings.append(extra_finding)
-        self.publisher.costs.append(self.clock() - began)
+        if first.finding is None:
+            return None
+        extra_finding = first.finding
+        lost = _lost_causes(finding, extra_finding) or (["unconfirmed"] if unconfirmed else [])
+        if lost:
+            extra_finding.key = f"{group}{{{'+'.join(lost)}}}"
+            extra_finding.extra["group"] = extra_finding.key
+            extra_finding.extra["unshrunk"] = "root causes the shrunk case of " + group + " does not show"
+            extra_finding.hits = finding.hits
+            extra_finding.max_levels_seen = finding.max_levels_seen
+            if out_dir is not None:
+                self.publisher.writer.submit(write_finding, out_dir, extra_finding)
+            run.findings.append(extra_finding)
+        return None
 
     def settle(self, shrink: bool = True, until: float | None = None, keep: Collection[str] = ()) -> None:
         """Shrink (unless off, interrupted or replayed from the database), save and publish every
@@ -124,7 +151,9 @@ class _Settling:
                     run.stopped = "interrupted"
             self.save(group)
             # (a kept group's finding is its first case, diagnosed when it was met)
-            self.publish(group, past_end=group in keep or (end is not None and self.clock() >= end))
+            peeled = self.publish(group, past_end=group in keep or (end is not None and self.clock() >= end))
+            if peeled is not None and peeled in self.records and peeled not in groups:
+                groups.insert(k + 1, peeled)  # (shrunk and published next, against its reference)
         self.published.update(self.records)
         self.records.clear()
         if abort is not None:
@@ -160,7 +189,8 @@ def _confirm(finding: Finding, first: _Record) -> bool | None:
     if att.get("explanation") != EXPLAINED or first.verdict.actual is None:
         return None
     case = first.case
-    holds = reproduces(list(att.get("variants") or []), case.make_images(), case.config, first.verdict.actual,
+    # (the variants on top of the assumed ones: `--assume`'s and a peeled group's)
+    holds = reproduces(list(att.get("assumed") or []) + list(att.get("variants") or []), case.make_images(), case.config, first.verdict.actual,
                        image_at_fault(first.verdict.stats))
     finding.extra["confirmed_on_first_case"] = {"example": first.example, "holds": holds}
     if holds is False:

@@ -8,6 +8,7 @@ from kimi_oracle.core.errors import KimiOracleError
 from kimi_oracle.fuzzers.cases import _Record
 from kimi_oracle.fuzzers.options import (COSTLY_FAILURES, MAX_COSTLY_SHRINK_STEPS, MAX_LARGE_SHRINK_STEPS,
                                          SHRINK_MAX_EXAMPLES)
+from kimi_oracle.fuzzers.peel import after_suffix
 from kimi_oracle.inputs.generators import FuzzCase
 from kimi_oracle.inputs.strategies import recorded_fuzz_cases
 from kimi_oracle.oracle.checks import TIMEOUT
@@ -115,17 +116,18 @@ class _Shrinking:
                 if costly["large"] > MAX_LARGE_SHRINK_STEPS:
                     reject()
             try:
-                judged = self.judge(case, record.invariance, shrinking=True, hangs_judged=hangs_judged)
+                judged = self.judge(case, record.invariance, shrinking=True, hangs_judged=hangs_judged,
+                                    after=record.after)
             finally:
                 step["cost"] = clock() - began
             if judged is None:
                 reject()
             images, verdict = judged
-            if verdict.ok or self.group_of(verdict, images) != group:
+            if verdict.ok or self.group_of(verdict, images) + after_suffix(record.after) != group:
                 return  # another group's failure is not this group's shrink step
             if (len(choices), choices) <= (len(self.records[group].choices), self.records[group].choices):
                 self.records[group] = _Record(case, tuple(choices), verdict, record.example, record.invariance,
-                                              shrunk=True)
+                                              shrunk=True, after=record.after, peeled_from=record.peeled_from)
             if verdict.check == TIMEOUT and len(images) == 1:
                 self.hanging.add(mode_class(images[0]))
             if failure_type(verdict.stats).split("[")[0] in COSTLY_FAILURES:

@@ -83,6 +83,8 @@ class Finding:
                     h.update(hashlib.sha256(raw).digest())
         if "invariance" in self.extra:
             h.update(json.dumps(self.extra["invariance"], sort_keys=True).encode())
+        if self.extra.get("after"):  # (a peeled group's: the same case judged against another reference)
+            h.update(json.dumps(self.extra["after"]).encode())
         return f"{self.check}-{h.hexdigest()[:12]}"
 
     def case_dict(self, files: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:

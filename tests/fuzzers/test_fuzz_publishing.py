@@ -47,13 +47,13 @@ def diagnoses(monkeypatch):
     made: list[str] = []
     real = fuzzing.finding_diagnosis
 
-    def counting(check, stats, images, config, expected=None, actual=None):
+    def counting(check, stats, images, config, expected=None, actual=None, **more):
         if actual is not None:
             made.append(check)
             clock = counting.clock
             if clock is not None:
                 clock.now += clock.diagnosis_s
-        return real(check, stats, images, config, expected=expected, actual=actual)
+        return real(check, stats, images, config, expected=expected, actual=actual, **more)
 
     counting.clock = None
     monkeypatch.setattr(settle, "finding_diagnosis", counting)

@@ -3,7 +3,8 @@ transforms. Every input decoded to RGB (`convert("RGB")`), resized by torch's ui
 bicubic (`F.interpolate` on uint8 tensors, what torchvision's resize runs) to the checkpoint's
 plan, padded with zeros, rescaled (x/255) and normalized ((x − mean)/std) in float32.
 
-Self-contained (a `path.py:function` candidate): `torchvision_like`.
+Self-contained (a `path.py:function` candidate): `torchvision_like`; `torchvision_white_pad`: the
+same with the padding 255 (a third step otherwise: three causes stacked).
 """
 
 from __future__ import annotations
@@ -31,6 +32,15 @@ def _uint8_resize(rgb: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 def torchvision_like(images: list[Image.Image], config: PreprocessConfig) -> PreprocessResult:
     """A K2.5 processor on tensor transforms: decoded to RGB, resized by torch's uint8 antialiased
     bicubic to the checkpoint's plan, padded with zeros, rescaled and normalized in float32."""
+    return _tensor_transforms(images, config, 0)
+
+
+def torchvision_white_pad(images: list[Image.Image], config: PreprocessConfig) -> PreprocessResult:
+    """`torchvision_like` padding with 255 (white) instead of zeros."""
+    return _tensor_transforms(images, config, 255)
+
+
+def _tensor_transforms(images: list[Image.Image], config: PreprocessConfig, pad: int) -> PreprocessResult:
     mean = torch.tensor(config.image_mean, dtype=torch.float32)
     std = torch.tensor(config.image_std, dtype=torch.float32)
     ps = config.patch_size
@@ -42,7 +52,7 @@ def torchvision_like(images: list[Image.Image], config: PreprocessConfig) -> Pre
             rgb = np.asarray(img.convert("RGB"))
         if img.size != (p.new_w, p.new_h):
             rgb = _uint8_resize(rgb, (p.new_w, p.new_h))
-        padded = np.zeros((p.new_h + p.pad_h, p.new_w + p.pad_w, 3), dtype=np.uint8)
+        padded = np.full((p.new_h + p.pad_h, p.new_w + p.pad_w, 3), pad, dtype=np.uint8)
         padded[: p.new_h, : p.new_w] = rgb
         x = (torch.from_numpy(padded).permute(2, 0, 1).float() / 255.0 - mean.view(3, 1, 1)) / std.view(3, 1, 1)
         gh, gw = padded.shape[0] // ps, padded.shape[1] // ps

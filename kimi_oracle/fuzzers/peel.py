@@ -1,0 +1,146 @@
+"""Every bug its own finding (issue 41, item 4): once a group's finding is explained, its variants
+are applied to the reference side for that group (the candidate's inferred pipeline so far) and
+the group's cases are judged again there; what still differs is a further cause, recorded as a
+group of its own (`KEY{after family/variant+...}`), shrunk against that reference and published
+with its own minimal case. Later examples of a published group are judged the same way.
+
+A cause met only on a larger case (a 1x1 shrunk case holds too few values to show a resize) is
+then found, instead of being masked by the cause the shrink kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from PIL import Image
+
+from kimi_oracle.fuzzers.cases import _Record
+from kimi_oracle.oracle.checks import PIXEL_MISMATCH, Verdict, compare
+from kimi_oracle.results.report import Finding
+
+# Causes applied one after another on one group's line (a stack deeper than this is reported as
+# the last group's finding, explained or not).
+MAX_PEELED = 4
+
+Pair = tuple[str, str]
+
+
+def after_suffix(after: Sequence[Pair]) -> str:
+    """The key suffix of a group judged with `after` applied: `{after pad/pad-white+...}`."""
+    return "{after " + "+".join(f"{f}/{v}" for f, v in after) + "}" if after else ""
+
+
+def explained_pairs(finding: Finding) -> tuple[Pair, ...]:
+    """The (family, variant) pairs that reproduce a finding bit for bit (none unless explained)."""
+    from kimi_oracle.core.explanation import EXPLAINED
+
+    att = finding.attribution or {}
+    if finding.check != PIXEL_MISMATCH or att.get("explanation") != EXPLAINED:
+        return ()
+    pairs = []
+    for name in att.get("variants") or []:
+        family, _, variant = str(name).partition("/")
+        if family and variant:
+            pairs.append((family, variant))
+    return tuple(pairs)
+
+
+def mark_peeled(finding: Finding, after: Sequence[Pair], peeled_from: str | None) -> None:
+    """A peeled group's finding says so: `after` (the causes applied, `family/variant` names),
+    `peeled_from` (the group they explain) in its extra, its key suffixed, its message prefixed
+    (`extra["assume"]` holds them too, after `--assume`'s, so that `repro` takes the same
+    reference)."""
+    from kimi_oracle.oracle.diagnosis import full_name
+
+    names = [full_name(f, v) for f, v in after]
+    finding.extra["after"] = names
+    if peeled_from is not None:
+        finding.extra["peeled_from"] = peeled_from
+    finding.key = (finding.key or finding.check) + after_suffix(after)
+    finding.message = (f"with {', '.join(names)} applied to the reference (the explained causes of "
+                       f"{peeled_from or 'an earlier finding'}), still: {finding.message}")
+
+
+class _Peeling:
+    """The engine's peeling (mixed into `fuzzers.search._Engine`)."""
+
+    peeled: dict[str, tuple[Pair, ...]]
+
+    def steps_for(self, config: Any, after: Sequence[Pair]) -> Any:
+        """The reference's steps a record's cases are judged with: `--assume`'s, then `after`."""
+        from kimi_oracle.oracle.diagnosis import assumed_steps
+
+        assume = tuple(self.options.assume) + tuple(after)
+        return assumed_steps(config, assume) if assume else None
+
+    def peeled_from(self, after: Sequence[Pair]) -> str | None:
+        """The group whose peel applied `after` (None for none)."""
+        return next((g for g, applied in self.peeled.items() if applied == tuple(after)), None) if after else None
+
+    def rejudged(self, images: list[Image.Image], config: Any, actual: Any, after: Sequence[Pair]
+                 ) -> Verdict | None:
+        """The candidate's answer (`actual`) compared with the reference taken with `after`
+        applied; None when that reference refuses the input."""
+        from kimi_oracle.core.errors import InputError
+        from kimi_oracle.pipelines import reference
+
+        try:
+            expected = reference.preprocess([img.copy() for img in images], config,
+                                            steps=self.steps_for(config, after))
+        except InputError:
+            return None
+        return compare(expected, actual, config, self.tol, sizes=[img.size for img in images])
+
+    def past_published(self, group: str, images: list[Image.Image], config: Any, verdict: Verdict
+                       ) -> tuple[str, Verdict, tuple[Pair, ...]] | None:
+        """A failing example of a published group: judged again with that group's explained
+        causes applied (as often as those groups were peeled); the group, verdict and applied
+        causes to record it under, or None when nothing further differs."""
+        after: tuple[Pair, ...] = ()
+        while group in self.published:
+            more = self.peeled.get(group)
+            if more is None or verdict.actual is None or verdict.check != PIXEL_MISMATCH:
+                return None
+            again = self.rejudged(images, config, verdict.actual, more)
+            if again is None or again.ok or again.check != PIXEL_MISMATCH:
+                return None
+            after, verdict = more, again
+            group = self.group_of(verdict, images) + after_suffix(after)
+        return group, verdict, after
+
+    def peel(self, group: str, record: _Record, finding: Finding, first: _Record | None) -> str | None:
+        """After `group`'s finding is published: its explained variants applied to the
+        reference, its first case (`first`: the unshrunk one met first) judged again; a further
+        difference is a group (returned: a new one is recorded for the settle to shrink and
+        publish), else None."""
+        if not getattr(self, "peeling", False):
+            return None
+        pairs = [p for p in explained_pairs(finding) if p not in self.options.assume and p not in record.after]
+        # (a family explained again replaces its earlier variant: a shrunk case's explanation
+        # the larger case corrects)
+        families = {f for f, _ in pairs}
+        after = tuple(p for p in record.after if p[0] not in families) + tuple(pairs)
+        if not pairs or len(after) > MAX_PEELED:
+            return None
+        self.peeled[group] = after  # (later examples of the group are judged with them: past_published)
+        case = first
+        if case is None or case.verdict.actual is None:
+            return None  # (the finding's own case: its explanation reproduces it)
+        images = case.case.make_images()
+        verdict = self.rejudged(images, case.case.config, case.verdict.actual, after)
+        if verdict is None or verdict.ok or verdict.check != PIXEL_MISMATCH:
+            return None
+        verdict = self.completed(verdict, case.case, images)
+        derived = self.group_of(verdict, images) + after_suffix(after)
+        if derived in self.records or derived in self.published:
+            # (a group met already, from another group's peel: this case counts there)
+            seen = self.seen.setdefault(derived, {"hits": 0, "max": 0.0})
+            seen["hits"] += 1
+            seen["max"] = max(seen["max"], float(verdict.stats.get("max_level_diff") or 0.0))
+            return derived
+        new = _Record(case.case, case.choices, verdict, case.example, False, cost_to_judge=case.cost_to_judge,
+                      tile=case.tile, after=after, peeled_from=group)
+        self.records[derived] = new
+        self.first_cases[derived] = new
+        self.seen.setdefault(derived, {"hits": 1, "max": float(verdict.stats.get("max_level_diff") or 0.0)})
+        return derived
