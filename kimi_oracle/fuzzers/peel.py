@@ -61,6 +61,19 @@ def mark_peeled(finding: Finding, after: Sequence[Pair], peeled_from: str | None
                        f"{peeled_from or 'an earlier finding'}), still: {finding.message}")
 
 
+def _applicable(config: Any, pairs: Sequence[Pair]) -> bool:
+    """Whether every variant names a step of the reference under `config` (a batch-level
+    explanation, `patch-order/rows-of-image-J`, does not)."""
+    from kimi_oracle.oracle.diagnosis.catalogue import BY_ID
+
+    for family, variant in pairs:
+        try:
+            BY_ID[family].variant(config, variant)
+        except KeyError:
+            return False
+    return True
+
+
 class _Peeling:
     """The engine's peeling (mixed into `fuzzers.search._Engine`)."""
 
@@ -116,6 +129,8 @@ class _Peeling:
         if not getattr(self, "peeling", False):
             return None
         pairs = [p for p in explained_pairs(finding) if p not in self.options.assume and p not in record.after]
+        if not _applicable(record.case.config, pairs):
+            return None  # (a batch-level cause, another image's rows: no reference step to apply)
         # (a family explained again replaces its earlier variant: a shrunk case's explanation
         # the larger case corrects)
         families = {f for f, _ in pairs}

@@ -36,7 +36,29 @@ class _Settling:
                                diagnosis=self.diagnosis(record, images), assume=self.assumed(record))
         if record.after:
             mark_peeled(finding, record.after, record.peeled_from)
+        if finding.check == PIXEL_MISMATCH and len(images) > 1 and not self.eager_diagnosis:
+            self.alone(finding, record)
         return finding
+
+    def alone(self, finding: Finding, record: _Record) -> None:
+        """A batch's pixel finding: the image at fault judged again alone (one more candidate
+        call); `alone` in its extra, and its message says when that image alone is right (a
+        difference only the batch has: SGLang's same-size groups, a stale buffer)."""
+        from kimi_oracle.core.errors import KimiOracleError
+        from kimi_oracle.inputs.images import make_image
+        from kimi_oracle.oracle.grouping import image_at_fault
+        from kimi_oracle.oracle.judge import Rejected, evaluate
+
+        case = record.case
+        k = min(image_at_fault(record.verdict.stats), len(case.images) - 1)
+        try:
+            verdict = evaluate(self.candidate, [make_image(case.images[k])], case.config, self.tol, invariance=False,
+                               steps=self.steps_for(case.config, record.after))
+        except (Rejected, KimiOracleError):
+            return
+        finding.extra["alone"] = {"image": k, "ok": verdict.ok, "check": None if verdict.ok else str(verdict.check)}
+        if verdict.ok:
+            finding.message += f"; image {k} alone is right: a difference of the batch only"
 
     def assumed(self, record: _Record) -> tuple[tuple[str, str], ...]:
         """The variants a record's reference is taken with: `--assume`'s, then its peeled causes."""

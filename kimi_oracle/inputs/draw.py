@@ -44,7 +44,7 @@ from kimi_oracle.inputs.generators import (
     vary_config,
 )
 from kimi_oracle.inputs.requests import draw_request
-from kimi_oracle.inputs.sizes import PHOTO_SIZES, photo_kinds
+from kimi_oracle.inputs.sizes import PHOTO_SIZES, photo_kinds, same_plan_sizes
 
 T = TypeVar("T")
 
@@ -501,16 +501,35 @@ def draw_fuzz_case(source: Source, base: PreprocessConfig, options: DrawOptions 
     count = source.integer(1, max(1, options.max_images))
     thresholds = LazyThresholds(config, options.max_side)
     choices = image_choices(options.modes, options.alpha_patterns, options.contents, _base_square(config))
-    images = []
-    for _ in range(count):
-        images.append(draw_case_params(source, thresholds, options.max_side, choices))
+    images = [draw_case_params(source, thresholds, options.max_side, choices)]
     if options.vary_config and choice(source, _FORCE_RESAMPLE):
         # Force the first image to resample: a budget just below its floored patch count.
         first = images[0]
         patches = max(1, first.width // config.patch_size) * max(1, first.height // config.patch_size)
         if patches >= 2:
             config = dataclasses.replace(config, in_patch_limit=source.integer(1, patches - 1))
+    for _ in range(1, count):
+        images.append(source.sub(_batch_image, tuple(images), config, thresholds, options.max_side, choices))
     return FuzzCase(config, tuple(images))
+
+
+# A later image of a batch: drawn on its own, or given the target size of an earlier one (a
+# different source: its own mode, alpha, content and seed; the same size, or a nearby source
+# size that the plan resizes to the same target). Engines group a call's images by target size
+# (SGLang stacks each group into one tensor), so their batch-only code is reached often.
+_SHARED_PLAN = ("own", "same-size", "same-plan")
+
+
+def _batch_image(source: Source, earlier: tuple[CaseParams, ...], config: PreprocessConfig,
+                 thresholds: Sequence[tuple[int, int]], max_side: int, choices: ImageChoices) -> CaseParams:
+    how = choice(source, _SHARED_PLAN)
+    if how == "own":
+        return _case_params(source, thresholds, max_side, choices)
+    like = earlier[source.integer(0, len(earlier) - 1)]
+    size = (like.width, like.height)
+    if how == "same-plan":
+        size = choice(source, same_plan_sizes(size, config, max_side))
+    return _image(source, size, choices)
 
 
 def _photo_case(source: Source, base: PreprocessConfig, options: DrawOptions) -> FuzzCase:

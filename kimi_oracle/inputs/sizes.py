@@ -9,6 +9,7 @@ from typing import Iterable
 import numpy as np
 
 from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import KimiOracleError
 
 # Largest side the fuzzers draw by default (ratio sizes reach about four times that).
 DEFAULT_MAX_SIDE = 64
@@ -307,3 +308,31 @@ def special_sides(max_side: int) -> tuple[int, ...]:
 def ratio_long_side(max_side: int) -> int:
     """The longest side of the >100:1 size class drawn for a given max side."""
     return max(100, 4 * max_side)
+
+
+# How far (in source pixels, each side) a same-plan size is looked for around another one.
+SAME_PLAN_REACH = 3
+
+
+def same_plan_sizes(size: tuple[int, int], config: PreprocessConfig, max_side: int,
+                    reach: int = SAME_PLAN_REACH) -> list[tuple[int, int]]:
+    """Other source sizes within `reach` pixels of `size` (each side, at most `max_side`) whose
+    plan under `config` is the same (target size and padding), nearest first; `[size]` when
+    there is none (an image that is not resized has a plan of its own)."""
+    from kimi_oracle.core.geometry import plan
+
+    def key(w: int, h: int) -> tuple[int, ...] | None:
+        try:
+            p = plan(w, h, config)
+        except (ValueError, KimiOracleError):
+            return None
+        return (p.new_w, p.new_h, p.pad_w, p.pad_h)
+
+    want = key(*size)
+    found = []
+    for dw in range(-reach, reach + 1):
+        for dh in range(-reach, reach + 1):
+            w, h = size[0] + dw, size[1] + dh
+            if (dw or dh) and 1 <= w <= max_side and 1 <= h <= max_side and want is not None and key(w, h) == want:
+                found.append((abs(dw) + abs(dh), w, h))
+    return [(w, h) for _, w, h in sorted(found)] or [size]

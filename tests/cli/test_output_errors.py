@@ -44,8 +44,8 @@ def test_a_report_under_a_file_is_refused_before_any_work(tmp_path, capsys, opti
 
 
 def test_a_file_size_limit_names_the_file(tmp_path):
-    def limit():  # 20 KiB: the first finding's folder does not fit
-        resource.setrlimit(resource.RLIMIT_FSIZE, (20 << 10, 20 << 10))
+    def limit():  # 8 KiB: the first finding's folder (its inputs, case.json, report.md) does not fit
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8 << 10, 8 << 10))
 
     proc = subprocess.run([sys.executable, "-m", "kimi_oracle", "fuzz", "--candidate", "eager", "--examples", "3", "--no-shrink",
                            "--seed", "1", "--out", str(tmp_path / "out")], preexec_fn=limit, capture_output=True,

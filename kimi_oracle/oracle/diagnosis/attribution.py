@@ -207,6 +207,58 @@ def _attribute_image(search: Search, i: int, target: Target, expected: torch.Ten
     return _ImageOutcome(taken, dist, current.dist[i], complete, where.to_dict())
 
 
+def _attribute_one(search: Search, i: int, expected: PreprocessResult | None, offsets: list[int],
+                   act: PreprocessResult, batch_rows: bool, decoder_allowed: bool) -> _ImageOutcome | None:
+    """Image i of `attribute`'s scope: another image's rows (a batch whose images share a row
+    count), else the search (None when the budget ends first)."""
+    lo, hi = offsets[i], offsets[i + 1]
+    target = search.targets[i]
+    mine = None if expected is None else expected.pixel_values[lo:hi]
+    if batch_rows and any(offsets[j + 1] - offsets[j] == hi - lo for j in range(len(offsets) - 1) if j != i):
+        try:
+            mine = search.run(i, search.base) if mine is None else mine
+        except OutOfRuns:
+            return None
+        outcome = _rows_of_another(search, i, target, mine, expected, offsets, act)
+        if outcome is not None:
+            return outcome
+    return _attribute_image(search, i, target, mine, decoder_allowed, act.pixel_values[lo:hi])
+
+
+# Another image's rows (a batch-only defect: a stale buffer of a group of same-size images) are
+# named in this family, `rows-of-image-J` (the gate's invariance stage names them so too).
+ROWS_FAMILY = "patch-order"
+
+
+def _rows_of_another(search: Search, i: int, target: Target, own: torch.Tensor, expected: PreprocessResult | None,
+                     offsets: list[int], act: PreprocessResult) -> _ImageOutcome | None:
+    """Image i's rows when they are, bit for bit, the reference's rows of another image j of the
+    batch (with as many rows, and rows of its own, `own`, that differ):
+    `patch-order/rows-of-image-J`, explained; else None (the search goes on). Earlier images
+    are tried first."""
+    lo, hi = offsets[i], offsets[i + 1]
+
+    def model(j: int) -> torch.Tensor:
+        if expected is not None:
+            return expected.pixel_values[offsets[j]:offsets[j + 1]]
+        return Search(search.decoded, search.config, [j], {}, (), search.budget, search.base).run(j, search.base)
+
+    try:
+        before = target.summary(own)
+        if not before.differing:
+            return None
+        for j in range(len(offsets) - 1):
+            if j == i or offsets[j + 1] - offsets[j] != hi - lo:
+                continue
+            if target.summary(model(j)).differing == 0:
+                where = locate(act.pixel_values[lo:hi], own, search.decoded[i], search.plans[i], search.config, i)
+                step = Explained(ROWS_FAMILY, f"rows-of-image-{j}", 0.0, 0.0, 0.0, (), i)
+                return _ImageOutcome([step], before, LevelSummary(0.0, 0.0, 0, 0.0), True, where.to_dict())
+    except OutOfRuns:
+        return None
+    return None
+
+
 def _ids(taken: Sequence[Explained]) -> tuple[str, ...]:
     mine = {e.root_cause for e in taken}
     return tuple(c for c in ROOT_CAUSE_IDS if c in mine)
@@ -249,13 +301,13 @@ def attribute(
     base = assumed_steps(config, assume) if base is None else base
     budget = Budget(max_runs)
     outcomes: list[_ImageOutcome] = []
+    batch_rows = len(decoded) > 1 and any(c.id == ROWS_FAMILY for c in catalogue)
     with one_torch_thread():  # small tensors: a thread pool only adds its overhead (core.threads)
         for i in scope:
-            lo, hi = offsets[i], offsets[i + 1]
-            target = Target(act.pixel_values[lo:hi], config)
-            search = Search(decoded, config, [i], {i: target}, catalogue, budget, base)
-            outcome = _attribute_image(search, i, target, None if expected is None else expected.pixel_values[lo:hi],
-                                       causes is None or "decoder" in causes, act.pixel_values[lo:hi])
+            search = Search(decoded, config, [i], {i: Target(act.pixel_values[offsets[i]:offsets[i + 1]], config)},
+                            catalogue, budget, base)
+            outcome = _attribute_one(search, i, expected, offsets, act, batch_rows,
+                                     causes is None or "decoder" in causes)
             if outcome is None:
                 break
             outcomes.append(outcome)
