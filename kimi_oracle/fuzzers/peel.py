@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from PIL import Image
 
 from kimi_oracle.fuzzers.cases import _Record
+from kimi_oracle.inputs.generators import FuzzCase
 from kimi_oracle.oracle.checks import PIXEL_MISMATCH, Verdict, compare
 from kimi_oracle.results.report import Finding
 
@@ -61,6 +62,33 @@ def mark_peeled(finding: Finding, after: Sequence[Pair], peeled_from: str | None
                        f"{peeled_from or 'an earlier finding'}), still: {finding.message}")
 
 
+def closer(before: Verdict, after: Verdict) -> bool:
+    """Whether applying the causes brought the reference closer to the candidate (fewer levels
+    of difference in all), or left that case's reference as it was (causes it does not reach).
+    A shrunk case's wrong explanation, met again on a larger case, moves it away: then nothing
+    is peeled and that case is diagnosed on its own."""
+    import math
+
+    from kimi_oracle.oracle.checks import update_digest
+
+    if before.expected is not None and after.expected is not None:
+        import hashlib
+
+        digests = []
+        for v in (before, after):
+            h = hashlib.sha256()
+            update_digest(h, v.expected)
+            digests.append(h.digest())
+        if digests[0] == digests[1]:
+            return True
+
+    def total(v: Verdict) -> float:
+        mean = v.stats.get("mean_level_diff")
+        return float(mean) if isinstance(mean, (int, float)) and math.isfinite(mean) else math.inf
+
+    return total(after) < total(before)
+
+
 def _applicable(config: Any, pairs: Sequence[Pair]) -> bool:
     """Whether every variant names a step of the reference under `config` (a batch-level
     explanation, `patch-order/rows-of-image-J`, does not)."""
@@ -90,21 +118,22 @@ class _Peeling:
         """The group whose peel applied `after` (None for none)."""
         return next((g for g, applied in self.peeled.items() if applied == tuple(after)), None) if after else None
 
-    def rejudged(self, images: list[Image.Image], config: Any, actual: Any, after: Sequence[Pair]
-                 ) -> Verdict | None:
-        """The candidate's answer (`actual`) compared with the reference taken with `after`
-        applied; None when that reference refuses the input."""
+    def rejudged(self, case: FuzzCase, actual: Any, after: Sequence[Pair]) -> Verdict | None:
+        """The candidate's answer (`actual`) on a case compared with the reference taken with
+        `after` applied, on fresh images (a copy of an animation would hold its first frame only);
+        None when that reference refuses the input."""
         from kimi_oracle.core.errors import InputError
         from kimi_oracle.pipelines import reference
 
+        images = case.make_images()
+        sizes = [img.size for img in images]
         try:
-            expected = reference.preprocess([img.copy() for img in images], config,
-                                            steps=self.steps_for(config, after))
+            expected = reference.preprocess(images, case.config, steps=self.steps_for(case.config, after))
         except InputError:
             return None
-        return compare(expected, actual, config, self.tol, sizes=[img.size for img in images])
+        return compare(expected, actual, case.config, self.tol, sizes=sizes)
 
-    def past_published(self, group: str, images: list[Image.Image], config: Any, verdict: Verdict
+    def past_published(self, group: str, case: FuzzCase, images: list[Image.Image], verdict: Verdict
                        ) -> tuple[str, Verdict, tuple[Pair, ...]] | None:
         """A failing example of a published group: judged again with that group's explained
         causes applied (as often as those groups were peeled); the group, verdict and applied
@@ -114,8 +143,8 @@ class _Peeling:
             more = self.peeled.get(group)
             if more is None or verdict.actual is None or verdict.check != PIXEL_MISMATCH:
                 return None
-            again = self.rejudged(images, config, verdict.actual, more)
-            if again is None or again.ok or again.check != PIXEL_MISMATCH:
+            again = self.rejudged(case, verdict.actual, more)
+            if again is None or again.ok or again.check != PIXEL_MISMATCH or not closer(verdict, again):
                 return None
             after, verdict = more, again
             group = self.group_of(verdict, images) + after_suffix(after)
@@ -137,13 +166,17 @@ class _Peeling:
         after = tuple(p for p in record.after if p[0] not in families) + tuple(pairs)
         if not pairs or len(after) > MAX_PEELED:
             return None
-        self.peeled[group] = after  # (later examples of the group are judged with them: past_published)
         case = first
         if case is None or case.verdict.actual is None:
+            self.peeled[group] = after  # (later examples of the group are judged with them: past_published)
             return None  # (the finding's own case: its explanation reproduces it)
         images = case.case.make_images()
-        verdict = self.rejudged(images, case.case.config, case.verdict.actual, after)
-        if verdict is None or verdict.ok or verdict.check != PIXEL_MISMATCH:
+        verdict = self.rejudged(case.case, case.verdict.actual, after)
+        if verdict is None or verdict.check not in (None, PIXEL_MISMATCH) or not verdict.ok and not closer(
+                case.verdict, verdict):
+            return None  # (not a cause the first case shows: it is diagnosed on its own)
+        self.peeled[group] = after
+        if verdict.ok:
             return None
         verdict = self.completed(verdict, case.case, images)
         derived = self.group_of(verdict, images) + after_suffix(after)

@@ -162,7 +162,7 @@ class _Engine(_Budget, _Shrinking, _Settling, _Peeling):
         after: tuple[tuple[str, str], ...] = ()
         if group in self.published:
             # (a published group's example: a further cause there is its peeled group's)
-            peeled = self.past_published(group, images, case.config, verdict)
+            peeled = self.past_published(group, case, images, verdict)
             if peeled is None:
                 return
             group, verdict, after = peeled

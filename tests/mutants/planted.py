@@ -428,6 +428,9 @@ class Mutant:
     # With root causes: an input on which its planted deviation shows (its own, and only its
     # own): the images' params and the config (tests/oracle/test_diagnosis.py attributes it).
     case: tuple[tuple[CaseParams, ...], PreprocessConfig] | None = None
+    # Other checks that rightly catch it on some inputs (an EXIF rotation of a non-square image
+    # changes its grid: a grid mismatch, met first when the fuzzer stops at its first failure).
+    also: tuple[str, ...] = ()
 
     def __call__(self, images: list[Image.Image], config: PreprocessConfig) -> Any:
         return self.cls(config).run(images)
@@ -485,7 +488,7 @@ MUTANTS = [
     # exif-orientation; a transposing orientation (5-8) of a non-square image changes the grid: a
     # grid_mismatch, which has no root cause (only pixel findings are attributed).
     Mutant("exif_transpose", ExifTranspose, "pixel_mismatch", note="EXIF orientation applied",
-           root_causes=("exif-orientation",),
+           root_causes=("exif-orientation",), also=("grid_mismatch",),
            case=((CaseParams(40, 40, container="png", orientation=6),
                   CaseParams(40, 30, container="jpeg", orientation=3)), K3_RESIZING)),
     Mutant("last_frame", LastFrame, "pixel_mismatch", note="last frame of an animation",

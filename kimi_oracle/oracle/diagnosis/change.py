@@ -143,6 +143,10 @@ def diagnose_change(images: Sequence[ImageSource], config: PreprocessConfig, new
                            "where": where.to_dict(), "levels": {"max": where.to_dict()["max_levels"],
                                                                 "mean": where.to_dict()["mean_levels"]},
                            "exact": False, "tier": None}
+    j = rows_of_another_image(new_r, index, like=old_r)
+    if j is not None:  # (a batch-only defect: a group of same-size images given one's rows)
+        return {**out, "family": "patch-order", "variant": f"rows-of-image-{j}", "name": f"patch-order/rows-of-image-{j}",
+                "families": ["patch-order"], "exact": True, "tier": "outputs"}
     with one_torch_thread():
         found = _on_outputs(a, b, where, p, config)
         if found is not None:
@@ -166,15 +170,19 @@ def diagnose_change(images: Sequence[ImageSource], config: PreprocessConfig, new
             "exact": att.fully_explained, "tier": "steps"}
 
 
-def rows_of_another_image(batch: Any, k: int) -> int | None:
+def rows_of_another_image(batch: Any, k: int, like: Any = None) -> int | None:
     """j when image k's rows of a batch's result are bit for bit image j's rows (j != k: an
-    engine that gave one image of a group another's rows), else None."""
+    engine that gave one image of a group another's rows), else None. `like`: another result of
+    the same batch (OLD's) whose image j's rows they are instead, image k's own there differing."""
     try:
         r = as_result(batch)
+        other = r if like is None else as_result(like)
         offsets = r.patch_offsets()
         mine = r.pixel_values[offsets[k]:offsets[k + 1]]
+        if like is not None and _same(other.pixel_values[offsets[k]:offsets[k + 1]], mine):
+            return None
         for j in range(len(offsets) - 1):
-            if j != k and _same(r.pixel_values[offsets[j]:offsets[j + 1]], mine):
+            if j != k and _same(other.pixel_values[offsets[j]:offsets[j + 1]], mine):
                 return j
     except (AttributeError, IndexError, RuntimeError, TypeError, ValueError):
         return None
