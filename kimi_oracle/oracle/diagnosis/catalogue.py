@@ -22,6 +22,7 @@ from kimi_oracle.core.explanation import UNEXPLAINED
 from kimi_oracle.core.geometry import ResizePlan
 from kimi_oracle.core.images import has_alpha
 from kimi_oracle.oracle.diagnosis import fitted
+from kimi_oracle.oracle.diagnosis import fitted_bounds as bounds
 from kimi_oracle.pipelines.reference import CHECKPOINT, EIGHT_BIT_MODES, Steps
 from kimi_oracle.pipelines.variants import layout, modes, request
 from kimi_oracle.pipelines.variants import normalize as normalizers
@@ -260,7 +261,8 @@ CATALOGUE: tuple[RootCause, ...] = (
         _fixed(*_swapping("normalize", _NORMALIZERS)),
         lambda img, p, config, steps: True,
         reference="float64-then-float32 table",
-        fit=fitted.fit_normalize, parse=fitted.parse_normalize,
+        fit=lambda fi: fitted.fit_normalize(fi) + bounds.fit_clamp(fi),
+        parse=lambda name, config: fitted.parse_normalize(name, config) or bounds.parse_clamp(name),
         # CLIP's statistics: float orders disagree with the table somewhere
         suitable=Suitable((_image(w=28, h=28),), (CLIP_STATISTICS,), levels=UNDER_ONE_LEVEL),
     ),
@@ -361,7 +363,8 @@ CATALOGUE: tuple[RootCause, ...] = (
         _fixed(*_swapping("pad", _PADS)),
         lambda img, p, config, steps: bool(p.pad_w or p.pad_h),
         suitable=Suitable((_image(w=30, h=30),), ({},)),
-        fit=fitted.fit_pad, parse=lambda name, config: fitted.parse_pad(name),
+        fit=lambda fi: fitted.fit_pad(fi) + bounds.fit_pad_offset(fi),
+        parse=lambda name, config: fitted.parse_pad(name) or bounds.parse_pad_offset(name),
     ),
     RootCause(
         "patch-order",
@@ -390,7 +393,7 @@ DOC_ROWS: dict[str, tuple[str, str]] = {
         "(any levels): `mean-a,b,c`, `std-d,e,f`, `mean-a,b,c-std-d,e,f`, each with `-KIND` when the "
         "arithmetic is not the table's (`-divide`, `-fused`, ...): other statistics, solved per channel from "
         "the affine relation between the reference's levels and the candidate's values and rounded to the "
-        "fewest decimals that reproduce them"),
+        "fewest decimals that reproduce them; `clamp-LO,HI` (the levels clipped to [LO, HI] before the table)"),
     "resample-float": ("`pillow-bicubic`",
         "`torch-bicubic-antialias` (float32 `F.interpolate`, antialias, round half to even, clamp), "
         "`torch-bicubic` (no antialias, a = −0.75: OpenCV's INTER_CUBIC arithmetic in float), "
@@ -428,12 +431,14 @@ DOC_ROWS: dict[str, tuple[str, str]] = {
         "`pad-top-left`, `pad-background` (the background pattern in the padding), `pad-white`, "
         "`pad-after-normalize` (0.0 after the normalization: the mean level, not level 0); fitted: "
         "`level-N` / `levels-a,b,c` (any level the candidate's padding holds), `normalized-V` / "
-        "`normalized-a,b,c` (a model value that is no level's)"),
+        "`normalized-a,b,c` (a model value that is no level's), `offset-DX,DY[-FILL]` (the image DX, DY "
+        "pixels into its canvas, the rest level 0 or FILL)"),
     "patch-order": ("(gh·gw, C, p, p), gy·gw + gx",
         "`channels-last` ((p, p, C) read as (C, p, p)), `patches-column-major`, `patch-transposed` ((C, px, "
         "py)), `channels-bgr`; fitted: `axes-a,b,c,d,e` (the (gh, p, gw, p, C) axes in another order), "
         "`channels-a,b,c` (output channel k holds channel a, b, c), `permuted-k0,k1,...` (output patch k is "
-        "the reference's patch k_i; up to 256 patches)"),
+        "the reference's patch k_i; up to 256 patches); in a batch, `rows-of-image-J` (an image given image "
+        "J's rows, bit for bit)"),
 }
 MEANINGS: dict[str, str] = {c.id: c.meaning for c in CATALOGUE}
 MEANINGS[UNEXPLAINED] = "none of the catalogued deviations accounts for the difference"

@@ -46,6 +46,9 @@ MAX_DIGITS = 8
 # through any two points): its constants are then tried rounded to UNDERDETERMINED_DIGITS at most.
 MIN_LEVELS = 3
 UNDERDETERMINED_DIGITS = 3
+# Statistics a fitted normalization may have (per channel, of levels / 255): beyond them the
+# affine fit is no normalization (a fit through values another step made: a mean of 1e16).
+MAX_MEAN, MIN_STD, MAX_STD = 4.0, 1e-3, 16.0
 # The arithmetics a fitted normalization is tried in: the checkpoint's table first.
 NORMALIZE_KINDS = ("table", "scale-bias", "fused", "fused-float64-constants", "divide", "reciprocal",
                    "fused-255", "bfloat16", "float16")
@@ -272,6 +275,8 @@ def fit_constants(pairs: list[tuple[np.ndarray, np.ndarray]], config: Preprocess
         s = 1.0 / (255.0 * a)
         raw.append((-b * s, s))
     determined = all(len(lv) >= MIN_LEVELS for lv, _ in pairs)
+    if not all(abs(m) <= MAX_MEAN and MIN_STD <= s <= MAX_STD for m, s in raw):
+        return None  # (statistics no normalization uses: the values are no table of these levels)
     found = _uniform_constants(raw, pairs, config, determined)
     if found is not None:
         return None if found.mean == tuple(config.image_mean) and found.std == tuple(config.image_std) else found

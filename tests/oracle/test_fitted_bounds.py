@@ -1,0 +1,89 @@
+"""Fitted clamps and pad offsets (issue 41, item 2): a clip of the levels and the image k pixels
+into its canvas, measured from the outputs and named `normalize-float/clamp-LO,HI` and
+`pad/offset-DX,DY`.
+
+Each candidate is built by hand: the image's own RGB levels (it is not resized) clipped with
+NumPy and looked up in the checkpoint's table, or the reference's canvas with its image moved; the
+expected names come from that construction.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.geometry import plan
+from kimi_oracle.core.result import PreprocessResult
+from kimi_oracle.inputs.generators import CaseParams, make_image
+from kimi_oracle.oracle.diagnosis import assumed_steps, attribute
+from kimi_oracle.oracle.diagnosis.attribution import reproduces
+from kimi_oracle.oracle.diagnosis.catalogue import parse_assumption
+from kimi_oracle.pipelines import reference
+
+K3 = PreprocessConfig.k3()
+PATCH = K3.patch_size
+
+
+def _img(seed=3):
+    return make_image(CaseParams(40, 30, "RGB", "opaque", "noise", seed))  # not resized under K3
+
+
+def _cut(laid: np.ndarray, p) -> torch.Tensor:
+    _, gh, gw = p.grid_thw
+    t = torch.from_numpy(np.ascontiguousarray(laid, dtype=np.float32)).view(gh, PATCH, gw, PATCH, 3)
+    return t.permute(0, 2, 4, 1, 3).reshape(gh * gw, 3, PATCH, PATCH).contiguous()
+
+
+def _from_levels(levels: np.ndarray, p) -> torch.Tensor:
+    lut = reference.normalization_lut(K3)
+    return _cut(np.stack([lut[c][levels[..., c]] for c in range(3)], axis=-1), p)
+
+
+def _canvas_levels(img, p, dx=0, dy=0, fill=0) -> np.ndarray:
+    levels = np.full((p.new_h + p.pad_h, p.new_w + p.pad_w, 3), fill, dtype=np.uint8)
+    levels[dy: dy + p.new_h, dx: dx + p.new_w] = np.asarray(img)
+    return levels
+
+
+def found_grid(img):
+    return reference.preprocess([img], K3).grid_thws
+
+
+def _explained(img, actual):
+    expected = reference.preprocess([img], K3)
+    assert torch.equal(_from_levels(_canvas_levels(img, plan(40, 30, K3)), plan(40, 30, K3)), expected.pixel_values)
+    return attribute([img], K3, PreprocessResult(actual, expected.grid_thws), expected=expected)
+
+
+def test_a_clip_of_the_levels_is_measured():
+    img, p = _img(), plan(40, 30, K3)
+    actual = _from_levels(np.clip(_canvas_levels(img, p), 16, 235), p)
+    found = _explained(img, actual)
+    assert found.explanation == "explained" and found.variants == ("normalize-float/clamp-16,235",)
+    # the name parses back and reproduces the candidate; --assume takes it
+    assert reproduces(["normalize-float/clamp-16,235"], [img], K3, PreprocessResult(actual, found_grid(img)), 0)
+    assert parse_assumption("normalize-float=clamp-16,235") == ("normalize-float", "clamp-16,235")
+    steps = assumed_steps(K3, [("normalize-float", "clamp-16,235")])
+    assert torch.equal(reference.preprocess([img], K3, steps=steps).pixel_values, actual)
+    # one bound only
+    found = _explained(img, _from_levels(np.minimum(_canvas_levels(img, p), 250), p))
+    assert found.variants == ("normalize-float/clamp-0,250",)
+
+
+def test_the_image_k_pixels_into_its_canvas_is_measured():
+    img, p = _img(), plan(40, 30, K3)
+    assert (p.pad_w, p.pad_h) == (16, 26)  # 40x30 on a 56x56 canvas (28-pixel cells), by hand
+    actual = _from_levels(_canvas_levels(img, p, dx=2, dy=1), p)
+    found = _explained(img, actual)
+    assert found.explanation == "explained" and found.variants == ("pad/offset-2,1",)
+    steps = assumed_steps(K3, [parse_assumption("pad=offset-2,1")])
+    assert torch.equal(reference.preprocess([img], K3, steps=steps).pixel_values, actual)
+    # moved and filled with another level: both measured in one name
+    actual = _from_levels(_canvas_levels(img, p, dx=3, dy=0, fill=255), p)
+    found = _explained(img, actual)
+    assert found.variants == ("pad/offset-3,0-level-255",)
+    assert reproduces(list(found.variants), [img], K3, PreprocessResult(actual, found_grid(img)), 0)
+    # the whole padding on the top and left is the catalogue's own name
+    found = _explained(img, _from_levels(_canvas_levels(img, p, dx=16, dy=26), p))
+    assert found.variants == ("pad/pad-top-left",)
