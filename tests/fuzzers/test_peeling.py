@@ -107,3 +107,34 @@ def test_the_gate_pair_does_not_peel():
     new, old = fuzz_pair(_candidate(), Candidate("torchvision_like", torchvision_like), PreprocessConfig.k25(),
                          dataclasses.replace(options, examples=10))
     assert not any(f.extra.get("after") for f in new.findings + old.findings)
+
+
+def _verdict(expected, actual):
+    import torch
+
+    from kimi_oracle.core.result import PreprocessResult
+    from kimi_oracle.oracle.checks import Verdict
+
+    def result(values):
+        return PreprocessResult(torch.tensor(values, dtype=torch.float32).reshape(1, 1, 1, -1),
+                                torch.tensor([[1, 1, 1]]))
+
+    e, a = torch.tensor(expected, dtype=torch.float32), torch.tensor(actual, dtype=torch.float32)
+    return Verdict("pixel_mismatch", "", {"mean_level_diff": float((e - a).abs().mean()) * 255},
+                   result(expected), result(actual))
+
+
+def test_causes_that_move_most_values_they_change_away_are_not_peeled():
+    from kimi_oracle.fuzzers.peel import closer
+
+    got = [0.7, 0.7, 0.7, 0.7, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    before = _verdict([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0], got)
+    # A clip at 0.7 of every value: 4 values right, 6 wrong by 0.3 (totals 1.2 -> 1.8: farther).
+    assert not closer(before, _verdict([0.7] * 10, got))
+    # A clip that makes 4 right and moves 1 of the 5 it changes away: 4.0*0.3 - 0.1 less in all,
+    # but 4 of 5 (80 %) moved towards the candidate is under 9 of 10.
+    assert not closer(before, _verdict([0.7, 0.7, 0.7, 0.7, 0.9, 1.0, 1.0, 1.0, 1.0, 1.0], got))
+    # A cause that moves every value it changes towards the candidate (two of four only part way).
+    assert closer(before, _verdict([0.7, 0.7, 0.8, 0.9, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0], got))
+    # One it does not reach leaves the reference as it was.
+    assert closer(before, _verdict([1.0] * 10, got))

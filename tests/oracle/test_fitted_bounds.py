@@ -87,3 +87,22 @@ def test_the_image_k_pixels_into_its_canvas_is_measured():
     # the whole padding on the top and left is the catalogue's own name
     found = _explained(img, _from_levels(_canvas_levels(img, p, dx=16, dy=26), p))
     assert found.variants == ("pad/pad-top-left",)
+
+
+def test_an_exact_tie_goes_to_the_enumerated_variant():
+    """A transparent 1x1 image on K3's chessboard (8-pixel squares, grey 180 on odd parity, white
+    255 at the top left, spec section "transparent_bg_config"): an engine that flips the phase
+    gives 180 there. A clamp at 180 reproduces that case as well; the flipped phase, the
+    catalogue's own variant with no measured parameter, is the name."""
+    from PIL import Image
+
+    img = Image.new("RGBA", (1, 1), (10, 200, 30, 0))
+    p = plan(1, 1, K3)
+    levels = np.zeros((p.new_h + p.pad_h, p.new_w + p.pad_w, 3), dtype=np.uint8)
+    levels[0, 0] = 255
+    assert torch.equal(_from_levels(levels, p), reference.preprocess([img], K3).pixel_values)
+    levels[0, 0] = 180
+    actual = _from_levels(levels, p)
+    assert reproduces(["normalize-float/clamp-0,180"], [img], K3, PreprocessResult(actual, found_grid(img)), 0)
+    found = attribute([img], K3, PreprocessResult(actual, found_grid(img)), expected=reference.preprocess([img], K3))
+    assert found.explanation == "explained" and found.variants == ("background/chessboard-phase-flipped",)

@@ -45,6 +45,10 @@ class Variant:
 
     name: str
     apply: Callable[[Steps], Steps]
+    # Measured from an output (`RootCause.fitted`): free parameters, so an exact tie goes to an
+    # enumerated variant (a fitted `clamp-0,180` reproduces a 1x1 chessboard case as well as the
+    # flipped phase that made it).
+    measured: bool = field(default=False, compare=False)
 
 
 Touches = Callable[[Image.Image, ResizePlan, PreprocessConfig, Steps], bool]
@@ -118,7 +122,7 @@ class RootCause:
     def fitted(self, fi: Any) -> list[Variant]:
         """The variants measured from one image's outputs (`fitted.FitInput`): none for a
         family without a fit."""
-        return [] if self.fit is None else [Variant(name, apply) for name, apply in self.fit(fi)]
+        return [] if self.fit is None else [Variant(name, apply, True) for name, apply in self.fit(fi)]
 
 
 def _resized(img: Image.Image, p: ResizePlan) -> bool:

@@ -170,9 +170,10 @@ def image_key(img: Image.Image) -> bytes:
 
 
 def _closest_first(o: _Option) -> tuple:
-    # Exact ties go to an enabling root cause (what was done) before an arithmetic one (how it
-    # was computed), then to the catalogue order.
-    return (o.total, not o.cause.enabling, o.cause_index, o.variant_index)
+    # Exact ties go to an enumerated variant before a measured one (`Variant.measured`: fewer
+    # free parameters), to an enabling root cause (what was done) before an arithmetic one (how
+    # it was computed), then to the catalogue order.
+    return (o.total, o.variant.measured, not o.cause.enabling, o.cause_index, o.variant_index)
 
 
 class Search:
