@@ -106,3 +106,43 @@ def test_an_exact_tie_goes_to_the_enumerated_variant():
     assert reproduces(["normalize-float/clamp-0,180"], [img], K3, PreprocessResult(actual, found_grid(img)), 0)
     found = attribute([img], K3, PreprocessResult(actual, found_grid(img)), expected=reference.preprocess([img], K3))
     assert found.explanation == "explained" and found.variants == ("background/chessboard-phase-flipped",)
+
+
+def _board_levels(p, square, first, other, opaque=None):
+    """The canvas by hand: a board of `square`-pixel squares (`first` on the top left and its
+    parity), under the opaque pixels their own levels, level 0 in the padding."""
+    levels = np.zeros((p.new_h + p.pad_h, p.new_w + p.pad_w, 3), dtype=np.uint8)
+    ys, xs = np.mgrid[: p.new_h, : p.new_w]
+    levels[: p.new_h, : p.new_w] = np.where((((ys // square) + (xs // square)) % 2 == 0)[..., None], first, other)
+    if opaque is not None:
+        levels[: opaque.shape[0], : opaque.shape[1]] = opaque
+    return levels
+
+
+def test_the_background_the_candidate_composited_on_is_measured():
+    """A 40x30 RGBA image (not resized under K3), its left 12 columns opaque noise, the rest fully
+    transparent: K3 composites it after the resize on 8-pixel squares, 255 on the top left and 180
+    on the others (spec, transparent_bg_config), which the hand-built canvas matches first."""
+    from PIL import Image
+
+    rgb = np.asarray(_img(5))[:, :12]
+    rgba = np.zeros((30, 40, 4), dtype=np.uint8)
+    rgba[:, :12, :3], rgba[:, :12, 3] = rgb, 255
+    img, p = Image.fromarray(rgba, "RGBA"), plan(40, 30, K3)
+    assert torch.equal(_from_levels(_board_levels(p, 8, 255, 180, rgb), p), reference.preprocess([img], K3).pixel_values)
+    for square, first, other, name in ((4, 250, 100, "background/chessboard-4-250,100"),
+                                       (8, 255, 190, "background/chessboard-8-255,190"),
+                                       (1, 77, 77, "background/level-77")):
+        actual = _from_levels(_board_levels(p, square, first, other, rgb), p)
+        found = attribute([img], K3, PreprocessResult(actual, found_grid(img)), expected=reference.preprocess([img], K3))
+        assert found.explanation == "explained" and found.variants == (name,), (name, found.variants)
+        steps = assumed_steps(K3, [parse_assumption(name.replace("/", "=", 1))])
+        assert torch.equal(reference.preprocess([img], K3, steps=steps).pixel_values, actual)
+    # the flipped phase is the catalogue's own name (an exact tie with chessboard-8-180,255), as is
+    # grey 200 (chessboard-gray-200, the checkpoint class default)
+    found = attribute([img], K3, PreprocessResult(_from_levels(_board_levels(p, 8, 180, 255, rgb), p), found_grid(img)),
+                      expected=reference.preprocess([img], K3))
+    assert found.variants == ("background/chessboard-phase-flipped",)
+    found = attribute([img], K3, PreprocessResult(_from_levels(_board_levels(p, 8, 255, 200, rgb), p), found_grid(img)),
+                      expected=reference.preprocess([img], K3))
+    assert found.variants == ("background/chessboard-gray-200",)

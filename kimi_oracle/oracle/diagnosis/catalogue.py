@@ -22,6 +22,7 @@ from kimi_oracle.core.explanation import UNEXPLAINED
 from kimi_oracle.core.geometry import ResizePlan
 from kimi_oracle.core.images import has_alpha
 from kimi_oracle.oracle.diagnosis import fitted
+from kimi_oracle.oracle.diagnosis import fitted_background
 from kimi_oracle.oracle.diagnosis import fitted_bounds as bounds
 from kimi_oracle.pipelines.reference import CHECKPOINT, EIGHT_BIT_MODES, Steps
 from kimi_oracle.pipelines.variants import layout, modes, request
@@ -360,6 +361,7 @@ CATALOGUE: tuple[RootCause, ...] = (
                                        or (steps.pad is layout.pad_background and bool(p.pad_w or p.pad_h))),
         # the checkpoint's chessboard and a white background: the variants are per background
         suitable=Suitable((_image("RGBA", 40, 40, "transparent"),), ({}, {"background": {"pattern": "white"}})),
+        fit=fitted_background.fit_background, parse=lambda name, config: fitted_background.parse_background(name),
     ),
     RootCause(
         "pad",
@@ -430,7 +432,8 @@ DOC_ROWS: dict[str, tuple[str, str]] = {
     "background": ("the config's",
         "`chessboard-phase-flipped`, `chessboard-square-N` (16, 8, 2·S, S/2), `chessboard-gray-N` (200, 180, "
         "128, 192), `chessboard-white-255`, `solid-black/white/gray`, and for solid configs "
-        "`chessboard-default`, `chessboard-k3` — those that differ from the config"),
+        "`chessboard-default`, `chessboard-k3` — those that differ from the config; fitted (after the resize): "
+        "`level-N` (a solid level), `chessboard-S-A,B` (S-pixel squares, A on the top left's parity, B on the other)"),
     "pad": ("level 0, bottom and right",
         "`pad-top-left`, `pad-background` (the background pattern in the padding), `pad-white`, "
         "`pad-after-normalize` (0.0 after the normalization: the mean level, not level 0); fitted: "
