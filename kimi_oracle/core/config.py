@@ -16,6 +16,21 @@ FILL_STAGES = ("before_resize", "after_resize")
 # The processor's default when `transparent_bg_fill_stage` is absent.
 DEFAULT_FILL_STAGE = "before_resize"
 PROFILES = ("k3", "k25", "k3-small", "k3-p16m1")
+# The K2.5 checkpoint's video keys of `media_proc_cfg` (None: absent; K3's processor is image-only).
+VIDEO_KEYS = (
+    "sample_fps",
+    "temporal_merge_kernel_size",
+    "timestamp_mode",
+    "in_patch_limit_each_frame",
+    "in_patch_limit_video",
+    "max_num_frames_each_video",
+    "fixed_output_tokens_each_frame",
+)
+TIMESTAMP_MODES = ("hh:mm:ss.fff", "mm:ss.fff", "mm:ss")
+# The K2.5 checkpoint's values (its preprocessor_config.json; docs/video.md).
+K25_VIDEO = {"sample_fps": 2.0, "temporal_merge_kernel_size": 4, "timestamp_mode": "hh:mm:ss.fff",
+             "in_patch_limit_each_frame": 4096, "in_patch_limit_video": None, "max_num_frames_each_video": None,
+             "fixed_output_tokens_each_frame": None}
 DEFAULT_PROFILE = "k3"
 
 REQUIRED_KEYS = (
@@ -100,6 +115,14 @@ class PreprocessConfig:
     transparent_bg_config: TransparentBgConfig | None = None
     # None means "absent from the checkpoint's JSON"; `fill_stage` gives the effective value.
     transparent_bg_fill_stage: str | None = None
+    # The video keys (`VIDEO_KEYS`), None where absent: K2.5 has them, K3 none (docs/video.md).
+    sample_fps: float | None = None
+    temporal_merge_kernel_size: int | None = None
+    timestamp_mode: str | None = None
+    in_patch_limit_each_frame: int | None = None
+    in_patch_limit_video: int | None = None
+    max_num_frames_each_video: int | None = None
+    fixed_output_tokens_each_frame: int | None = None
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -144,6 +167,25 @@ class PreprocessConfig:
                 f"unknown fill stage {stage!r}; expected one of {', '.join(FILL_STAGES)}",
             )
 
+        _check_video_keys(self)
+
+    @property
+    def has_video(self) -> bool:
+        """Whether the config carries the video rules (sampling rate, chunk size, timestamps)."""
+        return None not in (self.sample_fps, self.temporal_merge_kernel_size, self.timestamp_mode)
+
+    def with_video_rules(self, rules: str = "k25") -> "PreprocessConfig":
+        """This config with the K2.5 checkpoint's video keys (`--video-rules k25`): what engines
+        apply to K3, whose own processor is image-only. Keys the config already has are kept."""
+        if rules != "k25":
+            raise ConfigError("--video-rules", f"unknown video rules {rules!r}; expected k25")
+        keys = {k: v for k, v in K25_VIDEO.items() if getattr(self, k) is None}
+        return dataclasses.replace(self, **keys, name=self.name if self.has_video else f"{self.name}+k25-video")
+
+    def video_hf_json(self) -> dict[str, Any]:
+        """The video keys the config has (None-valued ones left out)."""
+        return {k: getattr(self, k) for k in VIDEO_KEYS if getattr(self, k) is not None}
+
     @property
     def fill_stage(self) -> str:
         """The effective fill stage (the processor's default when the key is absent)."""
@@ -182,7 +224,7 @@ class PreprocessConfig:
 
         K3's patch, merge, side limit and mean/std with a quarter of its patch budget."""
         return dataclasses.replace(cls.k3(), in_patch_limit=16384, transparent_bg_config=None,
-                                   transparent_bg_fill_stage=None, name="k25")
+                                   transparent_bg_fill_stage=None, name="k25", **K25_VIDEO)
 
     @classmethod
     def k3_small(cls) -> "PreprocessConfig":
@@ -246,6 +288,7 @@ class PreprocessConfig:
         kwargs = {key: data[key] for key in REQUIRED_KEYS}
         kwargs["transparent_bg_config"] = data.get("transparent_bg_config")
         kwargs["transparent_bg_fill_stage"] = data.get("transparent_bg_fill_stage")
+        kwargs.update({key: data[key] for key in VIDEO_KEYS if key in data})
         return cls(**kwargs, name=name)
 
     def to_hf_json(self) -> dict[str, Any]:
@@ -263,6 +306,15 @@ class PreprocessConfig:
             out["transparent_bg_config"] = self.transparent_bg_config.to_dict()
         if self.transparent_bg_fill_stage is not None:
             out["transparent_bg_fill_stage"] = self.transparent_bg_fill_stage
+        out.update(self.video_hf_json())
+        return out
+
+    def image_hf_json(self) -> dict[str, Any]:
+        """The image keys of `to_hf_json` only: what image ids and golden hashes are made of (a
+        video key never changes an image's processing, so K2.5's image ids stay as recorded)."""
+        out = self.to_hf_json()
+        for key in VIDEO_KEYS:
+            out.pop(key, None)
         return out
 
     def describe(self) -> str:
@@ -274,3 +326,21 @@ class PreprocessConfig:
             f"limit {self.in_patch_limit}, side {self.patch_limit_on_one_side}, "
             f"bg {bg_text}, fill {self.fill_stage}"
         )
+
+
+def _check_video_keys(c: PreprocessConfig) -> None:
+    """The video keys' types (each may be None: absent)."""
+    fps = c.sample_fps
+    if fps is not None:
+        if not _is_number(fps) or not math.isfinite(fps) or fps <= 0:
+            raise ConfigError("sample_fps", f"must be a positive number, got {fps!r}")
+        object.__setattr__(c, "sample_fps", float(fps))
+    for key in ("temporal_merge_kernel_size", "in_patch_limit_each_frame", "in_patch_limit_video",
+                "max_num_frames_each_video", "fixed_output_tokens_each_frame"):
+        value = getattr(c, key)
+        if value is not None and (not _is_int(value) or value <= 0):
+            raise ConfigError(key, f"must be null or a positive integer, got {value!r}")
+    mode = c.timestamp_mode
+    if mode is not None and mode not in TIMESTAMP_MODES:
+        raise ConfigError("timestamp_mode", f"unknown timestamp mode {mode!r}; expected one of "
+                          + ", ".join(TIMESTAMP_MODES))

@@ -43,14 +43,21 @@ def _check_size(name: str, value: object) -> int:
     return int(value)
 
 
-def plan(width: int, height: int, config: PreprocessConfig, *, side_assert: bool = True) -> ResizePlan:
+_CONFIG = object()
+
+
+def plan(width: int, height: int, config: PreprocessConfig, *, side_assert: bool = True,
+         limit: int | None = None, fixed: object = _CONFIG) -> ResizePlan:
     """Plan the resize of a W × H image exactly as the checkpoint does; with `side_assert=False`,
-    the same arithmetic without the checkpoint's side assert (as engines plan: never raises it)."""
+    the same arithmetic without the checkpoint's side assert (as engines plan: never raises it).
+    `limit` and `fixed` replace `in_patch_limit` and `fixed_output_tokens` (a video frame's
+    budget, which may be 0: `core.video.plan_chunk`)."""
     w = _check_size("width", width)
     h = _check_size("height", height)
     p = config.patch_size
     m = config.merge_kernel_size
-    limit = config.in_patch_limit
+    limit = config.in_patch_limit if limit is None else limit
+    fixed_tokens = config.fixed_output_tokens if fixed is _CONFIG else fixed
     side = config.patch_limit_on_one_side
     # Same operations, same order, same types as the checkpoint: floor division first,
     # then max() against 1.0, then a double-precision sqrt.
@@ -64,8 +71,8 @@ def plan(width: int, height: int, config: PreprocessConfig, *, side_assert: bool
     pad_w = (f - new_w % f) % f
     pad_h = (f - new_h % f) % f
     grid = (1, (new_h + pad_h) // p, (new_w + pad_w) // p)
-    if config.fixed_output_tokens is not None:
-        tokens = config.fixed_output_tokens
+    if fixed_tokens is not None:
+        tokens = int(fixed_tokens)  # type: ignore[call-overload]
     else:
         merged_h = (new_h + pad_h) // f
         merged_w = (new_w + pad_w) // f

@@ -42,7 +42,7 @@ def _namespace(candidate: Candidate, config: PreprocessConfig, options: FuzzOpti
     """The database key of a run's saved failures: one per candidate, profile, drawing options,
     tolerance and assumed variants (`--assume`; none: the key as before), so that a replay is
     relevant (and a stored diagnosis is the same reference's)."""
-    parts: list[Any] = [candidate.spec, config.to_hf_json(), dataclasses.asdict(options.draw_options()), str(tol)]
+    parts: list[Any] = [candidate.spec, config.image_hf_json(), dataclasses.asdict(options.draw_options()), str(tol)]
     if options.assume:
         parts.append([list(pair) for pair in options.assume])
     return ("fuzz-cases:" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]).encode()

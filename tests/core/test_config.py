@@ -32,6 +32,14 @@ K25_JSON = {
     "fixed_output_tokens": None,
     "image_mean": [0.5, 0.5, 0.5],
     "image_std": [0.5, 0.5, 0.5],
+    # the video keys: preprocessing-spec section 7's table (K2.5 values)
+    "in_patch_limit_each_frame": 4096,
+    "in_patch_limit_video": None,
+    "sample_fps": 2.0,
+    "max_num_frames_each_video": None,
+    "temporal_merge_kernel_size": 4,
+    "timestamp_mode": "hh:mm:ss.fff",
+    "fixed_output_tokens_each_frame": None,
 }
 
 
@@ -125,3 +133,25 @@ def test_bad_files(tmp_path):
         PreprocessConfig.from_hf_json(bad)
     with pytest.raises(ConfigError, match="unknown profile"):
         PreprocessConfig.profile("k9")
+
+
+def test_video_keys_k25_has_them_k3_has_none():
+    k3, k25 = PreprocessConfig.k3(), PreprocessConfig.k25()
+    assert k25.has_video and not k3.has_video
+    assert (k25.sample_fps, k25.temporal_merge_kernel_size, k25.timestamp_mode) == (2.0, 4, "hh:mm:ss.fff")
+    assert PreprocessConfig.from_hf_json(k25.to_hf_json()) == k25
+    # the image keys alone make image ids: K2.5's stay those of its image-only JSON
+    assert k25.image_hf_json() == {k: v for k, v in K25_JSON.items() if k in K3_JSON} | {"merge_kernel_size": 2}
+    # K3 with the K2.5 rules, explicitly (--video-rules k25); its image keys are K3's
+    k3v = k3.with_video_rules("k25")
+    assert k3v.has_video and k3v.in_patch_limit_each_frame == 4096 and k3v.image_hf_json() == k3.to_hf_json()
+    assert PreprocessConfig.from_hf_json({**K3_JSON, "timestamp_mode": "mm:ss"}).timestamp_mode == "mm:ss"
+
+
+@pytest.mark.parametrize("key,value", [("timestamp_mode", "ss.fff"), ("sample_fps", 0), ("sample_fps", "2"),
+                                       ("temporal_merge_kernel_size", 0), ("in_patch_limit_video", 2.5),
+                                       ("fixed_output_tokens_each_frame", True)])
+def test_bad_video_keys_are_config_errors(key, value):
+    with pytest.raises(ConfigError) as err:
+        PreprocessConfig.from_hf_json({**K25_JSON, key: value})
+    assert err.value.key == key

@@ -109,7 +109,7 @@ def _attribution_key(images: Sequence[Any], config: PreprocessConfig, actual: An
     """None, or a digest of what an attribution depends on: the config, every image (mode, size, pixels,
     frames, info, the encoded file it came from), the candidate's result and the expectation."""
     h = hashlib.blake2b(digest_size=20)
-    h.update(json.dumps(config.to_hf_json(), sort_keys=True, default=str).encode())
+    h.update(json.dumps(config.image_hf_json(), sort_keys=True, default=str).encode())
     h.update(str(index).encode())
     h.update(repr(list(assume)).encode())
     for img in images:

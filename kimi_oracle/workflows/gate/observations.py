@@ -26,7 +26,7 @@ def crash_stats(exc: CandidateCrash) -> dict[str, Any]:
 
 def make_input_id(prefix: str, config: PreprocessConfig, params: Sequence[Any], images: Sequence[Any]) -> str:
     """An id for one input, the same whichever candidate ran it."""
-    h = hashlib.sha256(json.dumps(config.to_hf_json(), sort_keys=True, default=str).encode())
+    h = hashlib.sha256(json.dumps(config.image_hf_json(), sort_keys=True, default=str).encode())
     for i, img in enumerate(images):
         p = params[i] if i < len(params) else None
         if p:

@@ -41,8 +41,8 @@ def library_versions() -> dict[str, str | None]:
 
 
 def config_hash(config: PreprocessConfig) -> str:
-    """SHA-256 of the config's canonical checkpoint JSON (sorted keys, no spaces)."""
-    text = json.dumps(config.to_hf_json(), sort_keys=True, separators=(",", ":"))
+    """SHA-256 of the config's canonical checkpoint JSON, image keys only (sorted keys, no spaces)."""
+    text = json.dumps(config.image_hf_json(), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

@@ -61,7 +61,7 @@ def _meta(kind: str, profile: str) -> dict[str, Any]:
         "kind": kind,
         "profile": profile,
         "config_sha256": config_hash(config),
-        "config": config.to_hf_json(),
+        "config": config.image_hf_json(),
         "generator_version": _generators().GENERATOR_VERSION,
         "versions": library_versions(),
     }
