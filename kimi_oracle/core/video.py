@@ -6,7 +6,9 @@ K2.5 checkpoint's processor computes them (docs/video.md; preprocessing spec sec
   sampled frames (the last one shorter), each with its timestamp and prompt text.
 - `timestamp_text(t, mode)`: the chunk's timestamp as its prompt writes it.
 - `plan_chunk(width, height, frames, config)`: the chunk's resize plan, `grid_thw = (t, h, w)`,
-  `num_tokens` = one frame's spatial tokens (the vision tower pools over time).
+  `num_tokens` = one frame's spatial tokens (the vision tower pools over time). The budget's
+  divisor is the chunk's frame count (`get_resize_config` calls `navit_resize_video` with the
+  chunk's frames at fps 1 and sample fps infinite), never the video's sampled frames.
 
 K3's processor is image-only: a config without the video keys raises `VideoUnsupported`, whose
 message names `--video-rules k25` (`PreprocessConfig.with_video_rules`).
@@ -124,11 +126,13 @@ def frame_limit(frames: int, config: PreprocessConfig) -> int:
 def plan_chunk(width: int, height: int, frames: int, config: PreprocessConfig, *,
                side_assert: bool = True) -> ResizePlan:
     """The plan of a chunk of `frames` frames whose first frame is W x H: the image rule under
-    the frame budget (`frame_limit`) and `fixed_output_tokens_each_frame`; grid `(frames, h, w)`,
-    tokens those of one frame."""
+    the frame budget (`frame_limit`); grid `(frames, h, w)`, tokens those of one frame. A fixed
+    count is the image key's, `fixed_output_tokens`: the checkpoint passes it to
+    `navit_resize_video` and never reads `fixed_output_tokens_each_frame` (an engine that does
+    is a variant)."""
     if isinstance(frames, bool) or not isinstance(frames, numbers.Integral) or frames <= 0:
         raise InputError(f"a chunk's frame count must be a positive integer, got {frames!r}")
     one = plan(width, height, config, side_assert=side_assert, limit=frame_limit(int(frames), config),
-               fixed=config.fixed_output_tokens_each_frame)
+               fixed=config.fixed_output_tokens)
     _, gh, gw = one.grid_thw
     return dataclasses.replace(one, grid_thw=(int(frames), gh, gw))

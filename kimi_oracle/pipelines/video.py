@@ -1,7 +1,8 @@
-"""The reference pipeline for K2.5 video chunks (docs/video.md): each frame of a chunk processed as
-an image is (mode rule, Pillow bicubic resize, zero padding right and bottom, normalization), all
-at the size the chunk's first frame plans (`core.video.plan_chunk`), the frames' patches
-concatenated frame-major: `grid_thw = (t, gh, gw)`.
+"""The reference pipeline for K2.5 video chunks (docs/video.md): each frame of a chunk converted by
+Pillow's own `convert("RGB")` (the checkpoint's `_to_pil(frame).convert("RGB")`: an alpha is
+dropped, not composited), resized by Pillow bicubic to the size the chunk's first frame plans
+(`core.video.plan_chunk`), zero-padded right and bottom and normalized as an image is, the frames'
+patches concatenated frame-major: `grid_thw = (t, gh, gw)`.
 
 A chunk is a list of PIL images (its frames); a media list mixes images and chunks
 (`preprocess_media`), as the engines batch them, one grid row per item.
@@ -10,6 +11,7 @@ A chunk is a list of PIL images (its frames); a media list mixes images and chun
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Iterable, Sequence
 
 import torch
@@ -39,6 +41,16 @@ def chunk_frames(chunk: object, index: int = 0) -> list[Image.Image]:
     return load_images(list(chunk))  # type: ignore[arg-type]
 
 
+def rgb_frame(frame: Image.Image) -> Image.Image:
+    """A frame as the checkpoint takes it: Pillow's `convert("RGB")` (no EXIF transpose, no
+    background: a video frame carries neither)."""
+    if frame.mode == "RGB":
+        return frame
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # (a palette's transparency, dropped)
+        return frame.convert("RGB")
+
+
 def chunk_plan(frames: Sequence[Image.Image], config: PreprocessConfig) -> ResizePlan:
     """The plan of a chunk: its first frame's size, its frame count."""
     first = frames[0]
@@ -52,7 +64,7 @@ def preprocess_chunk(frames: Sequence[Image.Image], config: PreprocessConfig, *,
     require_video(config)
     p = chunk_plan(frames, config)
     one = dataclasses.replace(p, grid_thw=(1, *p.grid_thw[1:]))
-    rows = [steps.image_patches(steps.prepared(frame), config, one) for frame in frames]
+    rows = [steps.image_patches(rgb_frame(frame), config, one) for frame in frames]
     return (rows[0] if len(rows) == 1 else torch.cat(rows, dim=0)), p
 
 

@@ -67,9 +67,23 @@ def test_a_chunk_plans_its_first_frame_under_the_frame_budget():
     assert frame_limit(4, total) == 250 and frame_limit(3, total) == 333  # round(333.3)
     p = plan_chunk(640, 480, 4, total)
     assert (p.new_w, p.new_h, p.grid_thw, p.num_tokens) == (258, 194, (4, 14, 20), 70)
-    # fixed_output_tokens_each_frame replaces the count; in_patch_limit stands in for a null per-frame budget
-    fixed = dataclasses.replace(K25, fixed_output_tokens_each_frame=64, in_patch_limit_each_frame=None)
+    # a fixed count is the image key's (the checkpoint passes fixed_output_tokens and never reads
+    # fixed_output_tokens_each_frame); in_patch_limit stands in for a null per-frame budget
+    fixed = dataclasses.replace(K25, fixed_output_tokens=64, in_patch_limit_each_frame=None)
     assert plan_chunk(640, 480, 2, fixed).num_tokens == 64 and frame_limit(2, fixed) == K25.in_patch_limit
+    unread = dataclasses.replace(K25, fixed_output_tokens_each_frame=64)
+    # 640x480: 45 x 34 = 1530 patches, within 4096: padded to 644 x 504, 23 x 18 = 414 tokens
+    assert plan_chunk(640, 480, 2, unread).num_tokens == plan_chunk(640, 480, 2, K25).num_tokens == 414
+
+
+def test_the_worked_example_of_a_300_frame_video():
+    # 300 frames at 30 fps: n = round(300 * 2 / 30) = 20, linspace(0, 299, 20) in steps of 299 / 19 =
+    # 15.737: 0, 16, 31, 47, ...; chunks start at frames 0, 63, 126, 189 (63 = round(4 * 15.737)):
+    # 0, 2.1, 4.2, 6.3 s; 189 / 30 = 6.3 = 6.29999999999999982236431605997495353221893310546875:
+    # its milliseconds truncate to 299.
+    chunks = split_chunks(300, 30.0, K25)
+    assert [c.frame_indices[:2] for c in chunks] == [(0, 16), (63, 79), (126, 142), (189, 205), (252, 268)]
+    assert [c.prompt[:12] for c in chunks][:4] == ["00:00:00.000", "00:00:02.100", "00:00:04.200", "00:00:06.299"]
 
 
 def test_k3_has_no_video_rules_until_asked():

@@ -64,11 +64,13 @@ def test_a_batch_mixes_images_and_chunks_in_order():
     assert torch.equal(out.pixel_values[3 * n:], alone.pixel_values)
 
 
-def test_a_palette_or_alpha_frame_follows_the_image_mode_rule():
-    frames = [_frame(28, 28, 4, "P"), _frame(28, 28, 5, "RGBA")]
-    out = preprocess_chunks([frames], SMALL)  # 28x28: 4 patches, not resized
-    one_by_one = torch.cat([reference.preprocess([f], SMALL).pixel_values for f in frames])
-    assert torch.equal(out.pixel_values, one_by_one)
+def test_a_palette_or_alpha_frame_is_converted_to_rgb_by_pillow():
+    # the checkpoint's _to_pil(frame).convert("RGB"): an alpha dropped (not composited on a background)
+    rgba = _frame(28, 28, 5, "RGBA")
+    rgba.putalpha(Image.fromarray(np.arange(28 * 28, dtype=np.uint8).reshape(28, 28) % 251, "L"))
+    frames = [_frame(28, 28, 4, "P"), rgba, _frame(28, 28, 6, "L")]
+    out = preprocess_chunks([frames], PreprocessConfig.k3().with_video_rules("k25"))  # 28x28: 4 patches
+    assert torch.equal(out.pixel_values, _by_hand(frames, (28, 28), (28, 28), PreprocessConfig.k3()))
 
 
 def test_bad_chunks_are_typed_errors():
