@@ -37,6 +37,7 @@ from kimi_oracle.cli.differential import (
 )
 from kimi_oracle.cli.engine_fuzz import ENGINE_HELP, MIXED_HELP, PIXELS_HELP
 from kimi_oracle.core import interrupts
+from kimi_oracle.cli.video import video_options
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK
 from kimi_oracle.core.text import rich_text
@@ -106,6 +107,7 @@ from kimi_oracle.oracle.kinds import FINDING_KINDS, failing
 @input_form_option
 @interpret_option
 @isolation_options
+@video_options
 def fuzz_cmd(candidate_spec: str | None, planner_spec: str | None, planner_sizes: int | None,
              profile: str | None, config_path: Path | None, examples: int | None,
              budget: str | None, hypothesis_profile: str, seed: int | None, tolerance: str,
