@@ -86,7 +86,6 @@ def fuzz_chunker(spec: str, base: PreprocessConfig, videos: int = DEFAULT_VIDEOS
     chunker = load_chunker(spec)
     report = ChunkerReport(spec, base.name, int(seed))
     groups: dict[str, ChunkerGroup] = {}
-    configs: dict[int, PreprocessConfig] = {}
     deadline = None if budget_s is None else time.monotonic() + budget_s
     for i, (n, fps, config) in enumerate(video_cases(base, videos, seed)):
         if deadline is not None and time.monotonic() > deadline:
@@ -98,14 +97,13 @@ def fuzz_chunker(spec: str, base: PreprocessConfig, videos: int = DEFAULT_VIDEOS
             progress(i + 1, videos)
         if found is None:
             continue
-        configs[id(found)] = config
         g = groups.setdefault(found.field, ChunkerGroup(found.field))
         g.count += 1
         g.findings.append(found)
         g.findings.sort(key=_size)
         del g.findings[KEPT_PER_GROUP:]
     for g in groups.values():
-        g.explained_by = explain(g.findings, lambda f: configs[id(f)])
+        g.explained_by = explain(g.findings, base)
         for f in g.findings:
             f.explained_by = list(g.explained_by)
     report.groups = sorted(groups.values(), key=lambda g: -g.count)

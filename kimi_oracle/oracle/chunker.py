@@ -19,7 +19,7 @@ import numpy as np
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
-from kimi_oracle.core.video import CHUNK_PROMPT, require_video, split_chunks, timestamp_text
+from kimi_oracle.core.video import CHUNK_PROMPT, require_video, sample_frames, split_chunks, timestamp_text
 from kimi_oracle.oracle.candidates import first_doc_line, named_function, resolve, stripped_spec
 
 ChunkerFn = Callable[[int, float, PreprocessConfig], Any]
@@ -60,9 +60,10 @@ def _indices(num_frames: int, fps: float, config: PreprocessConfig, rounding: st
     if rounding == "arange-floor":  # transformers 5.23's default_sample_indices_fn
         n = max(1, int(num_frames / fps * sample_fps))
         return [int(i) for i in np.arange(n, dtype=np.int64) * num_frames // n]
+    if rounding == "round":
+        return sample_frames(num_frames, fps, config)  # the checkpoint's
     n = max(round(num_frames * sample_fps / fps), 1)
-    lin = np.linspace(0, num_frames - 1, n)
-    return [int(i) for i in (np.floor(lin) if rounding == "floor" else lin.round()).astype(int)]
+    return [int(i) for i in np.floor(np.linspace(0, num_frames - 1, n)).astype(int)]
 
 
 def _stamp(t: float, mode: str, how: str) -> str:
@@ -189,16 +190,15 @@ def judge_video(chunker: Chunker, num_frames: int, fps: float, config: Preproces
     return ChunkFinding(num_frames, fps, mode, diff[0], diff[1], expected, actual)
 
 
-def explain(findings: Sequence[ChunkFinding], config_of: Callable[[ChunkFinding], PreprocessConfig]) -> list[str]:
+def explain(findings: Sequence[ChunkFinding], base: PreprocessConfig) -> list[str]:
     """The variants that give the candidate's chunks on every finding (the same one for all, or
-    none): a candidate's step done otherwise, found by reproduction."""
+    none), each finding's video under `base` with its `timestamp_mode`: a candidate's step done
+    otherwise, found by reproduction."""
     if not findings or any(f.actual is None for f in findings):
         return []
-    names = []
-    for name, fn in CHUNK_VARIANTS.items():
-        if all(_same(fn, f, config_of(f)) for f in findings):
-            names.append(name)
-    return names
+    configs = [dataclasses.replace(base, timestamp_mode=f.timestamp_mode) for f in findings]
+    return [name for name, fn in CHUNK_VARIANTS.items()
+            if all(_same(fn, f, c) for f, c in zip(findings, configs))]
 
 
 def _same(fn: ChunkerFn, f: ChunkFinding, config: PreprocessConfig) -> bool:
