@@ -74,7 +74,8 @@ def dependency_site() -> Path:
                          pins)
 
 
-def _declare_torchvision_ops() -> None:
+def declare_torchvision_ops() -> None:
+    """Declare torchvision's detection ops where its C++ extension cannot load (see above)."""
     # Only where torchvision's extension cannot load (it defines the ops itself when it can).
     spec = importlib.util.find_spec("torchvision")
     if spec is None or not spec.submodule_search_locations or "torchvision" in sys.modules:
@@ -92,9 +93,11 @@ def _declare_torchvision_ops() -> None:
     _KEEP.append(fragment)
 
 
-def import_processor(tree: Tree, site: Path) -> type:
-    """The release's real `Kimi_K25ImageProcessor`, imported from `tree` with `site` on sys.path
-    (before the installed packages, or after them for an installed transformers)."""
+def import_processor(tree: Tree, site: Path, *, module_name: str = _MODULE, relative: str = PROCESSOR_FILE,
+                     class_name: str = PROCESSOR) -> type:
+    """The release's real `Kimi_K25ImageProcessor` (or `class_name` of `module_name`), imported
+    from `tree` with `site` on sys.path (before the installed packages, or after them for an
+    installed transformers)."""
     loaded = sys.modules.get("transformers")
     if loaded is not None and Path(loaded.__file__ or "").resolve().parent != tree.package_dir.resolve():
         raise CandidateError(f"candidate transformers ({tree.root}): another transformers is already imported in "
@@ -107,16 +110,16 @@ def import_processor(tree: Tree, site: Path) -> type:
             if entry not in sys.path:
                 sys.path.insert(0, entry)
     importlib.invalidate_caches()
-    _declare_torchvision_ops()
+    declare_torchvision_ops()
     try:
-        module = importlib.import_module(_MODULE)
+        module = importlib.import_module(module_name)
     except Exception as exc:
-        raise CandidateError(f"{tree.file(PROCESSOR_FILE)}: importing {_MODULE} failed: "
+        raise CandidateError(f"{tree.file(relative)}: importing {module_name} failed: "
                              f"{type(exc).__name__}: {exc}") from None
-    if Path(module.__file__ or "").resolve() != tree.file(PROCESSOR_FILE).resolve():
-        raise CandidateError(f"candidate transformers: {_MODULE} imported from {module.__file__}, "
-                             f"not from {tree.file(PROCESSOR_FILE)}")
-    return getattr(module, PROCESSOR)
+    if Path(module.__file__ or "").resolve() != tree.file(relative).resolve():
+        raise CandidateError(f"candidate transformers: {module_name} imported from {module.__file__}, "
+                             f"not from {tree.file(relative)}")
+    return getattr(module, class_name)
 
 
 def processor_kwargs(config: PreprocessConfig) -> dict[str, Any]:
@@ -149,5 +152,5 @@ def image_processor_path(tree: Tree, known: tuple[str, ...],
     return preprocess, plan(navit)
 
 
-__all__ = ["DEPENDENCIES", "PROCESSOR", "PROCESSOR_FILE", "dependency_site", "image_processor_path",
+__all__ = ["DEPENDENCIES", "declare_torchvision_ops", "PROCESSOR", "PROCESSOR_FILE", "dependency_site", "image_processor_path",
            "import_processor", "processor_kwargs", "torch_release"]

@@ -44,7 +44,7 @@ import torch
 
 from kimi_oracle.adapters.loading import load_modules, require, require_class
 from kimi_oracle.adapters.sources import Tree, cache_dir, locate, unpacked_site
-from kimi_oracle.adapters.transformers_k25 import _declare_torchvision_ops, dependency_site
+from kimi_oracle.adapters.transformers_k25 import declare_torchvision_ops, dependency_site
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
 
@@ -86,7 +86,7 @@ def _on_path(tree: Tree) -> None:
         else:
             sys.path.insert(0, entry)
     importlib.invalidate_caches()
-    _declare_torchvision_ops()  # as for candidate transformers: a CUDA torchvision on a CPU torch
+    declare_torchvision_ops()  # as for candidate transformers: a CUDA torchvision on a CPU torch
 
 
 def _checked(tree: Tree, known: tuple[str, ...]) -> None:

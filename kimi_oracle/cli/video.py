@@ -1,11 +1,17 @@
 """The video options of `kimi-oracle fuzz` (issue 42): `--media image|video|both`, `--chunker
 SPEC` and `--video-rules k25`.
 
-`--media video --chunker SPEC` fuzzes a chunker `(num_frames, fps, config) -> list[dict]`
-against the K2.5 checkpoint's sampling (`fuzzers.chunker_fuzz`): exit 0 when every drawn video's
-chunks are the checkpoint's, 1 on a finding (or a chunker that crashed or hung), 2 on a usage
-or load error. Video candidates and planners (`--media video --candidate/--planner`) and mixed
-batches (`--media both`) are not judged yet: they are refused with exit 2, never run as images.
+- `--media video --chunker SPEC` fuzzes a chunker `(num_frames, fps, config) -> list[dict]`
+  against the K2.5 checkpoint's sampling (`fuzzers.chunker_fuzz`);
+- `--media video|both --candidate SPEC` a video candidate on drawn batches of chunks (and
+  images) (`fuzzers.video_fuzz`);
+- `--media video --planner SPEC` a video planner `(width, height, num_frames, config) -> dict`
+  (`oracle.video_planner`).
+
+Exit 0 when everything drawn agrees with the checkpoint, 1 on a finding (or a run that crashed
+or hung), 2 on a usage or load error. `--media video --engine` (the request layer) is refused
+with exit 2, never run as images. `--json` and `--out DIR` (`video-report.json/.md`,
+`video-planner-report...`, `chunker-report...`) take the report.
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ import click
 from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK
 
 MEDIA = ("image", "video", "both")
-NOT_YET = ("--media {media}: only a chunker is judged on video today (--chunker SPEC); video candidates, "
-           "planners, engines and mixed batches are not (docs/video.md, 'What is judged')")
+NOT_YET = ("--media {media} --engine: the request layer's video scenarios are not judged yet (docs/video.md, "
+           "'What is judged'); --candidate, --planner and --chunker are")
+DEFAULT_PLANNED = 2000  # chunks a video planner plans by default
 
 
 def video_options(func: Callable[..., int]) -> Callable[..., int]:
@@ -47,33 +54,97 @@ def video_options(func: Callable[..., int]) -> Callable[..., int]:
 
 
 def _video_fuzz(media: str, chunker_spec: str | None, video_rules: str | None, kw: dict[str, Any]) -> int:
-    from kimi_oracle.cli.common import check_outputs, parse_duration, resolve_config
-    from kimi_oracle.core.defaults import fresh_seed
-    from kimi_oracle.core.files import to_json, write_json
+    from kimi_oracle.cli.common import check_outputs, resolve_config
     from kimi_oracle.core.video import require_video
-    from kimi_oracle.fuzzers.chunker_fuzz import DEFAULT_BUDGET_S, DEFAULT_VIDEOS, run_chunker_isolated
 
-    if media != "video" or chunker_spec is None or any(kw.get(k) for k in ("candidate_spec", "planner_spec",
-                                                                              "engine_spec")):
+    candidate, planner = kw.get("candidate_spec"), kw.get("planner_spec")
+    asked = [name for name, value in (("--chunker", chunker_spec), ("--candidate", candidate), ("--planner", planner),
+                                      ("--engine", kw.get("engine_spec"))) if value]
+    if len(asked) != 1:
+        raise click.UsageError(f"--media {media}: give one of --candidate, --planner or --chunker"
+                               + (f" (got {', '.join(asked)})" if asked else ""))
+    if kw.get("engine_spec"):
         raise click.UsageError(NOT_YET.format(media=media))
+    if media == "image":
+        raise click.UsageError("--chunker judges a video's chunks: add --media video")
+    if media == "both" and not candidate:
+        raise click.UsageError(f"--media both mixes images and chunks in one batch: it judges a candidate; "
+                               f"{asked[0]} takes --media video")
     config = resolve_config(kw.get("profile"), kw.get("config_path"))
     if video_rules is not None:
         config = config.with_video_rules(video_rules)
     require_video(config)
-    json_path = kw.get("json_path")
-    check_outputs(None, json_path, None)
+    check_outputs(None, kw.get("json_path"), None)
+    if chunker_spec:
+        return _chunker(chunker_spec, config, kw)
+    if planner:
+        return _planner(planner, config, kw)
+    return _candidate(candidate, media, config, kw)  # type: ignore[arg-type]
+
+
+def _seed(kw: dict[str, Any]) -> int:
+    from kimi_oracle.core.defaults import fresh_seed
+
     seed = kw.get("seed")
-    seed = fresh_seed() if seed is None else seed
-    videos = kw.get("examples") or DEFAULT_VIDEOS
-    budget = parse_duration(kw["budget"]) if kw.get("budget") else DEFAULT_BUDGET_S
-    click.echo(f"fuzzing chunker {chunker_spec} on {videos} videos ({config.name}, seed {seed})", err=True)
-    report = run_chunker_isolated(chunker_spec, config, videos, seed, budget_s=budget)
-    for line in report.lines():
+    return fresh_seed() if seed is None else int(seed)
+
+
+def _budget(kw: dict[str, Any], default: float) -> float:
+    from kimi_oracle.cli.common import parse_duration
+
+    return parse_duration(kw["budget"]) if kw.get("budget") else default
+
+
+def _emit(lines: list[str], doc: dict[str, Any], kw: dict[str, Any], ok: bool, name: str) -> int:
+    from kimi_oracle.core.files import atomic_write_text, to_json, write_json
+
+    for line in lines:
         click.echo(line)
-    doc = report.to_dict()
+    json_path = kw.get("json_path")
     if json_path is not None:
         if str(json_path) == "-":
             sys.stdout.write(to_json(doc) + "\n")
         else:
             write_json(json_path, doc)
-    return EXIT_OK if report.ok else EXIT_FINDINGS
+    out = kw.get("out_dir")
+    if out is not None:
+        write_json(out / f"{name}.json", doc)
+        atomic_write_text(out / f"{name}.md", "\n".join(["# " + lines[0], "", "```", *lines[1:], "```", ""]))
+    return EXIT_OK if ok else EXIT_FINDINGS
+
+
+def _chunker(spec: str, config: Any, kw: dict[str, Any]) -> int:
+    from kimi_oracle.fuzzers.chunker_fuzz import DEFAULT_BUDGET_S, DEFAULT_VIDEOS, run_chunker_isolated
+
+    seed, videos = _seed(kw), kw.get("examples") or DEFAULT_VIDEOS
+    click.echo(f"fuzzing chunker {spec} on {videos} videos ({config.name}, seed {seed})", err=True)
+    report = run_chunker_isolated(spec, config, videos, seed, budget_s=_budget(kw, DEFAULT_BUDGET_S))
+    return _emit(report.lines(), report.to_dict(), kw, report.ok, "chunker-report")
+
+
+def _planner(spec: str, config: Any, kw: dict[str, Any]) -> int:
+    from kimi_oracle.fuzzers.isolated import run_forked
+    from kimi_oracle.oracle.video_candidates import load_video_planner
+    from kimi_oracle.oracle.video_planner import fuzz_video_planner
+
+    seed, count = _seed(kw), kw.get("examples") or DEFAULT_PLANNED
+    load_video_planner(spec)  # (one that cannot load: exit 2, here)
+    click.echo(f"fuzzing video planner {spec} on {count} chunks ({config.name}, seed {seed})", err=True)
+    budget = _budget(kw, 600.0)
+    kind, report = run_forked(f"kimi-video-planner[{spec}]", fuzz_video_planner, (spec, config, count, seed), {},
+                              budget)
+    if kind != "result":
+        click.echo(f"video planner {spec}: ERROR: {report}")
+        return EXIT_FINDINGS
+    return _emit(report.lines(), report.to_dict(), kw, report.ok, "video-planner-report")
+
+
+def _candidate(spec: str, media: str, config: Any, kw: dict[str, Any]) -> int:
+    from kimi_oracle.fuzzers.video_fuzz import DEFAULT_BUDGET_S, DEFAULT_EXAMPLES, run_media_isolated
+
+    seed, count = _seed(kw), kw.get("examples") or DEFAULT_EXAMPLES
+    click.echo(f"fuzzing video candidate {spec} on {count} batches (--media {media}, {config.name}, seed {seed})",
+               err=True)
+    report = run_media_isolated(spec, config, media, count, seed, tolerance=kw.get("tolerance") or "exact",
+                                budget_s=_budget(kw, DEFAULT_BUDGET_S))
+    return _emit(report.lines(), report.to_dict(), kw, report.ok, "video-report")

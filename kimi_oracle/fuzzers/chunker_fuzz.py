@@ -9,12 +9,10 @@ kills the interpreter or hangs past the budget ends as an error of the report, n
 from __future__ import annotations
 
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.core.errors import CandidateError
 from kimi_oracle.inputs.video_cases import video_cases
 from kimi_oracle.oracle.chunker import ChunkFinding, explain, fps_text, load_chunker, judge_video
 
@@ -114,46 +112,11 @@ def run_chunker_isolated(spec: str, base: PreprocessConfig, videos: int, seed: i
                          budget_s: float = DEFAULT_BUDGET_S) -> ChunkerReport:
     """`fuzz_chunker` in a forked process; a chunker that kills it or hangs past `budget_s` (and
     a grace of 10 s) gives a report with the error. CandidateError when it cannot load."""
-    from kimi_oracle.fuzzers.sandbox import _context, _hidden_main
+    from kimi_oracle.fuzzers.isolated import run_forked
 
     load_chunker(spec)  # (a spec that cannot load: exit 2, here)
-    ctx = _context()
-    parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, spec, base, videos, seed, budget_s), daemon=True,
-                       name=f"kimi-chunker[{spec}]")
-    try:
-        with _hidden_main():
-            proc.start()
-        child.close()
-        if parent.poll(budget_s + 10.0):
-            try:
-                kind, payload = parent.recv()
-            except EOFError:
-                kind, payload = "died", None
-        else:
-            kind, payload = "hung", None
-    finally:
-        parent.close()
-        if proc.is_alive():
-            proc.kill()
-        proc.join(5)
-    if kind == "report":
+    kind, payload = run_forked(f"kimi-chunker[{spec}]", fuzz_chunker, (spec, base, videos, seed),
+                               {"budget_s": budget_s}, budget_s + 10.0)
+    if kind == "result":
         return payload
-    if kind == "load":
-        raise CandidateError(payload)
-    why = {"hung": f"the chunker did not finish within {budget_s + 10.0:g} s (killed)",
-           "died": f"the chunker's process died (exit code {proc.exitcode})"}.get(kind, str(payload))
-    return ChunkerReport(spec, base.name, int(seed), error=why)
-
-
-def _child(conn: Any, spec: str, base: PreprocessConfig, videos: int, seed: int, budget_s: float) -> None:
-    try:
-        report = fuzz_chunker(spec, base, videos, seed, budget_s=budget_s)
-        conn.send(("report", report))
-    except CandidateError as exc:
-        conn.send(("load", str(exc)))
-    except BaseException:  # noqa: BLE001 — reported, never a pass
-        conn.send(("error", "the chunker fuzz failed: " + traceback.format_exc(limit=3).strip().splitlines()[-1]))
-    finally:
-        conn.close()
-
+    return ChunkerReport(spec, base.name, int(seed), error=payload.replace("the run", "the chunker"))

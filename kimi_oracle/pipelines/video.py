@@ -24,6 +24,7 @@ from kimi_oracle.core.images import load_images
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.core.video import plan_chunk, require_video
 from kimi_oracle.pipelines.reference import CHECKPOINT, Steps, preprocess_image
+from kimi_oracle.pipelines.variants.chunk_rules import CHECKPOINT_RULE, ChunkRule, plan_for
 
 Chunk = Sequence[Image.Image]
 
@@ -51,40 +52,53 @@ def rgb_frame(frame: Image.Image) -> Image.Image:
         return frame.convert("RGB")
 
 
-def chunk_plan(frames: Sequence[Image.Image], config: PreprocessConfig) -> ResizePlan:
-    """The plan of a chunk: its first frame's size, its frame count."""
-    first = frames[0]
-    return plan_chunk(first.width, first.height, len(frames), config)
+def chunk_plan(frames: Sequence[Image.Image], config: PreprocessConfig, *, rule: ChunkRule = CHECKPOINT_RULE,
+               video_frames: int = 0) -> ResizePlan:
+    """The plan of a chunk: its first frame's size, its frame count (or as `rule` plans it, the
+    video having `video_frames` sampled frames in all)."""
+    if rule == CHECKPOINT_RULE:
+        first = frames[0]
+        return plan_chunk(first.width, first.height, len(frames), config)
+    return plan_for(rule, [f.size for f in frames], video_frames, config)
 
 
 def preprocess_chunk(frames: Sequence[Image.Image], config: PreprocessConfig, *,
-                     steps: Steps = CHECKPOINT) -> tuple[torch.Tensor, ResizePlan]:
+                     steps: Steps = CHECKPOINT, rule: ChunkRule = CHECKPOINT_RULE,
+                     video_frames: int = 0) -> tuple[torch.Tensor, ResizePlan]:
     """One chunk's patches (t·gh·gw, 3, p, p) and plan; every frame at the first frame's planned
-    size, whatever its own."""
+    size, whatever its own (`rule`, `video_frames`: a chunk rule of `variants.chunk_rules`)."""
     require_video(config)
-    p = chunk_plan(frames, config)
+    p = chunk_plan(frames, config, rule=rule, video_frames=video_frames)
     one = dataclasses.replace(p, grid_thw=(1, *p.grid_thw[1:]))
     rows = [steps.image_patches(rgb_frame(frame), config, one) for frame in frames]
     return (rows[0] if len(rows) == 1 else torch.cat(rows, dim=0)), p
 
 
 def preprocess_chunks(chunks: Iterable[Chunk], config: PreprocessConfig, *,
-                      steps: Steps = CHECKPOINT) -> PreprocessResult:
+                      steps: Steps = CHECKPOINT, rule: ChunkRule = CHECKPOINT_RULE) -> PreprocessResult:
     """The reference on a batch of chunks: concatenated patches, one `(t, h, w)` row per chunk."""
-    return preprocess_media([list(c) if is_chunk(c) else c for c in chunks], config, steps=steps, video_only=True)
+    return preprocess_media([list(c) if is_chunk(c) else c for c in chunks], config, steps=steps, video_only=True,
+                            rule=rule)
+
+
+def video_frame_count(items: Sequence[object]) -> int:
+    """The frames of all chunks of a media list (one video's sampled frames, as the oracle draws
+    a batch: the divisor of `budget-divisor/video`)."""
+    return sum(len(item) for item in items if is_chunk(item))  # type: ignore[arg-type]
 
 
 def preprocess_media(items: Iterable[object], config: PreprocessConfig, *, steps: Steps = CHECKPOINT,
-                     video_only: bool = False) -> PreprocessResult:
+                     video_only: bool = False, rule: ChunkRule = CHECKPOINT_RULE) -> PreprocessResult:
     """The reference on a mixed batch, in order: an image as `reference.preprocess` does it, a
-    chunk (a list of frames) as `preprocess_chunk`."""
+    chunk (a list of frames) as `preprocess_chunk` (each planned by `rule`)."""
     items = list(items)
     if not items:
         raise InputError("a media batch needs at least one image or chunk")
+    total = video_frame_count(items)
     patches, grids = [], []
     for i, item in enumerate(items):
         if is_chunk(item) or video_only:
-            values, p = preprocess_chunk(chunk_frames(item, i), config, steps=steps)
+            values, p = preprocess_chunk(chunk_frames(item, i), config, steps=steps, rule=rule, video_frames=total)
         else:
             (img,) = load_images([item])  # type: ignore[list-item]
             values, p = preprocess_image(img, config, steps=steps)
