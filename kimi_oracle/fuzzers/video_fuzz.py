@@ -100,9 +100,12 @@ class MediaReport:
                f"{self.examples} batches, {found} findings in {len(self.groups)} groups"
                + (f"; ERROR: {self.error}" if self.error else "")]
         for g in self.groups:
-            why = ", ".join(g.explained_by) if g.explained_by else g.explanation
-            out.append(f"  {g.key}: {g.count} batches; {g.explanation}: {why} (confirmed on {g.confirmed} of "
-                       f"{len(g.findings)} kept)")
+            if g.check == CRASH:
+                out.append(f"  {g.key}: {g.count} batches")
+            else:
+                why = (": " + ", ".join(g.explained_by)) if g.explained_by else ""
+                out.append(f"  {g.key}: {g.count} batches; {g.explanation}{why} (reproduced on {g.confirmed} of "
+                           f"{len(g.findings)} kept)")
             out.append(f"    smallest: {g.findings[0].case.describe()}: {g.findings[0].verdict.message[:160]}")
         return out
 
@@ -146,6 +149,17 @@ def _confirm(g: MediaGroup) -> None:
         g.explanation = "partly explained"
 
 
+def _known_group(groups: dict[str, MediaGroup], verdict: Any, case: MediaCase, batch: list[Any]) -> MediaGroup | None:
+    """The largest explained group of the finding's check whose steps reproduce it exactly."""
+    if verdict.actual is None or verdict.check == CRASH:
+        return None
+    for g in sorted(groups.values(), key=lambda g: -g.count):
+        if g.check == verdict.check and g.explanation == "explained" and g.explained_by \
+                and reproduces(g.explained_by, case, verdict.actual, batch):
+            return g
+    return None
+
+
 def fuzz_media(spec: str, base: PreprocessConfig, media: str = "video", examples: int = DEFAULT_EXAMPLES,
                seed: int = 0, *, tolerance: str = "exact", progress: Callable[[int, int], None] | None = None,
                budget_s: float | None = None) -> MediaReport:
@@ -164,6 +178,10 @@ def fuzz_media(spec: str, base: PreprocessConfig, media: str = "video", examples
         if progress is not None:
             progress(i + 1, examples)
         if verdict.ok or verdict.check is None:
+            continue
+        known = _known_group(groups, verdict, case, batch)
+        if known is not None:  # reproduced by a group's steps already: no search
+            known.add(MediaVerdict(verdict, case, list(known.explained_by), known.explanation))
             continue
         found = explain_case(case, verdict, batch)
         g = groups.setdefault(found.key(), MediaGroup(found.key(), found.check))

@@ -30,7 +30,8 @@ from kimi_oracle.core.errors import CandidateError, ConfigError, InputError
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.oracle.checks import ACCEPTS_INVALID, CRASH, Verdict, check_invariance, compare
 from kimi_oracle.oracle.kinds import GRID_MISMATCH, PIXEL_MISMATCH
-from kimi_oracle.pipelines.variants.chunk_rules import (CHECKPOINT_RULE, ChunkRule, all_rules, is_rule_name, parse_rule,
+from kimi_oracle.pipelines.variants.chunk_rules import (CHECKPOINT_RULE, ChunkRule, all_rules, is_rule_name, layout_frame,
+                                                          parse_rule,
                                                           plan_for, rule_frame_limit)
 from kimi_oracle.pipelines.video import is_chunk, preprocess_media, rgb_frame, video_frame_count
 
@@ -150,7 +151,9 @@ def rule_grids(case: MediaCase, rule: ChunkRule, media: list[Any] | None = None)
     grids = []
     for item in media:
         if is_chunk(item):
-            grids.append(tuple(plan_for(rule, [f.size for f in item], total, case.config).grid_thw))
+            sizes = [layout_frame(rule, f).size for f in item]
+            hwc = dataclasses.replace(rule, layout=CHECKPOINT_RULE.layout)
+            grids.append(tuple(plan_for(hwc, sizes, total, case.config).grid_thw))
         else:
             grids.append(tuple(plan(item.width, item.height, case.config).grid_thw))
     return grids  # type: ignore[return-value]
@@ -181,6 +184,18 @@ def _fewest(rules: list[ChunkRule]) -> list[ChunkRule]:
     return [r for r in rules if len(r.changes) == least]
 
 
+def _distance(case: MediaCase, media: list[Any], actual: PreprocessResult, rule: ChunkRule) -> int:
+    """How many values the reference under `rule` leaves different from `actual` (the closest
+    rules are diagnosed first)."""
+    try:
+        out = preprocess_media(_copies(media), case.config, rule=rule)
+    except (InputError, ConfigError, ValueError):
+        return 1 << 62
+    if out.pixel_values.shape != actual.pixel_values.shape:
+        return 1 << 62
+    return int((out.pixel_values != actual.pixel_values.to(out.pixel_values.dtype)).sum())
+
+
 def _exact_rule(case: MediaCase, media: list[Any], actual: PreprocessResult, rules: list[ChunkRule]) -> ChunkRule | None:
     for rule in rules:
         try:
@@ -208,8 +223,9 @@ def _attribute_item(case: MediaCase, media: list[Any], i: int, rows: PreprocessR
     item = media[i]
     if not is_chunk(item):
         return attribute([item], case.config, rows, max_runs=DIAGNOSIS_RUNS).to_dict()
-    frames = [rgb_frame(f) for f in item]
+    frames = [rgb_frame(layout_frame(rule, f)) for f in item]
     total = video_frame_count(media)
+    rule = dataclasses.replace(rule, layout=CHECKPOINT_RULE.layout)  # (the frames are read as the rule reads them)
     if len({f.size for f in frames}) != 1 or rule_frame_limit(rule, len(frames), total, case.config) < 1:
         return None  # (frames of unequal sizes: the image diagnosis plans each by its own size)
     t, gh, gw = (int(v) for v in rows.grid_thws[0].tolist())
@@ -225,6 +241,9 @@ def explain_case(case: MediaCase, verdict: Verdict, media: list[Any] | None = No
     media = case.media() if media is None else media
     found = MediaVerdict(verdict, case)
     actual = verdict.actual
+    if verdict.check == CRASH:
+        found.explanation = "crash"  # (grouped by the error: `key`)
+        return found
     if actual is None or verdict.check not in (GRID_MISMATCH, PIXEL_MISMATCH):
         return found
     rules = _fewest(_grid_rules(case, media, actual)) if case.chunks else []
@@ -239,10 +258,10 @@ def explain_case(case: MediaCase, verdict: Verdict, media: list[Any] | None = No
         return _pixel_diagnosis(found, case, media, actual, rules[0])
     # The grids agree: the checkpoint's rule first, then the rules that keep them (one that
     # resizes to another size under the same padded grid, stacked with an image family).
-    keeping = [CHECKPOINT_RULE] + (sorted(_grid_rules(case, media, actual), key=lambda r: len(r.changes))
-                                   if case.chunks else [])
+    keeping = sorted(_grid_rules(case, media, actual), key=lambda r: (_distance(case, media, actual, r),
+                                                                      len(r.changes))) if case.chunks else []
     best = found
-    for rule in keeping[:1 + MAX_KEEPING_RULES]:
+    for rule in [CHECKPOINT_RULE] + keeping[:MAX_KEEPING_RULES]:
         tried = _pixel_diagnosis(MediaVerdict(verdict, case), case, media, actual, rule)
         if tried.explanation == "explained":
             return tried

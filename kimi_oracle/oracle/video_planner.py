@@ -116,7 +116,8 @@ def _value(p: ResizePlan, name: str) -> Any:
 
 def _explain(w: int, h: int, t: int, config: PreprocessConfig, actual: ResizePlan, grid_given: bool) -> list[str]:
     for rule in all_rules()[1:]:
-        if rule.divisor == "video" or rule.size_from != "first":
+        if rule.divisor == "video" or rule.size_from != "first" or rule.layout != "hwc" or (
+                rule.fixed == "each-frame" and config.fixed_output_tokens_each_frame is None):
             continue  # (one chunk of equal frames: not told apart)
         try:
             p = plan_for(rule, [(w, h)] * t, t, config)

@@ -24,7 +24,7 @@ from kimi_oracle.core.images import load_images
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.core.video import plan_chunk, require_video
 from kimi_oracle.pipelines.reference import CHECKPOINT, Steps, preprocess_image
-from kimi_oracle.pipelines.variants.chunk_rules import CHECKPOINT_RULE, ChunkRule, plan_for
+from kimi_oracle.pipelines.variants.chunk_rules import CHECKPOINT_RULE, ChunkRule, layout_frame, plan_for
 
 Chunk = Sequence[Image.Image]
 
@@ -68,6 +68,9 @@ def preprocess_chunk(frames: Sequence[Image.Image], config: PreprocessConfig, *,
     """One chunk's patches (t·gh·gw, 3, p, p) and plan; every frame at the first frame's planned
     size, whatever its own (`rule`, `video_frames`: a chunk rule of `variants.chunk_rules`)."""
     require_video(config)
+    if rule.layout != CHECKPOINT_RULE.layout:  # (the frames read otherwise, then planned as they are)
+        frames = [layout_frame(rule, f) for f in frames]
+        rule = dataclasses.replace(rule, layout=CHECKPOINT_RULE.layout)
     p = chunk_plan(frames, config, rule=rule, video_frames=video_frames)
     one = dataclasses.replace(p, grid_thw=(1, *p.grid_thw[1:]))
     rows = [steps.image_patches(rgb_frame(frame), config, one) for frame in frames]

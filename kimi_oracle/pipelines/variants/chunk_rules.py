@@ -9,7 +9,16 @@ A `ChunkRule` names one choice per step:
     chunk-size       the chunk planned from its `first` frame's size (the checkpoint), its
                      `last` frame's, or the `largest` frame's (by area)
     fixed-tokens     a fixed count read from the image key `fixed_output_tokens` (the
-                     checkpoint) or from `fixed_output_tokens_each_frame` (`each-frame`)
+                     checkpoint), from `fixed_output_tokens_each_frame` (`each-frame`), or from
+                     neither (`none`: the natural count)
+    frame-layout     a frame's pixels read as rows x columns x channels (`hwc`, the checkpoint), or
+                     (`channels-first-guess`) a frame 1 or 3 rows tall read as channels first: its
+                     rows become the channels and its columns the rows (transformers'
+                     `infer_channel_dimension_format` on a `(t, h, w, 3)` video: 3 rows give a
+                     3-wide RGB image whose channel k is row k; 1 row a 3-wide gray image;
+                     transformers guesses once a call, from its first video: the variant reads
+                     each frame by its own height, which is the same where a batch holds one
+                     video's chunks, as the fuzzer draws them)
 
 `plan_for(rule, sizes, video_frames, config)` plans one chunk of frames of `sizes` whose video
 has `video_frames` sampled frames in all.
@@ -21,16 +30,21 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+from PIL import Image
+
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.geometry import ResizePlan, plan
 from kimi_oracle.core.video import require_video
 
 DIVISORS = ("chunk", "video", "none")
 SIZES_FROM = ("first", "last", "largest")
-FIXED_FROM = ("image", "each-frame")
+FIXED_FROM = ("image", "each-frame", "none")
+LAYOUTS = ("hwc", "channels-first-guess")
 # The families, in the order the diagnosis names them, and the checkpoint's variant of each.
 FAMILIES = {"budget-divisor": ("chunk", DIVISORS), "chunk-size": ("first", SIZES_FROM),
-            "fixed-tokens": ("image", FIXED_FROM)}
+            "fixed-tokens": ("image", FIXED_FROM), "frame-layout": ("hwc", LAYOUTS)}
+_FIELDS = {"budget-divisor": "divisor", "chunk-size": "size_from", "fixed-tokens": "fixed", "frame-layout": "layout"}
 
 
 @dataclass(frozen=True)
@@ -40,9 +54,11 @@ class ChunkRule:
     divisor: str = "chunk"
     size_from: str = "first"
     fixed: str = "image"
+    layout: str = "hwc"
 
     def __post_init__(self) -> None:
-        for value, allowed in ((self.divisor, DIVISORS), (self.size_from, SIZES_FROM), (self.fixed, FIXED_FROM)):
+        for value, allowed in ((self.divisor, DIVISORS), (self.size_from, SIZES_FROM), (self.fixed, FIXED_FROM),
+                               (self.layout, LAYOUTS)):
             if value not in allowed:
                 raise ValueError(f"unknown chunk rule {value!r}; expected one of {', '.join(allowed)}")
 
@@ -50,7 +66,7 @@ class ChunkRule:
     def changes(self) -> tuple[str, ...]:
         """`family/variant` of every step done otherwise than the checkpoint."""
         out = []
-        for family, value in zip(FAMILIES, (self.divisor, self.size_from, self.fixed)):
+        for family, value in zip(FAMILIES, (self.divisor, self.size_from, self.fixed, self.layout)):
             if value != FAMILIES[family][0]:
                 out.append(f"{family}/{value}")
         return tuple(out)
@@ -61,7 +77,7 @@ CHECKPOINT_RULE = ChunkRule()
 
 def all_rules() -> list[ChunkRule]:
     """Every rule, the checkpoint's first, then by the number of steps done otherwise."""
-    rules = [ChunkRule(d, s, f) for d in DIVISORS for s in SIZES_FROM for f in FIXED_FROM]
+    rules = [ChunkRule(d, s, f, lay) for d in DIVISORS for s in SIZES_FROM for f in FIXED_FROM for lay in LAYOUTS]
     return sorted(rules, key=lambda r: len(r.changes))
 
 
@@ -73,6 +89,23 @@ def rule_frame_limit(rule: ChunkRule, frames: int, video_frames: int, config: Pr
         divisor = frames if rule.divisor == "chunk" else max(int(video_frames), frames)
         limit = min(limit, round(config.in_patch_limit_video / divisor))
     return int(limit)
+
+
+def guessed(rule: ChunkRule, frame: Image.Image) -> bool:
+    """Whether `rule` reads `frame` channels first (an RGB or RGBA frame 1 or 3 rows tall)."""
+    return rule.layout == "channels-first-guess" and frame.height in (1, 3) and frame.mode in ("RGB", "RGBA")
+
+
+def layout_frame(rule: ChunkRule, frame: Image.Image) -> Image.Image:
+    """A frame as `rule` reads its pixels: under the guess, its (h, w, c) array (c = 3 for RGB,
+    4 for RGBA) taken as (channels, rows, columns): 3 rows give a c-wide RGB image whose channel
+    k is row k, 1 row a c-wide gray image (made RGB by Pillow)."""
+    if not guessed(rule, frame):
+        return frame
+    a = np.asarray(frame)  # (h, w, c), h in (1, 3)
+    if a.shape[0] == 3:
+        return Image.fromarray(np.ascontiguousarray(a.transpose(1, 2, 0)), "RGB")
+    return Image.fromarray(np.ascontiguousarray(a[0]), "L").convert("RGB")
 
 
 def _size(rule: ChunkRule, sizes: Sequence[tuple[int, int]]) -> tuple[int, int]:
@@ -88,7 +121,8 @@ def plan_for(rule: ChunkRule, sizes: Sequence[tuple[int, int]], video_frames: in
     """The plan of a chunk of frames of `sizes` (width, height) under `rule`; `grid_thw = (t, h, w)`."""
     frames = len(sizes)
     w, h = _size(rule, sizes)
-    fixed = config.fixed_output_tokens if rule.fixed == "image" else config.fixed_output_tokens_each_frame
+    fixed = {"image": config.fixed_output_tokens, "each-frame": config.fixed_output_tokens_each_frame,
+             "none": None}[rule.fixed]
     one = plan(w, h, config, side_assert=side_assert, limit=rule_frame_limit(rule, frames, video_frames, config),
                fixed=fixed)
     _, gh, gw = one.grid_thw
@@ -105,7 +139,7 @@ def is_rule_name(name: str) -> bool:
 
 def parse_rule(names: Sequence[str]) -> ChunkRule:
     """The rule that does the named chunk steps otherwise (the others as the checkpoint)."""
-    fields = {"budget-divisor": "divisor", "chunk-size": "size_from", "fixed-tokens": "fixed"}
+    fields = _FIELDS
     values: dict[str, str] = {}
     for name in names:
         if not is_rule_name(name):
@@ -116,5 +150,5 @@ def parse_rule(names: Sequence[str]) -> ChunkRule:
     return ChunkRule(**values)
 
 
-__all__ = ["CHECKPOINT_RULE", "DIVISORS", "FAMILIES", "FIXED_FROM", "SIZES_FROM", "ChunkRule", "all_rules",
-           "is_rule_name", "parse_rule", "plan_for", "rule_frame_limit"]
+__all__ = ["CHECKPOINT_RULE", "DIVISORS", "FAMILIES", "FIXED_FROM", "LAYOUTS", "SIZES_FROM", "ChunkRule", "all_rules",
+           "guessed", "is_rule_name", "layout_frame", "parse_rule", "plan_for", "rule_frame_limit"]
