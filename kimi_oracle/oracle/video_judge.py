@@ -242,7 +242,7 @@ def explain_case(case: MediaCase, verdict: Verdict, media: list[Any] | None = No
     found = MediaVerdict(verdict, case)
     actual = verdict.actual
     if verdict.check == CRASH:
-        found.explanation = "crash"  # (grouped by the error: `key`)
+        found.explanation = "a crash"  # (grouped by the error: `key`)
         return found
     if actual is None or verdict.check not in (GRID_MISMATCH, PIXEL_MISMATCH):
         return found

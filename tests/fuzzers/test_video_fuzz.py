@@ -58,6 +58,7 @@ def test_a_crash_is_one_finding_per_error_and_an_exit_is_an_error():
     report = fuzz_media(f"{MUTANTS}:unequal_refused", K25, "video", 300, seed=5)
     (group,) = report.groups
     assert group.key == "crash{ValueError: cannot stack frames of unequal sizes}" and group.count > 1
+    assert group.explanation == "a crash"
     chunks = [item for item in group.findings[0].case.items if isinstance(item, tuple)]
     assert any(len({(f.width, f.height) for f in chunk}) > 1 for chunk in chunks)  # what it refuses
     dead = run_media_isolated(f"{MUTANTS}:exits", K25, "video", 5, seed=0)
