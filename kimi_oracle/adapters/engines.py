@@ -19,8 +19,10 @@ request engine `sglang` (`adapters.sglang_requests`), transformers'
   `vllm/transformers_utils/processors/kimi_k25_vision_fused.py` `navit_resize_image`, SGLang's
   parameter names; its dict as returned.
 
-`ENGINES` also lists the paths each engine has for candidates and request engines; those not yet
-adapted say so (`adapted`), and a spec naming one is a CandidateError, never a half-loaded run.
+`ENGINES` also lists the paths each engine has for candidates and request engines, and its K2.5
+video path (`video candidate`, `video planner`: `--media video`, `oracle.video_candidates`) or
+that it has none; those not yet adapted say so (`adapted`), and a spec naming one is a
+CandidateError, never a half-loaded run.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class Engine:
 
 _SG_K25 = "srt/multimodal/processors/kimi_k25.py"
 _TF_K25 = "models/kimi_k25/image_processing_kimi_k25.py"
+_TF_K25_VIDEO = "models/kimi_k25/video_processing_kimi_k25.py"
 ENGINES = {
     "sglang": Engine("sglang", "sglang", ("0.5.23",), (
         EnginePath("sglang", "planner", _SG_K25, "navit_resize_config", True),
@@ -71,10 +74,14 @@ ENGINES = {
                    "materialize_kimi_k3_cpu_features (CPU backend)", True),
         EnginePath("sglang", "request engine", "srt/multimodal/processors/kimi_k3.py",
                    "KimiK3ImageProcessor (artifact cache, compose_request) + models/kimi_k3.py get_image_feature", True),
+        EnginePath("sglang", "video candidate", "-", "none in 0.5.23 (K2.5/K3 video: open pull requests #37632, "
+                   "#35325)", False),
     )),
     "transformers": Engine("transformers", "transformers", ("5.23.0",), (
         EnginePath("transformers", "planner", _TF_K25, "navit_resize", True),
         EnginePath("transformers", "candidate", _TF_K25, "Kimi_K25ImageProcessor", True),
+        EnginePath("transformers", "video candidate", _TF_K25_VIDEO, "Kimi_K25VideoProcessor", True),
+        EnginePath("transformers", "video planner", _TF_K25_VIDEO, "navit_resize (the video file's own)", True),
     )),
     "vllm": Engine("vllm", "vllm", ("0.33.0",), (
         EnginePath("vllm", "planner", _VL_FUSED, "navit_resize_image", True),
@@ -82,6 +89,8 @@ ENGINES = {
         EnginePath("vllm", "candidate", _VL_FUSED, "KimiK25FusedVisionProcessor (fused CPU processor)", True),
         EnginePath("vllm-k3", "candidate", "transformers_utils/processors/kimi_k3.py",
                    "KimiK3Processor (over KimiK25FusedVisionProcessor)", True),
+        EnginePath("vllm", "video candidate", _VL_FUSED, "KimiK25FusedVisionProcessor (video_chunk items; 0.33.0 has "
+                   "no split_video_chunks: chunk splitting is open pull request #45545)", True),
     )),
 }
 

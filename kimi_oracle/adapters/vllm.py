@@ -8,6 +8,10 @@ normalizes through a float32 look-up table and patchifies), passed as `processor
 
 - K2.5 (`model_executor/models/kimi_k25.py` `KimiK25ProcessingInfo`, when numba imports) calls
   its `preprocess([{"type": "image", "image": ...}], return_tensors="pt")`;
+  Video chunks (issue 42) are the same call's `{"type": "video_chunk", "video_chunk": frames}`
+  items (the processor plans a chunk by `navit_resize_video` of its first frame, fps 1, sample fps
+  infinite; vLLM 0.33 itself has no `split_video_chunks`: the chunks are the caller's, as here);
+  video candidate `vllm@SOURCE` takes images and chunks mixed (`--media video|both`);
 - K3 (`models/kimi_k3/common/mm_preprocess.py` `KimiK3ProcessingInfo`) wraps it in
   `transformers_utils/processors/kimi_k3.py` `KimiK3Processor(image_processor, tokenizer)`,
   called as `processor(images=[...], return_tensors="pt")`.
@@ -45,7 +49,7 @@ import torch
 from kimi_oracle.adapters.loading import load_modules, require, require_class
 from kimi_oracle.adapters.sources import Tree, cache_dir, locate, unpacked_site
 from kimi_oracle.adapters.transformers_k25 import declare_torchvision_ops, dependency_site
-from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.config import VIDEO_KEYS, PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
 
 FUSED_FILE = "transformers_utils/processors/kimi_k25_vision_fused.py"
@@ -101,8 +105,10 @@ def _checked(tree: Tree, known: tuple[str, ...]) -> None:
 
 
 def media_proc_cfg(config: PreprocessConfig) -> dict[str, Any]:
-    """The processor's `media_proc_cfg` for `config` (the checkpoint's keys)."""
-    return {**config.to_hf_json(), "temporal_merge_kernel_size": TEMPORAL_MERGE}
+    """The processor's `media_proc_cfg` for `config` (the checkpoint's keys; with the video
+    rules, every video key, a null one as null: K2.5's file has `in_patch_limit_video: null`)."""
+    video = {key: getattr(config, key) for key in VIDEO_KEYS} if config.has_video else {}
+    return {**config.to_hf_json(), "temporal_merge_kernel_size": TEMPORAL_MERGE, **video}
 
 
 def fused_processor_path(tree: Tree, known: tuple[str, ...], k3: bool) -> tuple[Callable[..., Any], Callable[..., Any]]:
@@ -134,6 +140,14 @@ def fused_processor_path(tree: Tree, known: tuple[str, ...], k3: bool) -> tuple[
             processors.clear()
             processors[config] = getattr(fused, FUSED)(media_proc_cfg=media_proc_cfg(config))
         staged_sizes.clear()
+        if any(isinstance(item, (list, tuple)) for item in images):  # K2.5 video chunks among them
+            if k3:
+                raise CandidateError("candidate vllm-k3: KimiK3Processor takes images only; video chunks go to "
+                                     "vllm (KimiK25FusedVisionProcessor, its video_chunk items)")
+            medias = [{"type": "video_chunk", "video_chunk": list(item)} if isinstance(item, (list, tuple))
+                      else {"type": "image", "image": staged(item)} for item in images]
+            out = processors[config].preprocess(medias, return_tensors="pt")
+            return out["pixel_values"], out["grid_thws"]
         ready = [staged(img) for img in images]
         if k3:
             out = getattr(k3_module, K3)(image_processor=processors[config], tokenizer=None)(

@@ -27,7 +27,7 @@ def register(group: click.Group) -> None:
             return EXIT_OK
         click.echo(f"release cache (ENGINE@VERSION): {cache_dir()}")
         for row in rows:
-            state = "adapted" if row["adapted"] else "not adapted yet"
+            state = "adapted" if row["adapted"] else ("none" if row["file"] == "-" else "not adapted yet")
             version = row["version"] or "-"
             click.echo(f"{row['path']:<14} {row['role']:<15} {row['function']} in {row['file']} [{state}]; "
                        f"here: {version} from {row['loads_from']}; knows {', '.join(row['known_versions'])}")

@@ -200,7 +200,8 @@ def run_media_isolated(spec: str, base: PreprocessConfig, media: str, examples: 
     candidate cannot load."""
     from kimi_oracle.fuzzers.isolated import run_forked
 
-    load_media_candidate(spec, media)  # (one that cannot load: exit 2, here)
+    # (A candidate that cannot load raises CandidateError in the child, raised again here: exit 2.
+    # It is loaded there only: an engine's files are loaded once a process.)
     kind, payload = run_forked(f"kimi-video[{spec}]", fuzz_media, (spec, base, media, examples, seed),
                                {"tolerance": tolerance, "budget_s": budget_s}, budget_s + 10.0)
     if kind == "result":

@@ -10,7 +10,8 @@ load.
   (`num_tokens, new_width, new_height, pad_width, pad_height`).
 
 Specs: `reference` (the K2.5 checkpoint's rules), `transformers@SOURCE` (its
-`Kimi_K25VideoProcessor`, `adapters.transformers_k25_video`), `package.module:function`,
+`Kimi_K25VideoProcessor`, `adapters.transformers_k25_video`), `vllm@SOURCE` (its
+`KimiK25FusedVisionProcessor` on `video_chunk` items, images and chunks mixed, `adapters.vllm`), `package.module:function`,
 `path/to/file.py:function`, or a module with `preprocess` (a candidate) / `plan_video` or `plan`
 (a planner).
 """
@@ -28,7 +29,7 @@ from kimi_oracle.oracle.candidates import first_doc_line, named_function, resolv
 from kimi_oracle.oracle.checks import as_result
 
 MEDIA_ATTR = "kimi_oracle_media"
-VIDEO_ENGINES = ("transformers",)  # engines with a video path an adapter reaches (docs/video.md)
+VIDEO_ENGINES = ("transformers", "vllm")  # engines with a video path an adapter reaches (docs/video.md)
 
 
 @dataclass(frozen=True)
@@ -98,9 +99,15 @@ def load_media_candidate(spec: str, media: str = "video") -> MediaCandidate:
 
 def _engine_candidate(spec: str) -> MediaCandidate:
     name, source = spec.split("@", 1)
+    if name == "vllm":  # its fused processor takes images and video_chunk items in one call
+        from kimi_oracle.adapters.engines import engine_candidate
+
+        preprocess, description, _ = engine_candidate(spec)
+        return MediaCandidate(spec, preprocess, description + " (video_chunk items)", ("image", "video"))
     if name != "transformers":
         raise CandidateError(f"candidate {spec!r}: {name} has no video path in its releases (kimi-oracle engines "
-                             "lists which engines have one); --media video judges transformers@VERSION")
+                             "lists which engines have one); --media video judges transformers@VERSION and "
+                             "vllm@VERSION")
     from kimi_oracle.adapters.transformers_k25_video import video_path
 
     preprocess, _ = video_path(source)

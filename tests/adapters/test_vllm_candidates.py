@@ -235,3 +235,16 @@ def test_fuzz_names_exif_white_and_float_normalization(vllm_tree, tmp_path):
     findings = json.loads((tmp_path / "fuzz.json").read_text())["findings"]
     causes = {c for f in findings for c in f.get("root_causes") or []}
     assert causes and causes <= {"exif-orientation", "flatten-white", "normalize-float"}, causes
+
+
+@pytest.mark.slow
+def test_its_video_chunks_are_the_checkpoints_and_its_images_flatten_on_white():
+    # vLLM 0.33's fused processor on video_chunk items (issue 42): every drawn chunk bit for bit
+    # the checkpoint's; mixed with images, the one difference is its media loader's white flatten.
+    from kimi_oracle.core.config import PreprocessConfig
+    from kimi_oracle.fuzzers.video_fuzz import run_media_isolated
+
+    k25 = PreprocessConfig.k25()
+    assert run_media_isolated("vllm@0.33.0", k25, "video", 200, seed=2).ok
+    mixed = run_media_isolated("vllm@0.33.0", k25, "both", 200, seed=1)
+    assert [g.explained_by for g in mixed.groups] == [["flatten-white/paste-on-white"]], mixed.lines()
