@@ -12,14 +12,19 @@ from kimi_oracle.core.config import PROFILES
 from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK
 from kimi_oracle.core.text import safe_text
 
-KIND_CHOICES = ("grids", "pixels")
+KIND_CHOICES = ("grids", "pixels", "video")
+MEDIA_CHOICES = ("image", "video", "both")
 
 
 def _common(func):
     func = click.option("--max-lines", type=click.IntRange(min=0), default=40, show_default=True,
                         help="Differing entries printed per file (all of them are in the .obtained file).")(func)
     func = click.option("--kind", "kinds", type=click.Choice(KIND_CHOICES), multiple=True,
-                        help="Only these kinds of golden file (repeatable; default: both).")(func)
+                        help="Only these kinds of golden file (repeatable; default: those of --media).")(func)
+    func = click.option("--media", type=click.Choice(MEDIA_CHOICES), default="image", show_default=True,
+                        help="image: the grid and pixel goldens; video: the K2.5 video golden (sampling, "
+                             "timestamps, chunk plans, chunk pixel digests; --candidate is then a video "
+                             "candidate); both: all three.")(func)
     func = click.option("--profile", "profiles", type=click.Choice(PROFILES), multiple=True,
                         help="Only these profiles (repeatable; default: all).")(func)
     func = click.option("--golden-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -83,7 +88,7 @@ def golden_group() -> None:
 @interpret_option
 @isolation_options
 def check_cmd(candidate: str, planner: str | None, golden_dir: Path | None, out_dir: Path | None,
-              profiles: tuple[str, ...], kinds: tuple[str, ...], max_lines: int, as_json: bool,
+              profiles: tuple[str, ...], kinds: tuple[str, ...], media: str, max_lines: int, as_json: bool,
               interpret: bool | None, case_timeout: float, memory_limit_mb: int | None) -> int:
     """Compare the golden files with what is computed now; exit 0 match, 1 differ.
 
@@ -102,6 +107,7 @@ def check_cmd(candidate: str, planner: str | None, golden_dir: Path | None, out_
     if planner is not None:
         return _check_planner(planner, golden_dir, profiles, case_timeout, as_json)
 
+    kinds = kinds or golden.MEDIA_KINDS[media]
     try:
         report = golden.check(golden_dir, candidate, kinds=kinds or None, profiles=profiles or None,
                               out_dir=out_dir, case_timeout_s=case_timeout, memory_limit_mb=memory_limit_mb)
@@ -121,7 +127,7 @@ def check_cmd(candidate: str, planner: str | None, golden_dir: Path | None, out_
 @_common
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def regen_cmd(accept: bool, max_changes: int | None, force: bool, golden_dir: Path | None, out_dir: Path | None,
-              profiles: tuple[str, ...], kinds: tuple[str, ...], max_lines: int, as_json: bool) -> int:
+              profiles: tuple[str, ...], kinds: tuple[str, ...], media: str, max_lines: int, as_json: bool) -> int:
     """Record the goldens with the reference and write .obtained files for those that differ.
 
     Nothing else under the golden directory changes unless --accept is given. Exit 0 when
@@ -134,7 +140,7 @@ def regen_cmd(accept: bool, max_changes: int | None, force: bool, golden_dir: Pa
         accept=accept,
         max_changes=golden.DEFAULT_MAX_CHANGES if max_changes is None else max_changes,
         force=force,
-        kinds=kinds or None,
+        kinds=kinds or golden.MEDIA_KINDS[media],
         profiles=profiles or None,
         out_dir=out_dir,
     )

@@ -22,7 +22,7 @@ MANIFEST_NAME = "manifest.json"
 MANIFEST_SCHEMA = "kimi-oracle.golden-manifest"
 MANIFEST_SCHEMA_VERSION = 1
 MAX_GOLDEN_BYTES = 64 << 20  # one golden file (ours are under 1 MB)
-KIND_DIRS = ("grids", "pixels")
+KIND_DIRS = ("grids", "pixels", "video")
 
 
 def relative_name(kind: str, profile: str) -> str:
@@ -107,7 +107,8 @@ def changed_since(golden_dir: Path, contents: Mapping[str, bytes | None]) -> dic
 
 
 def manifest_text(golden_dir: Path, replaced: Mapping[str, str | bytes] | None = None) -> str:
-    """The manifest of every golden file under `golden_dir` (`grids/*.jsonl`, `pixels/*.jsonl`),
+    """The manifest of every golden file under `golden_dir` (`grids/*.jsonl`, `pixels/*.jsonl`,
+    `video/*.jsonl`),
     with `replaced` (name -> the new text about to be written) standing for the files it names."""
     replaced = dict(replaced or {})
     files: dict[str, dict[str, Any]] = {}

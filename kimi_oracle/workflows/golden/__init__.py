@@ -34,7 +34,7 @@ from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT_S
 from kimi_oracle.workflows.golden.common import (  # noqa: F401
     config_hash, default_golden_dir, DEFAULT_MAX_CHANGES, default_out_dir, DEFAULT_OUT_DIR,
-    GOLDEN_LIBRARIES, golden_path, GoldenError, KINDS, library_versions, MAX_GOLDEN_BYTES, obtained_path,
+    GOLDEN_LIBRARIES, golden_path, GoldenError, IMAGE_KINDS, KINDS, MEDIA_KINDS, library_versions, MAX_GOLDEN_BYTES, obtained_path,
     OBTAINED_SUFFIX, package_golden_dir, REPORT_NAME, SCHEMA_VERSION, _BATCH_IMAGES,
 )
 from kimi_oracle.workflows.golden.catalogue import (  # noqa: F401

@@ -8,12 +8,12 @@ from typing import Callable, Iterable, Mapping
 
 from kimi_oracle.core import files as core_files
 from kimi_oracle.workflows import golden_manifest as manifest
-from kimi_oracle.core.config import PROFILES
+from kimi_oracle.core.config import PROFILES, PreprocessConfig
 from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT_S
 from kimi_oracle.core.errors import InputError
 from kimi_oracle.oracle.checks import PIXEL_MISMATCH
 from kimi_oracle.workflows.golden.common import (
-    GoldenError, KINDS, REPORT_NAME, default_golden_dir, default_out_dir, golden_path, obtained_path,
+    IMAGE_KINDS, GoldenError, KINDS, REPORT_NAME, default_golden_dir, default_out_dir, golden_path, obtained_path,
 )
 from kimi_oracle.workflows.golden.catalogue import PixelCase
 from kimi_oracle.workflows.golden.entries import _error_text
@@ -72,7 +72,10 @@ def _compare(kind: str, profile: str, path: Path, new: GoldenFile,
 
 
 def _selection(kinds: Iterable[str] | None, profiles: Iterable[str] | None) -> list[tuple[str, str]]:
-    kinds = list(kinds) if kinds else list(KINDS)
+    """(kind, profile) pairs to compare; the video kind only for profiles with the video rules
+    (a profile named explicitly without them is an error)."""
+    asked = list(profiles) if profiles else None
+    kinds = list(kinds) if kinds else list(IMAGE_KINDS)
     profiles = list(profiles) if profiles else list(PROFILES)
     for k in kinds:
         if k not in KINDS:
@@ -80,7 +83,16 @@ def _selection(kinds: Iterable[str] | None, profiles: Iterable[str] | None) -> l
     for p in profiles:
         if p not in PROFILES:
             raise GoldenError(f"unknown profile {p!r}; expected one of {', '.join(PROFILES)}")
-    return [(k, p) for k in kinds for p in profiles]
+    out = []
+    for k in kinds:
+        for p in profiles:
+            if k == "video" and not PreprocessConfig.profile(p).has_video:
+                if asked is not None and kinds == ["video"]:
+                    raise GoldenError(f"profile {p!r} has no video rules (K3's processor is image-only): "
+                                      "no video golden; --media video checks k25")
+                continue
+            out.append((k, p))
+    return out
 
 
 def _pillow_warning(files: list[FileReport]) -> list[str]:
@@ -137,6 +149,8 @@ def _report_markdown(report: "GoldenReport") -> str:
 
 def _compute(kind: str, profile: str, candidate: str | Callable | None, select: CaseFilter | None = None,
              hung: dict[str, str] | None = None) -> GoldenFile:
+    if kind == "video":
+        return record(kind, profile, candidate if isinstance(candidate, str) else None)
     if kind == "pixels":
         return record_pixels(profile, candidate, select, hung)
     return record(kind, profile, candidate)
@@ -153,10 +167,11 @@ def _open_for(selection: list[tuple[str, str]], candidate: str | Callable | None
 
 def _check_file(kind: str, profile: str, gdir: Path, fn: Callable | None, select: CaseFilter | None,
                 hung: dict[str, str], contents: Mapping[str, bytes | None], integrity: Mapping[str, str],
-                *, diagnose: bool) -> FileReport:
+                *, diagnose: bool, video_candidate: str | None = None) -> FileReport:
     """One golden file recomputed and compared with the bytes read before any candidate ran."""
     partial = select is not None and kind == "pixels"
-    new = _compute(kind, profile, fn if kind == "pixels" else None, select, hung)
+    new = _compute(kind, profile, video_candidate if kind == "video" else (fn if kind == "pixels" else None),
+                   select, hung)
     name = manifest.relative_name(kind, profile)
     file_report, _ = _compare(kind, profile, golden_path(gdir, kind, profile), new, partial, contents[name])
     if name in integrity:
@@ -214,7 +229,8 @@ def check(
     try:
         for kind, profile in selection:
             file_report = _check_file(kind, profile, gdir, fn, select, hung, contents, integrity,
-                                      diagnose=diagnose and label != "reference")
+                                      diagnose=diagnose and label != "reference",
+                                      video_candidate=candidate if isinstance(candidate, str) else None)
             report.files.append(file_report)
             if out is not None:
                 _write_obtained(file_report, out, report.messages)

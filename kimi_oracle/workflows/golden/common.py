@@ -12,7 +12,10 @@ from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import KimiOracleError
 
 SCHEMA_VERSION = 1
-KINDS = ("grids", "pixels")
+KINDS = ("grids", "pixels", "video")
+IMAGE_KINDS = ("grids", "pixels")  # what `golden check` compares by default (`--media image`)
+# `--media` -> the golden kinds it compares.
+MEDIA_KINDS = {"image": IMAGE_KINDS, "video": ("video",), "both": KINDS}
 DEFAULT_MAX_CHANGES = 20
 MAX_GOLDEN_BYTES = 64 << 20  # one golden file read (core.files.read_text): ours are under 1 MB
 OBTAINED_SUFFIX = ".obtained"
@@ -40,9 +43,11 @@ def library_versions() -> dict[str, str | None]:
     return {key: installed[name] for key, name in GOLDEN_LIBRARIES.items()}
 
 
-def config_hash(config: PreprocessConfig) -> str:
-    """SHA-256 of the config's canonical checkpoint JSON, image keys only (sorted keys, no spaces)."""
-    text = json.dumps(config.image_hf_json(), sort_keys=True, separators=(",", ":"))
+def config_hash(config: PreprocessConfig, *, video: bool = False) -> str:
+    """SHA-256 of the config's canonical checkpoint JSON, image keys only (sorted keys, no spaces);
+    with `video`, every key (a video golden depends on the video keys too)."""
+    data = config.to_hf_json() if video else config.image_hf_json()
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

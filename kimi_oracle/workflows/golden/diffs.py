@@ -35,6 +35,10 @@ class EntryChange:
         """One readable line."""
         if self.kind == "grids":
             return _describe_grid(self)
+        if self.kind == "video":
+            from kimi_oracle.workflows.golden.video import describe_change
+
+            return describe_change(self.key, self.old, self.new)
         text = _describe_pixels(self)
         d = self.diagnosis
         if d and d.get("root_causes"):

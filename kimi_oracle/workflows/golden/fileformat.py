@@ -51,17 +51,18 @@ def entry_key(kind: str, entry: Mapping[str, Any]) -> str:
     """`WxH` for a grid entry, the case id for a pixel entry."""
     if kind == "grids":
         return f"{entry.get('width')}x{entry.get('height')}"
-    return str(entry.get("id"))
+    return str(entry.get("id"))  # (pixels and video)
 
 
 def _meta(kind: str, profile: str) -> dict[str, Any]:
     config = PreprocessConfig.profile(profile)
+    video = kind == "video"
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": kind,
         "profile": profile,
-        "config_sha256": config_hash(config),
-        "config": config.image_hf_json(),
+        "config_sha256": config_hash(config, video=video),
+        "config": config.to_hf_json() if video else config.image_hf_json(),
         "generator_version": _generators().GENERATOR_VERSION,
         "versions": library_versions(),
     }
@@ -93,8 +94,20 @@ def record_pixels(profile: str, candidate: str | Callable | None = None,
     return GoldenFile("pixels", profile, _meta("pixels", profile), entries)
 
 
+def record_video(profile: str, candidate: str | None = None) -> GoldenFile:
+    """The video golden of `profile` (its K2.5 video rules), the pixels by `candidate`."""
+    from kimi_oracle.workflows.golden.video import video_entries
+
+    config = PreprocessConfig.profile(profile)
+    if not config.has_video:
+        raise GoldenError(f"profile {profile!r} has no video rules: no video golden")
+    return GoldenFile("video", profile, _meta("video", profile), video_entries(config, candidate))
+
+
 def record(kind: str, profile: str, candidate: str | Callable | None = None) -> GoldenFile:
     """Record one golden file now."""
+    if kind == "video":
+        return record_video(profile, candidate if isinstance(candidate, str) else None)
     if kind == "grids":
         return record_grids(profile)
     if kind == "pixels":

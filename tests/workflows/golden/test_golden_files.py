@@ -62,7 +62,8 @@ def test_metadata(kind, profile):
     config = PreprocessConfig.profile(profile)
     assert meta["schema_version"] == golden.SCHEMA_VERSION == 1
     assert (meta["kind"], meta["profile"]) == (kind, profile)
-    assert meta["config"] == config.image_hf_json()  # image goldens: the image keys
+    # image goldens: the image keys; the video golden: every key (its video keys included)
+    assert meta["config"] == (config.to_hf_json() if kind == "video" else config.image_hf_json())
     canonical = json.dumps(meta["config"], sort_keys=True, separators=(",", ":")).encode()
     assert meta["config_sha256"] == hashlib.sha256(canonical).hexdigest()
     assert meta["generator_version"] == generators.GENERATOR_VERSION

@@ -22,7 +22,7 @@ def test_package_data_globs_cover_every_golden_file():
     pkg = ROOT / "kimi_oracle"
     shipped = {p for g in globs for p in pkg.glob(g)}
     committed = set(golden.package_golden_dir().glob("*/*.jsonl"))
-    assert len(committed) == 8 and committed <= shipped  # 2 kinds x 4 profiles
+    assert len(committed) == 9 and committed <= shipped  # 2 kinds x 4 profiles, and video of k25
     assert not any(p.name.endswith(".obtained") for p in shipped)
     assert golden.package_golden_dir() / "manifest.json" in shipped  # checked before any candidate runs
 
