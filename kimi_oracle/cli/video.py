@@ -54,7 +54,7 @@ def video_options(func: Callable[..., int]) -> Callable[..., int]:
 
 
 def _video_fuzz(media: str, chunker_spec: str | None, video_rules: str | None, kw: dict[str, Any]) -> int:
-    from kimi_oracle.cli.common import check_outputs, resolve_config
+    from kimi_oracle.cli.common import check_outputs, resolve_config, setup_interpret
     from kimi_oracle.core.video import require_video
 
     candidate, planner = kw.get("candidate_spec"), kw.get("planner_spec")
@@ -75,6 +75,8 @@ def _video_fuzz(media: str, chunker_spec: str | None, video_rules: str | None, k
         config = config.with_video_rules(video_rules)
     require_video(config)
     check_outputs(None, kw.get("json_path"), None)
+    if candidate == "gpu":
+        setup_interpret(kw.get("interpret"))  # (before the forked run imports triton)
     if chunker_spec:
         return _chunker(chunker_spec, config, kw)
     if planner:

@@ -9,7 +9,7 @@ load.
 - A video planner is `(width, height, num_frames, config) -> dict` with the image planner's keys
   (`num_tokens, new_width, new_height, pad_width, pad_height`).
 
-Specs: `reference` (the K2.5 checkpoint's rules), `transformers@SOURCE` (its
+Specs: `reference` (the K2.5 checkpoint's rules), `gpu` (the Triton pipeline, `pipelines.gpu.video`), `transformers@SOURCE` (its
 `Kimi_K25VideoProcessor`, `adapters.transformers_k25_video`), `vllm@SOURCE` (its
 `KimiK25FusedVisionProcessor` on `video_chunk` items, images and chunks mixed, `adapters.vllm`), `package.module:function`,
 `path/to/file.py:function`, or a module with `preprocess` (a candidate) / `plan_video` or `plan`
@@ -81,6 +81,11 @@ def load_media_candidate(spec: str, media: str = "video") -> MediaCandidate:
         from kimi_oracle.pipelines.video import preprocess_media
 
         found = MediaCandidate(spec, preprocess_media, "the K2.5 checkpoint's video processing", ("image", "video"))
+    elif spec == "gpu":
+        from kimi_oracle.pipelines.gpu.video import preprocess_media as gpu_media
+
+        found = MediaCandidate(spec, gpu_media, "the Triton GPU pipeline on chunks (interpreter on CPU)",
+                               ("image", "video"))
     elif "@" in spec and spec.split("@", 1)[0] in ("sglang", "vllm", "transformers"):
         found = _engine_candidate(spec)
     else:

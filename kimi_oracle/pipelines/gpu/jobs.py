@@ -16,7 +16,7 @@ from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig, TransparentBgConfig
 from kimi_oracle.core.errors import InputError
-from kimi_oracle.core.geometry import plan
+from kimi_oracle.core.geometry import ResizePlan, plan
 from kimi_oracle.core.images import resample_kind
 from kimi_oracle.pipelines.gpu import layout as L
 from kimi_oracle.pipelines.gpu import resample as rs
@@ -127,13 +127,15 @@ def _conversion(img: Image.Image, bg: TransparentBgConfig | None, resized: bool)
                        table=conversion_table(img, use_alpha, resized))
 
 
-def _make_job(index: int, img: Image.Image, config: PreprocessConfig) -> _Job:
+def _make_job(index: int, img: Image.Image, config: PreprocessConfig, p: ResizePlan | None = None) -> _Job:
+    """The job of one image, planned by `geometry.plan` (or by `p`: a video frame takes its
+    chunk's plan, `pipelines.gpu.video`)."""
     if img.mode not in SUPPORTED_MODES:
         raise InputError(
             f"mode {img.mode!r} is not supported by the GPU pipeline "
             f"(supported: {', '.join(sorted(SUPPORTED_MODES))})", source=f"image[{index}]",
         )
-    p = plan(img.width, img.height, config)
+    p = plan(img.width, img.height, config) if p is None else p
     bg = config.transparent_bg_config
     arr, dt = _native_array(img)
     if arr.ndim == 2:

@@ -15,6 +15,7 @@ import torch
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import InputError
+from kimi_oracle.core.geometry import ResizePlan
 from kimi_oracle.core.images import ImageSource, load_images
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.pipelines.gpu import resample as rs
@@ -104,13 +105,18 @@ def _lut(config: PreprocessConfig, out_dtype: torch.dtype, dev: torch.device) ->
 
 def _batch(images: Iterable[ImageSource], config: PreprocessConfig, dev: torch.device,
            out_dtype: torch.dtype, out_device: str | torch.device | None, tiles: Tiles | None,
-           compiled: bool) -> _Batch:
-    """Decode, plan every image, allocate the output: everything before the chunks."""
+           compiled: bool, plans: Sequence[ResizePlan | None] | None = None) -> _Batch:
+    """Decode, plan every image (or take `plans[i]` where given), allocate the output:
+    everything before the chunks."""
     _check_out_dtype(out_dtype)
     if tiles is None:
         tiles = CUDA_TILES if compiled else INTERPRETER_TILES
     tiles = tiles.checked()
-    jobs = [_make_job(i, img, config) for i, img in enumerate(load_images(images))]
+    decoded = load_images(images)
+    given = list(plans) if plans is not None else [None] * len(decoded)
+    if len(given) != len(decoded):
+        raise ValueError(f"{len(given)} plans for {len(decoded)} images")
+    jobs = [_make_job(i, img, config, p) for i, (img, p) in enumerate(zip(decoded, given))]
     odev = dev if out_device is None else torch.device(out_device)
     out, starts = _output(jobs, config, out_dtype, odev, pin=odev.type == "cpu" and dev.type == "cuda")
     return _Batch(_kernels(), dev, config, jobs, out, starts, _lut(config, out_dtype, dev), tiles,
@@ -180,14 +186,16 @@ def preprocess(
     out_device: str | torch.device | None = None,
     out_dtype: torch.dtype = torch.float32,
     tiles: Tiles | None = None,
+    plans: Sequence[ResizePlan | None] | None = None,
 ) -> PreprocessResult:
     """The checkpoint's preprocessing with Pillow-exact kernels: same bytes as the reference.
 
     `tiles`: tile sizes and warps (default `CUDA_TILES` on CUDA, `INTERPRETER_TILES` under
-    the interpreter); `chunk_bytes`: device bytes per chunk of images (default: one chunk).
+    the interpreter); `chunk_bytes`: device bytes per chunk of images (default: one chunk);
+    `plans`: a plan per image that replaces its own (None entries: planned as usual).
     """
     dev = resolve_device(device)
-    batch = _batch(images, config, dev, out_dtype, out_device, tiles, compiled=dev.type == "cuda")
+    batch = _batch(images, config, dev, out_dtype, out_device, tiles, compiled=dev.type == "cuda", plans=plans)
     extents: list[_Extent] = []
     for jobs in _split_chunks(batch, chunk_bytes):
         extents += _run_chunk(batch, jobs)
