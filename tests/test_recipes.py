@@ -90,7 +90,7 @@ def test_every_module_with_a_run_function_is_a_gate_stage():
     assert gate_run.STAGES == tuple(m.NAME for m in gate_run.stage_modules())
     assert set(gate_run.COMPARED_STAGES) <= set(gate_run.STAGES)
     # The values are a contract (the gate's JSON names its stages; docs/gate.md lists them):
-    assert gate_run.STAGES == ("goldens", "planner", "fuzz", "corpus", "invariance", "engine", "performance")
+    assert gate_run.STAGES == ("goldens", "planner", "fuzz", "corpus", "invariance", "engine", "video", "performance")
     assert gate_run.COMPARED_STAGES == ("goldens", "fuzz", "corpus", "invariance")
 
 

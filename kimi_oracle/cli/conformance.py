@@ -27,10 +27,14 @@ from kimi_oracle.cli.common import out_dir_callback
 @click.option("--parts", "parts", default=None, metavar="LIST",
               help="Only these parts (comma-separated): planner-goldens, planner-fuzz, image-fuzz, image-goldens, "
                    "image-corpus, requests, requests-mixed (default: all).")
+@click.option("--media", type=click.Choice(["image", "video", "both"]), default="image", show_default=True,
+              help="video/both: also each engine's K2.5 video paths (video-fuzz: --examples batches of chunks, "
+                   "with images for both; video-planner-fuzz: --planner-sizes chunks), docs/video.md.")
 @click.option("--part-timeout", type=click.FloatRange(min=1.0), default=1800.0, show_default=True, metavar="SECONDS",
               help="A part still running after this long is killed and reported as an error.")
 def conformance_cmd(engines: str, out_dir: Path, examples: int, planner_sizes: int, scenarios: int,
-                    corpus_dir: Path | None, seed: int, parts: str | None, part_timeout: float) -> None:
+                    corpus_dir: Path | None, seed: int, parts: str | None, part_timeout: float,
+                    media: str = "image") -> None:
     """Run every adapted path of each engine against the reference and write one report.
 
     Per engine: its planner (every recorded golden grid, and fuzzed sizes), its image paths
@@ -44,7 +48,7 @@ def conformance_cmd(engines: str, out_dir: Path, examples: int, planner_sizes: i
 
     options = ConformanceOptions(engines=parse_engines(engines), out=out_dir, examples=examples,
                                  planner_sizes=planner_sizes, scenarios=scenarios, corpus=corpus_dir, seed=seed,
-                                 part_timeout_s=part_timeout, parts=parse_parts(parts))
+                                 part_timeout_s=part_timeout, parts=parse_parts(parts), media=media)
     report, code = run_conformance(options, progress=lambda line: click.echo(f"conformance: {line}", err=True))
     for entry in report["engines"]:
         state = entry.get("error") or f"{len(entry['parts'])} part(s), {len(entry['not_adapted'])} path(s) not adapted"

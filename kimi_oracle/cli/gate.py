@@ -74,12 +74,18 @@ def register(group: click.Group) -> None:
               help="Real-photo examples (12 Mpx and 4K, the mode classes in turn from the seed's) of the fuzz "
                    "stage, on both sides: generated examples 8k+7; 0 for none (the timing stage compares its "
                    "large outputs anyway).")
+@click.option("--media", type=click.Choice(["image", "video", "both"]), default="image", show_default=True,
+              help="video/both: also a video stage, NEW (and OLD) fuzzed on --video-examples drawn batches of "
+                   "K2.5 chunks (both: with images); NEW must take chunks (kimi_oracle_media); needs a profile "
+                   "with the video rules (--profile k25). docs/video.md.")
+@click.option("--video-examples", type=click.IntRange(min=1), default=200, show_default=True, metavar="N",
+              help="Batches of the video stage.")
 @interpret_option
 @isolation_options
 def gate_cmd(new, old, profile, budget, perf_threshold, tolerance, seed, fuzz_examples, golden_dir,
              out_dir, margin, known_path, write_known_path, strict, corpus_dir, planner, planner_sizes,
              interpret, case_timeout, memory_limit_mb, engine_spec=None, engine_scenarios=500,
-             mixed_configs=False, photo_examples=GATE_PHOTO_EXAMPLES) -> int:
+             mixed_configs=False, photo_examples=GATE_PHOTO_EXAMPLES, media="image", video_examples=200) -> int:
     """Run goldens, differential fuzzing, invariances and (with --baseline) A/B timing.
 
     With --baseline OLD, NEW and OLD are judged on the same inputs and compared root cause by
@@ -112,7 +118,7 @@ def gate_cmd(new, old, profile, budget, perf_threshold, tolerance, seed, fuzz_ex
                           known_path=known_path, write_known_path=write_known_path, strict=strict,
                           corpus_dir=corpus_dir, planner=planner, planner_sizes=planner_sizes,
                           engine=engine_spec, engine_scenarios=engine_scenarios, mixed_configs=mixed_configs,
-                          photo_examples=photo_examples)
+                          photo_examples=photo_examples, media=media, video_examples=video_examples)
     gate = Gate(new, old, options, out_dir, progress=lambda m: click.echo(m, err=True))
     report = gate.run()
     click.echo((out_dir / "gate-report.md").read_text())

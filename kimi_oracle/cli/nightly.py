@@ -81,6 +81,11 @@ def register(group: click.Group) -> None:
                    "one); the driver alone writes OUT, --corpus and --db. Needs pip install 'kimi-oracle[ray]'.")
 @click.option("--gpus-per-worker", type=click.FloatRange(min=0), default=None, metavar="N",
               help="GPUs Ray gives each worker under --ray (default: 1 for the gpu candidate, else 0).")
+@click.option("--media", type=click.Choice(["image", "video", "both"]), default="image", show_default=True,
+              help="video/both: after the workers, the candidate fuzzed on --video-examples drawn batches of K2.5 "
+                   "chunks (both: with images): OUT/video.json, the summary, JUnit, exit code (docs/video.md).")
+@click.option("--video-examples", type=click.IntRange(min=1), default=300, show_default=True, metavar="N",
+              help="Batches of the --media video stage.")
 @interpret_option
 @isolation_options
 def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | None, planner_sizes: int,
@@ -89,7 +94,8 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
             case_timeout: float, tolerance: str, seed: int | None, fixed_config: bool,
             memory_limit_mb: int | None, max_findings: int, max_examples: int | None, no_shrink: bool,
             log_limit_mb: float, engine_spec: str | None = None, engine_scenarios: int | None = None,
-            ray_address: str | None = None, gpus_per_worker: float | None = None) -> int:
+            ray_address: str | None = None, gpus_per_worker: float | None = None, media: str = "image",
+            video_examples: int = 300) -> int:
     """Run a time-boxed fuzzing campaign (hypothesis + atheris) against a candidate.
 
     The candidate runs in worker subprocesses: a segfault, abort, out-of-memory kill or hang
@@ -122,6 +128,7 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
             max_findings=max_findings, memory_limit_mb=memory_limit_mb, max_examples=max_examples,
             shrink=not no_shrink, log_limit_mb=log_limit_mb, planner=planner_spec, planner_sizes=planner_sizes,
             engine=engine_spec, engine_scenarios=engine_scenarios or max_examples or NIGHTLY_SCENARIOS,
+            media=media, video_examples=video_examples,
         )
     except ValueError as exc:
         raise _UsageError(str(exc)) from None
@@ -187,6 +194,8 @@ def _print_result(result: CampaignResult) -> None:
     click.echo(f"{len(s['findings'])} finding(s); stopped: {s['stopped']}; summary: {result.out / 'summary.md'}")
     for line in (s.get("planner") or {}).get("lines") or []:
         click.echo(safe_text(line))  # (the planner's own exception text)
+    for line in (s.get("video") or {}).get("lines") or []:
+        click.echo(safe_text(line))
 
 
 @click.group()

@@ -49,6 +49,7 @@ class ConformanceOptions:
     seed: int = 1
     part_timeout_s: float = 1800.0
     parts: tuple[str, ...] = ()  # only these parts (PART_NAMES); empty: all
+    media: str = "image"  # video/both: the engines' video paths too (video-fuzz, video-planner-fuzz)
 
     def command(self) -> str:
         """The command line that makes this report."""
@@ -59,6 +60,8 @@ class ConformanceOptions:
             words += ["--corpus", str(self.corpus)]
         if self.parts:
             words += ["--parts", ",".join(self.parts)]
+        if self.media != "image":
+            words += ["--media", self.media]
         return " ".join(words)
 
 
@@ -102,6 +105,8 @@ def plan_parts(spec: str, options: ConformanceOptions) -> tuple[dict[str, Any], 
     root = options.out / (name if source is None else f"{name}@{source}".replace("/", "_"))
     every: list[Part] = []
     for path in engine.paths:
+        if path.role.startswith("video") and options.media == "image":
+            continue  # (--media image: the video paths are not asked for)
         if not path.adapted:
             entry["not_adapted"].append({"path": path.name, "role": path.role, "file": path.file,
                                          "function": path.function})
@@ -116,7 +121,7 @@ def plan_parts(spec: str, options: ConformanceOptions) -> tuple[dict[str, Any], 
 
 
 PART_NAMES = ("planner-goldens", "planner-fuzz", "image-fuzz", "image-goldens", "image-corpus", "requests",
-              "requests-mixed")
+              "requests-mixed", "video-fuzz", "video-planner-fuzz")
 
 
 def _path_parts(role: str, p_spec: str, where: Path, profile_name: str, options: ConformanceOptions) -> list[Part]:
@@ -142,6 +147,16 @@ def _path_parts(role: str, p_spec: str, where: Path, profile_name: str, options:
                               ["check", str(options.corpus), "--candidate", p_spec, *profile, "--out",
                                str(where / "image-corpus"), "--json", str(where / "image-corpus.json")],
                               where / "image-corpus.json", where / "image-corpus"))
+    elif role == "video candidate":  # K2.5 chunks (with images, --media both), docs/video.md
+        profile_name = "k25"
+        parts.append(_fuzz_part("video-fuzz", role, p_spec, where,
+                                ["--media", options.media, "--candidate", p_spec, "--profile", "k25",
+                                 "--examples", str(options.examples), *seed]))
+    elif role == "video planner":
+        profile_name = "k25"
+        parts.append(_fuzz_part("video-planner-fuzz", role, p_spec, where,
+                                ["--media", "video", "--planner", p_spec, "--profile", "k25",
+                                 "--examples", str(options.planner_sizes), *seed]))
     elif role == "request engine":
         for mixed in (False, True):
             parts.append(_fuzz_part("requests-mixed" if mixed else "requests", role, p_spec, where,
@@ -201,6 +216,17 @@ def _digest(name: str, data: dict[str, Any] | None, last_line: str) -> dict[str,
                     for f in planner.get("findings") or []]
         return {"summary": f"{planner.get('checked', 0)} sizes, {planner.get('passed', 0)} agree, "
                            f"{planner.get('rejected', 0)} rejected by the checkpoint, {len(findings)} finding(s)",
+                "findings": findings}
+    if name.startswith("video"):
+        groups = data.get("groups") or []
+        findings = [{"check": g.get("check", (g.get("key") or "").split("{")[0]), "key": g.get("key"),
+                     "hits": g.get("count"), "explanation": g.get("explanation"),
+                     "root_causes": g.get("explained_by") or [],
+                     "message": ((g.get("smallest") or {}).get("message") if isinstance(g.get("smallest"), dict)
+                                 else None) or f"{g.get('count')} differ"} for g in groups]
+        done = data.get("examples", data.get("cases", "?"))
+        return {"summary": f"{done} drawn, {len(findings)} group(s)" + (f"; error: {data['error']}"
+                                                                       if data.get("error") else ""),
                 "findings": findings}
     if name == "image-goldens":
         changes = [c for f in data.get("files") or [] for c in f.get("changes") or []]

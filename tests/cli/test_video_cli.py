@@ -71,3 +71,15 @@ def test_what_is_not_judged_on_video_is_refused(capsys):
     assert run_cli("fuzz", "--media", "video", "--candidate", "sglang@0.5.23", "--profile", "k25") == 2
     assert "sglang has no video path" in capsys.readouterr().err
     assert run_cli("fuzz", "--media", "both", "--candidate", f"{VIDEO}:images_only", "--profile", "k25") == 2
+
+
+def test_nightly_with_video_media_counts_the_video_groups(tmp_path):
+    out = tmp_path / "night"
+    code = run_cli("nightly", "--candidate", f"{VIDEO}:no_divisor", "--profile", "k25", "--media", "video",
+                   "--video-examples", "40", "--budget", "60s", "--max-examples", "3", "--engines", "hypothesis",
+                   "--seed", "2", "--out", out)
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == 1 and summary["exit_code"] == 1 and summary["video"]["ok"] is False
+    assert {tuple(g["explained_by"]) for g in summary["video"]["groups"]} == {("budget-divisor/none",)}
+    assert (out / "video.json").is_file() and "kimi-oracle.nightly.video" in (out / "junit.xml").read_text()
+    assert "## Video" in (out / "summary.md").read_text()

@@ -74,3 +74,31 @@ def test_parts_that_apply_to_nothing_are_an_error_not_a_pass(tmp_path, capsys):
     assert code == 2, err
     (entry,) = _report(tmp_path / "d")["engines"]
     assert "none of --parts requests applies" in entry["error"] and entry["parts"] == []
+
+
+def test_video_parts_only_with_video_media_and_sglang_lists_its_none(tmp_path):
+    # --media video (issue 42): the video planner of transformers as one part; SGLang 0.5.23's
+    # "none" video path listed as not adapted, never run; without --media, no video part at all.
+    from kimi_oracle.workflows.conformance import ConformanceOptions, plan_parts
+
+    entry, parts = plan_parts("sglang@0.5.23", ConformanceOptions(engines=(), out=tmp_path, media="video"))
+    assert not any(p.name.startswith("video") for p in parts)
+    assert [n["role"] for n in entry["not_adapted"]] == ["video candidate"]
+    _, image_parts = plan_parts("transformers@5.23.0", ConformanceOptions(engines=(), out=tmp_path))
+    assert not any(p.name.startswith("video") for p in image_parts)
+    _, video_parts = plan_parts("transformers@5.23.0", ConformanceOptions(engines=(), out=tmp_path, media="both"))
+    assert {p.name for p in video_parts if p.name.startswith("video")} == {"video-fuzz", "video-planner-fuzz"}
+    assert all(p.profile == "k25" for p in video_parts if p.name.startswith("video"))
+
+
+@pytest.mark.slow
+def test_conformance_names_transformers_video_budget_rule(tmp_path, capsys):
+    out = tmp_path / "conf"
+    code, _, err = run_cli(capsys, "conformance", "--engines", "transformers@5.23.0", "--out", out, "--media",
+                           "video", "--parts", "video-planner-fuzz", "--planner-sizes", "400", "--seed", "1")
+    assert code == 1, err[-2000:]
+    (tf,) = _report(out)["engines"]
+    (part,) = tf["parts"]
+    assert part["part"] == "video-planner-fuzz" and part["profile"] == "k25" and part["status"] == "findings"
+    keys = {f["key"] for f in part["findings"]}
+    assert any(k.startswith("new_width{budget-divisor/none") for k in keys), keys

@@ -16,6 +16,7 @@ PERF_SHARE = 0.24
 INVARIANCE_SHARE = 0.05
 # Kept for the engine stage (`--engine`), which runs after the invariances and before the timing.
 ENGINE_SHARE = 0.2
+VIDEO_SHARE = 0.2  # the video stage (--media video|both): NEW's and OLD's forked runs together
 # With a baseline, the fuzz stage's budget: NEW and OLD fuzzed in lockstep (one draw, one image
 # and one reference run per example, both candidates at work on it at once) get this share; the
 # rest goes to judging every failing input on the other side (an attribution per differing output).

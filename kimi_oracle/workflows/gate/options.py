@@ -63,6 +63,10 @@ class GateOptions:
     engine: str | None = None
     engine_scenarios: int = 500
     mixed_configs: bool = False
+    # `--media video|both`: the video stage fuzzes NEW (and OLD) on `video_examples` drawn
+    # batches of K2.5 chunks (with images, `both`); `image` (the default) skips it.
+    media: str = "image"
+    video_examples: int = 200
     # Library callers and tests: only the golden cases this accepts run (golden.CaseFilter).
     golden_select: Callable[[Any], bool] | None = None
 

@@ -77,6 +77,10 @@ class CampaignOptions:
     # (workflows.nightly_engine), in the summary, JUnit and exit code
     engine: str | None = None
     engine_scenarios: int = 2000
+    # --media video|both: the candidate fuzzed on video_examples batches of K2.5 chunks after the
+    # workers (workflows.nightly_video), in the summary (`video`), JUnit and exit code
+    media: str = "image"
+    video_examples: int = 300
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)

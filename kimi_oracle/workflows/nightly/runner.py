@@ -22,7 +22,7 @@ from kimi_oracle.core.errors import (
     EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, KimiOracleError,
 )
 from kimi_oracle.core.files import utc_now
-from kimi_oracle.workflows import nightly_engine, nightly_planner
+from kimi_oracle.workflows import nightly_engine, nightly_planner, nightly_video
 from kimi_oracle.workflows.nightly.common import (
     CampaignOptions, CampaignResult, DiskFullError, LOCK_NAME, OutInUseError, _count_db, _os_error,
     atheris_available, derive_seed,
@@ -179,6 +179,7 @@ class _Campaign:
     config: PreprocessConfig | None = None
     planner_info: dict[str, Any] | None = None
     request_info: dict[str, Any] | None = None  # the --engine stage's summary (workflows.nightly_engine)
+    video_info: dict[str, Any] | None = None  # the --media video|both stage's (workflows.nightly_video)
 
 
 def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[str]) -> CampaignResult:
@@ -194,6 +195,13 @@ def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[s
             left = max(opts.budget_s - kept - (time.monotonic() - run.started), opts.case_timeout_s)
             run.planner_info = nightly_planner.run(opts.planner, opts.planner_sizes, run.config, run.seed,
                                                    opts.vary_config, opts.out, opts.case_timeout_s, left)
+        if opts.media != "image" and not run.errors and run.config is not None:
+            left = max(opts.budget_s - kept - (time.monotonic() - run.started), 60.0)
+            try:
+                run.video_info = nightly_video.run(opts.candidate, opts.media, run.config, opts.video_examples,
+                                                   run.seed, opts.tolerance, opts.out, left)
+            except KimiOracleError as exc:  # no video rules, or a candidate that takes no chunks
+                run.errors.append(f"video: {exc}")
         if opts.engine is not None and not run.errors and run.config is not None:
             left = opts.budget_s - (time.monotonic() - run.started)
             try:
@@ -231,6 +239,8 @@ def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[s
         summary["notes"] = notes + summary.get("notes", [])
         if run.planner_info is not None:
             summary["planner"] = run.planner_info
+        if run.video_info is not None:
+            summary["video"] = run.video_info
         if run.request_info is not None:
             summary["request_engine"] = run.request_info
             summary["findings"] += nightly_engine.finding_entries(run.request_info)
@@ -294,7 +304,7 @@ def _exit_code(summary: dict[str, Any], stopped: str, planner_info: dict[str, An
         return EXIT_TERMINATED if _terminated() else EXIT_INTERRUPTED
     if summary["errors"]:
         return EXIT_ERROR
-    if summary["findings"] or nightly_planner.failed(planner_info):
+    if summary["findings"] or nightly_planner.failed(planner_info) or nightly_video.failed(summary.get("video")):
         return EXIT_FINDINGS
     return EXIT_OK
 

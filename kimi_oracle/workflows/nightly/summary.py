@@ -11,7 +11,7 @@ from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
 from kimi_oracle.core.text import safe_text
 from kimi_oracle.oracle.checks import FINDING_KINDS, INVARIANCE
-from kimi_oracle.workflows import nightly_engine, nightly_planner
+from kimi_oracle.workflows import nightly_engine, nightly_planner, nightly_video
 from kimi_oracle.results.report import (
     JUnitCase, junit_cases_for, root_cause_junit, root_cause_markdown, root_cause_rows, write_junit,
 )
@@ -293,6 +293,8 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     out += _shards_markdown(summary.get("shards"))
     if summary.get("planner"):
         out += ["", "## Planner", ""] + [f"- {safe_text(line)}" for line in summary["planner"].get("lines") or []]
+    if summary.get("video"):
+        out += ["", "## Video", ""] + [f"- {safe_text(line)}" for line in summary["video"].get("lines") or []]
     out += nightly_engine.markdown(summary.get("request_engine"))
     if summary["errors"]:
         out += ["", "## Harness errors", ""] + [f"- {e}" for e in summary["errors"]]
@@ -335,6 +337,7 @@ def _write_junit(out: Path, summary: dict[str, Any]) -> None:
     cases += junit_cases_for([{**f, "check": f["kind"]} for f in summary["findings"] if f.get("engine") != "requests"],
                             FINDING_KINDS, classname="kimi-oracle.nightly")  # (the --engine stage's: below)
     cases += nightly_planner.junit_cases(summary.get("planner"))
+    cases += nightly_video.junit_cases(summary.get("video"))
     cases += nightly_engine.junit_cases(summary.get("request_engine"))
     for err in summary["errors"]:
         cases.append(JUnitCase("harness", "kimi-oracle.nightly", error=err, details=err))
