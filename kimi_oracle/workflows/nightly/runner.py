@@ -190,28 +190,7 @@ def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[s
     try:
         work = _prepare(opts, run)
         _run_phases(opts, run, work, say)
-        kept = opts.budget_s - nightly_engine.worker_budget(opts.budget_s, opts.engine)  # (the engine stage's)
-        if opts.planner is not None and not run.errors and run.config is not None:
-            left = max(opts.budget_s - kept - (time.monotonic() - run.started), opts.case_timeout_s)
-            run.planner_info = nightly_planner.run(opts.planner, opts.planner_sizes, run.config, run.seed,
-                                                   opts.vary_config, opts.out, opts.case_timeout_s, left)
-        if opts.media != "image" and not run.errors and run.config is not None:
-            left = max(opts.budget_s - kept - (time.monotonic() - run.started), 60.0)
-            try:
-                run.video_info = nightly_video.run(opts.candidate, opts.media, run.config, opts.video_examples,
-                                                   run.seed, opts.tolerance, opts.out, left)
-            except KimiOracleError as exc:  # no video rules, or a candidate that takes no chunks
-                run.errors.append(f"video: {exc}")
-        if opts.engine is not None and not run.errors and run.config is not None:
-            left = opts.budget_s - (time.monotonic() - run.started)
-            try:
-                run.request_info = nightly_engine.run(opts.engine, run.config, opts.out, opts.engine_scenarios,
-                                                     run.seed, opts.tolerance, opts.case_timeout_s, opts.memory_limit_mb,
-                                                     left)
-            except KimiOracleError as exc:  # the engine cannot be loaded or made: said in the summary
-                run.errors.append(f"engine {opts.engine}: {exc}")
-            if nightly_engine.interrupted(run.request_info):
-                raise KeyboardInterrupt
+        _after_workers(opts, run)
     except KeyboardInterrupt:
         run.stopped = "interrupted"
         say("interrupted: stopping workers and writing the summary")
@@ -251,6 +230,33 @@ def _run_locked(opts: CampaignOptions, say: Callable[[str], None], notes: list[s
         except OSError as exc:
             raise DiskFullError(_not_written(opts.out, exc, summary)) from None
     return CampaignResult(summary, code, opts.out)
+
+
+def _after_workers(opts: CampaignOptions, run: _Campaign) -> None:
+    """The stages after the workers, each within what is left of the budget: --planner, --media
+    video|both, --engine (a KeyboardInterrupt of the engine stage goes on up)."""
+    kept = opts.budget_s - nightly_engine.worker_budget(opts.budget_s, opts.engine)  # (the engine stage's)
+    if opts.planner is not None and not run.errors and run.config is not None:
+        left = max(opts.budget_s - kept - (time.monotonic() - run.started), opts.case_timeout_s)
+        run.planner_info = nightly_planner.run(opts.planner, opts.planner_sizes, run.config, run.seed,
+                                               opts.vary_config, opts.out, opts.case_timeout_s, left)
+    if opts.media != "image" and not run.errors and run.config is not None:
+        left = max(opts.budget_s - kept - (time.monotonic() - run.started), 60.0)
+        try:
+            run.video_info = nightly_video.run(opts.candidate, opts.media, run.config, opts.video_examples,
+                                               run.seed, opts.tolerance, opts.out, left)
+        except KimiOracleError as exc:  # no video rules, or a candidate that takes no chunks
+            run.errors.append(f"video: {exc}")
+    if opts.engine is not None and not run.errors and run.config is not None:
+        left = opts.budget_s - (time.monotonic() - run.started)
+        try:
+            run.request_info = nightly_engine.run(opts.engine, run.config, opts.out, opts.engine_scenarios,
+                                                 run.seed, opts.tolerance, opts.case_timeout_s, opts.memory_limit_mb,
+                                                 left)
+        except KimiOracleError as exc:  # the engine cannot be loaded or made: said in the summary
+            run.errors.append(f"engine {opts.engine}: {exc}")
+        if nightly_engine.interrupted(run.request_info):
+            raise KeyboardInterrupt
 
 
 def _prepare(opts: CampaignOptions, run: _Campaign) -> Path:
