@@ -25,8 +25,10 @@ import click
 from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK
 
 MEDIA = ("image", "video", "both")
-NOT_YET = ("--media {media} --engine: the request layer's video scenarios are not judged yet (docs/video.md, "
-           "'What is judged'); --candidate, --planner and --chunker are")
+NOT_YET = ("--media {media} --engine: no built-in engine's released request layer takes video chunks (SGLang "
+           "0.5.23 has none; vLLM 0.33 has no split_video_chunks): give a video request engine "
+           "(prompt_ids, media, config) -> {{input_ids, offsets, grid_thws, pixel_values}} as file.py:function "
+           "(docs/video.md)")
 DEFAULT_PLANNED = 2000  # chunks a video planner plans by default
 
 
@@ -63,11 +65,15 @@ def _video_fuzz(media: str, chunker_spec: str | None, video_rules: str | None, k
     if len(asked) != 1:
         raise click.UsageError(f"--media {media}: give one of --candidate, --planner or --chunker"
                                + (f" (got {', '.join(asked)})" if asked else ""))
-    if kw.get("engine_spec"):
-        raise click.UsageError(NOT_YET.format(media=media))
+    engine = kw.get("engine_spec")
+    if engine:
+        from kimi_oracle.adapters.engines import is_engine_spec
+
+        if is_engine_spec(engine):
+            raise click.UsageError(NOT_YET.format(media=media))
     if media == "image":
         raise click.UsageError("--chunker judges a video's chunks: add --media video")
-    if media == "both" and not candidate:
+    if media == "both" and not (candidate or engine):
         raise click.UsageError(f"--media both mixes images and chunks in one batch: it judges a candidate; "
                                f"{asked[0]} takes --media video")
     config = resolve_config(kw.get("profile"), kw.get("config_path"))
@@ -81,6 +87,8 @@ def _video_fuzz(media: str, chunker_spec: str | None, video_rules: str | None, k
         return _chunker(chunker_spec, config, kw)
     if planner:
         return _planner(planner, config, kw)
+    if engine:
+        return _requests(engine, media, config, kw)
     return _candidate(candidate, media, config, kw)  # type: ignore[arg-type]
 
 
@@ -139,6 +147,21 @@ def _planner(spec: str, config: Any, kw: dict[str, Any]) -> int:
         click.echo(f"video planner {spec}: ERROR: {report}")
         return EXIT_FINDINGS
     return _emit(report.lines(), report.to_dict(), kw, report.ok, "video-planner-report")
+
+
+def _requests(spec: str, media: str, config: Any, kw: dict[str, Any]) -> int:
+    from kimi_oracle.fuzzers.isolated import run_forked
+    from kimi_oracle.fuzzers.video_request_fuzz import fuzz_video_requests
+
+    seed, count = _seed(kw), kw.get("examples") or 300
+    click.echo(f"fuzzing video request engine {spec} on {count} requests (--media {media}, {config.name}, "
+               f"seed {seed})", err=True)
+    kind, report = run_forked(f"kimi-video-requests[{spec}]", fuzz_video_requests, (spec, config, count, seed, media),
+                              {}, _budget(kw, 600.0))
+    if kind != "result":
+        click.echo(f"video request engine {spec}: ERROR: {report}")
+        return EXIT_FINDINGS
+    return _emit(report.lines(), report.to_dict(), kw, report.ok, "video-requests-report")
 
 
 def _candidate(spec: str, media: str, config: Any, kw: dict[str, Any]) -> int:

@@ -67,7 +67,7 @@ def test_what_is_not_judged_on_video_is_refused(capsys):
     assert run_cli("fuzz", "--media", "both", "--chunker", "reference", "--profile", "k25") == 2
     assert "--chunker takes --media video" in capsys.readouterr().err
     assert run_cli("fuzz", "--media", "video", "--engine", "sglang", "--profile", "k25") == 2
-    assert "request layer's video scenarios" in capsys.readouterr().err
+    assert "no built-in engine's released request layer takes video" in capsys.readouterr().err
     assert run_cli("fuzz", "--media", "video", "--candidate", "sglang@0.5.23", "--profile", "k25") == 2
     assert "sglang has no video path" in capsys.readouterr().err
     assert run_cli("fuzz", "--media", "both", "--candidate", f"{VIDEO}:images_only", "--profile", "k25") == 2
@@ -83,3 +83,11 @@ def test_nightly_with_video_media_counts_the_video_groups(tmp_path):
     assert {tuple(g["explained_by"]) for g in summary["video"]["groups"]} == {("budget-divisor/none",)}
     assert (out / "video.json").is_file() and "kimi-oracle.nightly.video" in (out / "junit.xml").read_text()
     assert "## Video" in (out / "summary.md").read_text()
+
+
+def test_a_video_request_engine_expanding_per_frame_fails_named(tmp_path, capsys):
+    engines = str(Path(__file__).resolve().parents[1] / "mutants" / "video_requests.py")
+    code = run_cli("fuzz", "--media", "both", "--engine", f"{engines}:per_frame", "--examples", "60", "--seed", "3",
+                   "--profile", "k25", "--json", tmp_path / "r.json")
+    assert code == 1 and "input_ids{expansion/per-frame}" in capsys.readouterr().out
+    assert json.loads((tmp_path / "r.json").read_text())["requests"] == 60
