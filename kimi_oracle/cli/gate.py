@@ -76,7 +76,7 @@ def register(group: click.Group) -> None:
                    "large outputs anyway).")
 @click.option("--media", type=click.Choice(["image", "video", "both"]), default="image", show_default=True,
               help="video/both: also a video stage, NEW (and OLD) fuzzed on --video-examples drawn batches of "
-                   "K2.5 chunks (both: with images); NEW must take chunks (kimi_oracle_media); needs a profile "
+                   "K2.5 chunks (both: with images; NEW then declares kimi_oracle_media); needs a profile "
                    "with the video rules (--profile k25). docs/video.md.")
 @click.option("--video-examples", type=click.IntRange(min=1), default=200, show_default=True, metavar="N",
               help="Batches of the video stage.")

@@ -8,9 +8,11 @@ SPEC` and `--video-rules k25`.
 - `--media video --planner SPEC` a video planner `(width, height, num_frames, config) -> dict`
   (`oracle.video_planner`).
 
+- `--media video|both --engine file.py:function` a video request engine (`oracle.video_request`);
+  a built-in engine spec is refused with exit 2 (no released engine's request layer takes chunks).
+
 Exit 0 when everything drawn agrees with the checkpoint, 1 on a finding (or a run that crashed
-or hung), 2 on a usage or load error. `--media video --engine` (the request layer) is refused
-with exit 2, never run as images. `--json` and `--out DIR` (`video-report.json/.md`,
+or hung), 2 on a usage or load error; never run as images. `--json` and `--out DIR` (`video-report.json/.md`,
 `video-planner-report...`, `chunker-report...`) take the report.
 """
 
@@ -108,9 +110,9 @@ def _budget(kw: dict[str, Any], default: float) -> float:
 def _emit(lines: list[str], doc: dict[str, Any], kw: dict[str, Any], ok: bool, name: str) -> int:
     from kimi_oracle.core.files import atomic_write_text, to_json, write_json
 
-    for line in lines:
-        click.echo(line)
     json_path = kw.get("json_path")
+    for line in lines:
+        click.echo(line, err=str(json_path) == "-")  # (stdout holds the JSON alone)
     if json_path is not None:
         if str(json_path) == "-":
             sys.stdout.write(to_json(doc) + "\n")
@@ -144,8 +146,8 @@ def _planner(spec: str, config: Any, kw: dict[str, Any]) -> int:
     kind, report = run_forked(f"kimi-video-planner[{spec}]", fuzz_video_planner, (spec, config, count, seed), {},
                               budget)
     if kind != "result":
-        click.echo(f"video planner {spec}: ERROR: {report}")
-        return EXIT_FINDINGS
+        return _emit([f"video planner {spec}: ERROR: {report}"], {"planner": spec, "ok": False, "error": report},
+                     kw, False, "video-planner-report")
     return _emit(report.lines(), report.to_dict(), kw, report.ok, "video-planner-report")
 
 
@@ -159,8 +161,8 @@ def _requests(spec: str, media: str, config: Any, kw: dict[str, Any]) -> int:
     kind, report = run_forked(f"kimi-video-requests[{spec}]", fuzz_video_requests, (spec, config, count, seed, media),
                               {}, _budget(kw, 600.0))
     if kind != "result":
-        click.echo(f"video request engine {spec}: ERROR: {report}")
-        return EXIT_FINDINGS
+        return _emit([f"video request engine {spec}: ERROR: {report}"], {"engine": spec, "ok": False, "error": report},
+                     kw, False, "video-requests-report")
     return _emit(report.lines(), report.to_dict(), kw, report.ok, "video-requests-report")
 
 

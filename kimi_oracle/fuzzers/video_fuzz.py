@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.errors import CandidateError
 from kimi_oracle.inputs.video_media import MediaCase, media_cases
 from kimi_oracle.oracle.checks import CRASH
 from kimi_oracle.oracle.video_candidates import load_media_candidate
@@ -75,11 +76,12 @@ class MediaReport:
     examples: int = 0
     groups: list[MediaGroup] = field(default_factory=list)
     error: str | None = None
+    stopped: str | None = None  # "budget": fewer batches than asked were judged (not a failure)
 
     @property
     def ok(self) -> bool:
-        """No finding and no error."""
-        return not self.groups and self.error is None
+        """No finding, no error, and at least one batch judged."""
+        return not self.groups and self.error is None and self.examples > 0  # (nothing judged: no pass)
 
     @property
     def unexplained(self) -> int:
@@ -89,7 +91,7 @@ class MediaReport:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"candidate": self.candidate, "media": self.media, "profile": self.profile, "seed": self.seed,
-                "examples": self.examples, "ok": self.ok, "error": self.error,
+                "examples": self.examples, "ok": self.ok, "error": self.error, "stopped": self.stopped,
                 "findings": sum(g.count for g in self.groups), "unexplained": self.unexplained,
                 "groups": [g.to_dict() for g in self.groups]}
 
@@ -98,7 +100,8 @@ class MediaReport:
         found = sum(g.count for g in self.groups)
         out = [f"video candidate {self.candidate} (--media {self.media}, {self.profile}, seed {self.seed}): "
                f"{self.examples} batches, {found} findings in {len(self.groups)} groups"
-               + (f"; ERROR: {self.error}" if self.error else "")]
+               + (f"; ERROR: {self.error}" if self.error else "")
+               + (f"; stopped at the budget ({self.stopped})" if self.stopped else "")]
         for g in self.groups:
             if g.check == CRASH:
                 out.append(f"  {g.key}: {g.count} batches")
@@ -170,10 +173,14 @@ def fuzz_media(spec: str, base: PreprocessConfig, media: str = "video", examples
     deadline = None if budget_s is None else time.monotonic() + budget_s
     for i, case in enumerate(media_cases(base, examples, seed, media)):
         if deadline is not None and time.monotonic() > deadline:
-            report.error = f"stopped at the budget ({budget_s:g} s) after {i} batches"
+            report.stopped = f"{budget_s:g} s, after {i} of {examples} batches"
             break
         batch = case.media()
-        verdict = judge_case(candidate, case, tolerance, media=batch)
+        try:
+            verdict = judge_case(candidate, case, tolerance, media=batch)
+        except CandidateError as exc:  # a return that is no result, mid-run: the run's error, never a pass
+            report.error = f"batch {i}: {exc}"
+            break
         report.examples = i + 1
         if progress is not None:
             progress(i + 1, examples)

@@ -91,7 +91,7 @@ def _variant_request(prompt_ids: Sequence[int], sizes: Sequence[tuple[int, ...]]
         if chunk and expansion != "image-framing":
             span, first = [pad] * n, 0
         else:
-            span, first = image_span(tokenizer, tuple(sizes[k][:2]), n, "k3" if chunk else framing_for(config))
+            span, first = image_span(tokenizer, tuple(sizes[k][:2]), n, framing_for(config))
         offsets.append((len(out) + first, len(out) + first + n - 1))
         out.extend(span)
         k += 1

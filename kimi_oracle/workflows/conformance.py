@@ -35,6 +35,9 @@ SCHEMA_VERSION = 1
 # The profile each engine path serves (SGLang's paths are K3's, transformers' processor K2.5's,
 # vLLM's fused processor K2.5's and its K3 processor K3's); an engine's entry names its default
 # path's (the path named as the engine).
+# Video candidate paths that take images and chunks in one call (`--media both` is passed on);
+# the others (transformers' Kimi_K25VideoProcessor) take chunks only: `--media video`.
+MIXED_VIDEO_PATHS = ("vllm",)
 PATH_PROFILES = {"sglang": "k3", "sglang-cpu": "k3", "transformers": "k25", "vllm": "k25", "vllm-k3": "k3"}
 
 
@@ -149,8 +152,9 @@ def _path_parts(role: str, p_spec: str, where: Path, profile_name: str, options:
                               where / "image-corpus.json", where / "image-corpus"))
     elif role == "video candidate":  # K2.5 chunks (with images, --media both), docs/video.md
         profile_name = "k25"
+        media = options.media if p_spec.split("@")[0] in MIXED_VIDEO_PATHS else "video"  # (what the path takes)
         parts.append(_fuzz_part("video-fuzz", role, p_spec, where,
-                                ["--media", options.media, "--candidate", p_spec, "--profile", "k25",
+                                ["--media", media, "--candidate", p_spec, "--profile", "k25",
                                  "--examples", str(options.examples), *seed]))
     elif role == "video planner":
         profile_name = "k25"

@@ -2,7 +2,8 @@
 candidate fuzzed on `video_examples` drawn batches of K2.5 chunks (with images, `both`) in a
 forked run (`fuzzers.video_fuzz.run_media_isolated`), within what the campaign left of its budget;
 OUT/video.json, the summary's `video`, its JUnit cases (one per group, and one for an error) and
-the exit code (a group or an error: 1).
+the exit code (a group or an error: 1; a run stopped by its budget, `stopped`, judged fewer
+batches and is not a failure). The workers leave it `VIDEO_SHARE` of the budget.
 """
 
 from __future__ import annotations
@@ -16,6 +17,12 @@ from kimi_oracle.core.video import require_video
 from kimi_oracle.results.report import JUnitCase
 
 CLASSNAME = "kimi-oracle.nightly.video"
+VIDEO_SHARE = 0.25  # of --budget, kept from the workers for the video stage
+
+
+def kept_s(budget_s: float, media: str) -> float:
+    """The seconds the workers leave for the video stage (none with `--media image`)."""
+    return VIDEO_SHARE * budget_s if media != "image" else 0.0
 
 
 def run(candidate: str, media: str, config: PreprocessConfig, examples: int, seed: int, tolerance: str,
@@ -50,4 +57,4 @@ def failed(video: Mapping[str, Any] | None) -> bool:
     return bool(video) and not video.get("ok", False)
 
 
-__all__ = ["failed", "junit_cases", "run"]
+__all__ = ["VIDEO_SHARE", "failed", "junit_cases", "kept_s", "run"]

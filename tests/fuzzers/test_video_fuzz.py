@@ -70,3 +70,17 @@ def test_media_that_the_candidate_does_not_declare_is_refused():
         fuzz_media(f"{MUTANTS}:images_only", K25, "video", 5, seed=0)
     with pytest.raises(CandidateError, match="kimi_oracle_media"):
         fuzz_media(f"{MUTANTS}:images_only", K25, "both", 5, seed=0)
+
+
+def test_a_bad_return_mid_run_is_the_runs_error_and_a_budget_stop_is_no_pass(tmp_path):
+    late = tmp_path / "late.py"
+    late.write_text(
+        "from kimi_oracle.pipelines.video import preprocess_media\n"
+        "calls = []\n"
+        "def preprocess(items, config):\n"
+        "    calls.append(1)\n"
+        "    return None if len(calls) > 20 else preprocess_media(items, config)\n")
+    report = fuzz_media(str(late), K25, "video", 50, seed=1)
+    assert not report.ok and report.error and "returned None" in report.error and report.examples < 50
+    stopped = fuzz_media(f"{MUTANTS}:faithful", K25, "video", 50, seed=1, budget_s=0.0)
+    assert stopped.examples == 0 and stopped.stopped and not stopped.ok  # nothing judged: never a pass

@@ -60,6 +60,14 @@ class Budget:
     t0: float
     with_baseline: bool = False
     with_engine: bool = False
+    with_video: bool = False  # `--media video|both`: VIDEO_SHARE kept from the fuzz, invariance, engine stages
+
+    def _video_s(self) -> float:
+        return VIDEO_SHARE * self.total_s if self.with_video else 0.0
+
+    def video_s(self) -> float:
+        """The video stage's time: what is left less the timing's share, at most VIDEO_SHARE."""
+        return min(max(self.left_s() - self.perf_s(), 0.0), self._video_s())
 
     def elapsed_s(self) -> float:
         """Seconds since the gate started."""
@@ -76,12 +84,13 @@ class Budget:
     def fuzz_s(self) -> float:
         """The fuzz stage's budget: what is left less the timing's and the invariances' shares."""
         return (self.total_s - self.elapsed_s() - self.perf_s() - INVARIANCE_SHARE * self.total_s
-                - (ENGINE_SHARE * self.total_s if self.with_engine else 0.0))
+                - (ENGINE_SHARE * self.total_s if self.with_engine else 0.0) - self._video_s())
 
     def invariance_s(self) -> float:
         """The invariance stage's time: what is left less the timing's share and the engine's
         (`--engine`: its stage runs after this one)."""
-        return max(self.left_s() - self.perf_s() - (ENGINE_SHARE * self.total_s if self.with_engine else 0.0), 0.0)
+        return max(self.left_s() - self.perf_s() - (ENGINE_SHARE * self.total_s if self.with_engine else 0.0)
+                   - self._video_s(), 0.0)
 
     def invariance_overhead_s(self) -> float:
         """The harness time the invariance stage's drawn batches may take (INVARIANCE_OVERHEAD_SHARE
@@ -95,7 +104,7 @@ class Budget:
     def engine_s(self) -> float:
         """The engine stage's time: what is left less the timing's share (its ENGINE_SHARE was kept
         from the fuzz stage)."""
-        return max(self.left_s() - self.perf_s(), 0.0)
+        return max(self.left_s() - self.perf_s() - self._video_s(), 0.0)
 
     def fuzz_overhead_s(self, overhead_so_far_s: float) -> float:
         """The harness time left for fuzzing, given the harness time spent so far (OVERHEAD_AIM

@@ -95,7 +95,7 @@ class GateContext:
         self._writes: list[tuple[dict[str, Any], str, Any, concurrent.futures.Future]] = []
         # from now until Gate.run() starts the clock again
         self.budget = Budget(options.budget_s, time.monotonic(), with_baseline=self.old is not None,
-                             with_engine=options.engine is not None)
+                             with_engine=options.engine is not None, with_video=options.media != "image")
 
     def candidate(self, side: str) -> IsolatedCandidate:
         """NEW (`side` "new") or OLD ("old")."""

@@ -194,7 +194,8 @@ class Gate:
         t0 = time.monotonic()
         budget = self.ctx.options.budget_s
         self.ctx.budget = Budget(budget, t0, with_baseline=self.ctx.old is not None,
-                                 with_engine=self.ctx.options.engine is not None)
+                                 with_engine=self.ctx.options.engine is not None,
+                                 with_video=self.ctx.options.media != "image")
         try:
             self.start()
             with self.ctx.clock.reference_timed(), one_torch_thread():

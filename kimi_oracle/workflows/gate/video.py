@@ -1,6 +1,8 @@
 """The gate's video stage (`--media video|both`, issue 42): NEW (and OLD, with a baseline) fuzzed
 on the same drawn batches of K2.5 chunks (and images, with `both`) by `fuzzers.video_fuzz`, each
-in its own forked run.
+in its own forked run, within `Budget.video_s` (VIDEO_SHARE of `--budget`, kept back from the fuzz,
+invariance and engine stages; at least 30 s). A run stopped by its budget judged fewer batches:
+said in the summary, not a failure.
 
 Verdict: without a baseline, any video finding fails (absolute, as the planner stage); with one, a
 group of NEW's whose key (check and named steps, or a crash's error) OLD does not have fails, and
@@ -12,7 +14,6 @@ from __future__ import annotations
 
 from kimi_oracle.core.errors import ConfigError, KimiOracleError
 from kimi_oracle.core.video import require_video
-from kimi_oracle.workflows.gate.budget import VIDEO_SHARE
 from kimi_oracle.workflows.gate.context import GateContext
 from kimi_oracle.workflows.gate.options import Stage
 
@@ -35,7 +36,7 @@ def run(ctx: GateContext) -> Stage:
     except ConfigError as exc:
         stage.status, stage.reasons = "error", [f"video: {exc}"]
         return stage
-    budget = VIDEO_SHARE * ctx.options.budget_s
+    budget = max(ctx.budget.video_s(), 30.0)  # (VIDEO_SHARE of --budget, kept from the stages before)
     sides = {"new": ctx.new.spec, **({"old": ctx.old.spec} if ctx.old is not None else {})}
     reports = {}
     for side, spec in sides.items():

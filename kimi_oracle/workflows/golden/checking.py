@@ -87,7 +87,8 @@ def _selection(kinds: Iterable[str] | None, profiles: Iterable[str] | None) -> l
     for k in kinds:
         for p in profiles:
             if k == "video" and not PreprocessConfig.profile(p).has_video:
-                if asked is not None and kinds == ["video"]:
+                if asked is not None and kinds == ["video"] and not any(PreprocessConfig.profile(q).has_video
+                                                                        for q in asked):
                     raise GoldenError(f"profile {p!r} has no video rules (K3's processor is image-only): "
                                       "no video golden; --media video checks k25")
                 continue
@@ -150,7 +151,7 @@ def _report_markdown(report: "GoldenReport") -> str:
 def _compute(kind: str, profile: str, candidate: str | Callable | None, select: CaseFilter | None = None,
              hung: dict[str, str] | None = None) -> GoldenFile:
     if kind == "video":
-        return record(kind, profile, candidate if isinstance(candidate, str) else None)
+        return record(kind, profile, candidate)
     if kind == "pixels":
         return record_pixels(profile, candidate, select, hung)
     return record(kind, profile, candidate)
@@ -167,9 +168,10 @@ def _open_for(selection: list[tuple[str, str]], candidate: str | Callable | None
 
 def _check_file(kind: str, profile: str, gdir: Path, fn: Callable | None, select: CaseFilter | None,
                 hung: dict[str, str], contents: Mapping[str, bytes | None], integrity: Mapping[str, str],
-                *, diagnose: bool, video_candidate: str | None = None) -> FileReport:
+                *, diagnose: bool, video_candidate: str | Callable | None = None) -> FileReport:
     """One golden file recomputed and compared with the bytes read before any candidate ran."""
-    partial = select is not None and kind == "pixels"
+    # (a video candidate that takes no images records no mixed batch: only what it computed is compared)
+    partial = (select is not None and kind == "pixels") or (kind == "video" and video_candidate not in (None, "reference"))
     new = _compute(kind, profile, video_candidate if kind == "video" else (fn if kind == "pixels" else None),
                    select, hung)
     name = manifest.relative_name(kind, profile)
@@ -230,7 +232,7 @@ def check(
         for kind, profile in selection:
             file_report = _check_file(kind, profile, gdir, fn, select, hung, contents, integrity,
                                       diagnose=diagnose and label != "reference",
-                                      video_candidate=candidate if isinstance(candidate, str) else None)
+                                      video_candidate=candidate)
             report.files.append(file_report)
             if out is not None:
                 _write_obtained(file_report, out, report.messages)

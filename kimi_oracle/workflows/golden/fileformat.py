@@ -94,7 +94,7 @@ def record_pixels(profile: str, candidate: str | Callable | None = None,
     return GoldenFile("pixels", profile, _meta("pixels", profile), entries)
 
 
-def record_video(profile: str, candidate: str | None = None) -> GoldenFile:
+def record_video(profile: str, candidate: str | Callable | None = None) -> GoldenFile:
     """The video golden of `profile` (its K2.5 video rules), the pixels by `candidate`."""
     from kimi_oracle.workflows.golden.video import video_entries
 
@@ -107,7 +107,7 @@ def record_video(profile: str, candidate: str | None = None) -> GoldenFile:
 def record(kind: str, profile: str, candidate: str | Callable | None = None) -> GoldenFile:
     """Record one golden file now."""
     if kind == "video":
-        return record_video(profile, candidate if isinstance(candidate, str) else None)
+        return record_video(profile, candidate)
     if kind == "grids":
         return record_grids(profile)
     if kind == "pixels":

@@ -105,12 +105,16 @@ def pixel_batches(config: PreprocessConfig) -> list[tuple[str, list[Any], Prepro
     return out
 
 
-def pixel_entries(config: PreprocessConfig, candidate: Callable[[list, PreprocessConfig], Any]) -> list[dict[str, Any]]:
-    """The pixel entries computed by `candidate` (an error is that entry's `error`)."""
+def pixel_entries(config: PreprocessConfig, candidate: Callable[[list, PreprocessConfig], Any], *,
+                  mixed: bool = True) -> list[dict[str, Any]]:
+    """The pixel entries computed by `candidate` (an error is that entry's `error`); without
+    `mixed`, the batch with an image is left out (a candidate that takes chunks only)."""
     from kimi_oracle.oracle.checks import as_result
 
     out = []
     for key, media, cfg, params in pixel_batches(config):
+        if not mixed and not all(isinstance(item, list) for item in media):
+            continue
         entry: dict[str, Any] = {"id": key, "frames": params, "overrides": {
             k: getattr(cfg, k) for k in ("in_patch_limit_video",) if getattr(cfg, k) != getattr(config, k)}}
         try:
@@ -129,14 +133,17 @@ def pixel_entries(config: PreprocessConfig, candidate: Callable[[list, Preproces
     return out
 
 
-def video_entries(config: PreprocessConfig, candidate: str | None = None) -> list[dict[str, Any]]:
-    """Every entry of a profile's video golden; the pixels by `candidate` (a video candidate
-    spec, run in a forked process; the reference when None or `reference`)."""
+def video_entries(config: PreprocessConfig, candidate: str | Callable | None = None) -> list[dict[str, Any]]:
+    """Every entry of a profile's video golden; the pixels by `candidate`: a video candidate spec
+    (run in a forked process), a callable `(media, config) -> result` (in this process, as given:
+    mixed batches included), or the reference (None or `reference`)."""
     entries = chunk_entries(config) + plan_entries(config)
     if candidate in (None, "reference"):
         from kimi_oracle.pipelines.video import preprocess_media
 
         return entries + pixel_entries(config, preprocess_media)
+    if callable(candidate):
+        return entries + pixel_entries(config, candidate)
     from kimi_oracle.fuzzers.isolated import run_forked
 
     kind, pixels = run_forked(f"kimi-golden-video[{candidate}]", _candidate_pixels, (config, candidate), {}, 600.0)
@@ -148,8 +155,8 @@ def video_entries(config: PreprocessConfig, candidate: str | None = None) -> lis
 def _candidate_pixels(config: PreprocessConfig, spec: str) -> list[dict[str, Any]]:
     from kimi_oracle.oracle.video_candidates import load_media_candidate
 
-    candidate = load_media_candidate(spec, "both")
-    return pixel_entries(config, candidate)
+    candidate = load_media_candidate(spec, "video")
+    return pixel_entries(config, candidate, mixed="image" in candidate.media)
 
 
 def describe_change(key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> str:

@@ -290,7 +290,8 @@ def _prepare(opts: CampaignOptions, run: _Campaign) -> Path:
 
 def _run_phases(opts: CampaignOptions, run: _Campaign, work: Path, say: Callable[[str], None]) -> None:
     """Launch the planned workers phase by phase, each phase waited for."""
-    budget_s = nightly_engine.worker_budget(opts.budget_s, opts.engine)  # (less the --engine stage's share)
+    budget_s = (nightly_engine.worker_budget(opts.budget_s, opts.engine)  # (less the --engine stage's share
+                - nightly_video.kept_s(opts.budget_s, opts.media))  # and the video stage's)
     phases = plan_jobs(run.engines, opts.jobs, budget_s) if run.engines and not run.errors else []
     index = 0
     for phase in phases:

@@ -58,3 +58,18 @@ def test_k3_has_no_video_golden_and_the_default_is_the_image_kinds(capsys):
     selection = golden.checking._selection(None, None)
     assert {kind for kind, _ in selection} == {"grids", "pixels"}
     assert ("video", "k25") in golden.checking._selection(golden.MEDIA_KINDS["both"], None)
+
+
+def test_a_callable_and_a_chunks_only_candidate_are_judged(tmp_path):
+    from kimi_oracle.pipelines.video import preprocess_media
+
+    def brighter(items, config):  # a callable: run as given, never the reference in its place
+        out = preprocess_media(items, config)
+        out.pixel_values += 1.0
+        return out
+    report = golden.check(None, brighter, kinds=["video"], out_dir=tmp_path / "callable")
+    assert not report.ok and len(report.files[0].changes) == 6
+    chunks_only = tmp_path / "chunks_only.py"  # declares nothing: takes chunks only
+    chunks_only.write_text("from kimi_oracle.pipelines.video import preprocess_chunks\n"
+                           "def preprocess(chunks, config):\n    return preprocess_chunks(chunks, config)\n")
+    assert run_cli("golden", "check", "--media", "video", "--candidate", str(chunks_only), "--out", tmp_path / "c") == 0
