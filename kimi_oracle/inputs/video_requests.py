@@ -3,7 +3,9 @@
 Each request is one drawn batch of `inputs.video_media`: one video's chunks, and images with
 `--media both`. Text goes before, between and after the items. Now and then the video's chunks
 are repeated (the same video twice in a prompt: the engine's cache). Each chunk's prompt is
-`CHUNK_PROMPT` with its timestamp (chunk j starts at j * chunk size / sample_fps seconds).
+`CHUNK_PROMPT` with its timestamp (chunk j starts at j * chunk size / sample_fps seconds). Each
+request names 1-4 data-parallel ranks: an engine that takes `dp_size` spreads the items over them
+(`request_contract.assign_ranks`) and must still return every item's rows in placeholder order.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class RequestCase:
     media: list[Any]
     config: PreprocessConfig
     describe: str = ""
+    dp_size: int = 1  # data-parallel ranks the engine spreads the items over (1-4)
 
 
 def request_cases(base: PreprocessConfig, count: int, seed: int, media: str = "both") -> Iterator[RequestCase]:
@@ -50,7 +53,8 @@ def request_cases(base: PreprocessConfig, count: int, seed: int, media: str = "b
             else:
                 pieces.append(MEDIA_PAD)
         pieces.append(TEXTS[int(rng.integers(0, len(TEXTS)))])
-        yield RequestCase("".join(pieces), items, case.config, case.describe())
+        yield RequestCase("".join(pieces), items, case.config, case.describe(),
+                          dp_size=int(rng.integers(1, 5)))
 
 
 __all__ = ["TEXTS", "RequestCase", "request_cases"]

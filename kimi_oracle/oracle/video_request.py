@@ -24,8 +24,10 @@ chunks, and images with `both`). They put text before, between and after the ite
 the video's chunks now and then (a repeated video: the engine's cache). The fuzz loop is
 `fuzzers.video_request_fuzz`.
 
-A difference in ids, offsets or grids is named by reproduction, and differing rows by the video
-candidates' diagnosis (`video_judge.explain_case`); a feature length is named by nothing. The expansion variants are
+A difference in ids, offsets or grids is named by reproduction. Differing rows are named
+`dp-ranks/rank-order` when they are the items' rows concatenated rank by rank (an engine that
+takes `dp_size` is called with the request's 1-4 ranks), else by the video candidates' diagnosis
+(`video_judge.explain_case`). A feature length is named by nothing. The expansion variants are
 `expansion/per-frame` (a chunk expanded to `t` times its tokens: one placeholder per frame's
 embeddings) and `expansion/image-framing` (a chunk framed as an image). The chunk rules of
 `variants.chunk_rules` are tried as well.
@@ -34,6 +36,7 @@ embeddings) and `expansion/image-framing` (a chunk framed as an image). The chun
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
@@ -46,7 +49,7 @@ from kimi_oracle.core.geometry import ResizePlan
 from kimi_oracle.core.tokenizer import Tokenizer
 from kimi_oracle.oracle.checks import FEATURE_LENGTH, GRID_MISMATCH, PIXEL_MISMATCH
 from kimi_oracle.oracle.request_checks import ENGINE_ERROR, INPUT_IDS, OFFSETS
-from kimi_oracle.pipelines.request_contract import ExpectedRequest, framing_for, image_span
+from kimi_oracle.pipelines.request_contract import ExpectedRequest, assign_ranks, framing_for, image_span
 from kimi_oracle.pipelines.variants.chunk_rules import all_rules, plan_for
 from kimi_oracle.pipelines.video import is_chunk, preprocess_media
 from kimi_oracle.pipelines.video_request import expected_media_request
@@ -149,7 +152,10 @@ def judge_request(engine: Callable[..., Any], case: RequestCase, tokenizer: Toke
     sizes = item_sizes(case.media)
     expected = expected_media_request(prompt_ids, sizes, case.config, tokenizer)
     try:
-        out = engine(list(prompt_ids), [list(i) if is_chunk(i) else i for i in case.media], case.config)
+        media = [list(i) if is_chunk(i) else i for i in case.media]
+        dp = getattr(case, "dp_size", 1)
+        out = (engine(list(prompt_ids), media, case.config, dp_size=dp) if _takes_dp(engine)
+               else engine(list(prompt_ids), media, case.config))
         ids, offsets = _ids(out["input_ids"]), [tuple(int(v) for v in o) for o in out["offsets"]]
         grids = torch.as_tensor(out["grid_thws"]).reshape(-1, 3).tolist()
         rows = torch.as_tensor(out["pixel_values"])
@@ -161,8 +167,27 @@ def judge_request(engine: Callable[..., Any], case: RequestCase, tokenizer: Toke
     if verdict is not None and verdict.check in (INPUT_IDS, OFFSETS, GRID_MISMATCH):
         verdict.explained_by = explain(prompt_ids, sizes, case.config, tokenizer, ids, grids)
     elif verdict is not None and verdict.check == PIXEL_MISMATCH:  # the candidates' diagnosis of the rows
-        verdict.explained_by = _rows_explained(case, rows, grids)
+        verdict.explained_by = _rank_order(case, rows, grids) or _rows_explained(case, rows, grids)
     return verdict
+
+
+def _takes_dp(engine: Callable[..., Any]) -> bool:
+    try:
+        return "dp_size" in inspect.signature(engine).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _rank_order(case: RequestCase, rows: torch.Tensor, grids: list[list[int]]) -> list[str]:
+    """`dp-ranks/rank-order` when the rows are the reference's items concatenated rank by rank
+    (`assign_ranks` of the grids over `dp_size`), not in placeholder order."""
+    dp = getattr(case, "dp_size", 1)  # (one rank too: its items largest grid first)
+    ref = preprocess_media([list(i) if is_chunk(i) else i for i in case.media], case.config)
+    order = [i for rank in assign_ranks(grids, dp) for i in rank]
+    blocks = [ref.image(i).pixel_values for i in order]
+    shuffled = torch.cat(blocks, dim=0) if blocks else ref.pixel_values
+    same = shuffled.shape == rows.shape and shuffled.dtype == rows.dtype and torch.equal(shuffled, rows)
+    return ["dp-ranks/rank-order"] if same else []
 
 
 @dataclass

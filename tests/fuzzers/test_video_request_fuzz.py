@@ -1,6 +1,7 @@
 """Fuzzing a video request engine (issue 42, item 6): the contract written again passes; a chunk
-expanded per frame, an undivided video budget and a dropped row are each found within 200 drawn
-requests (prompts of several chunks, images interleaved, the video repeated) and named."""
+expanded per frame, an undivided video budget, a dropped row and rows returned rank by rank over
+data-parallel ranks are each found within 200 drawn requests (prompts of several chunks, images
+interleaved, the video repeated, 1-4 ranks) and named."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ def test_the_contract_written_again_passes():
     ("per_frame", {"input_ids{expansion/per-frame}"}),
     ("no_divisor", {"input_ids{budget-divisor/none}", "pixel_mismatch{budget-divisor/none}"}),
     ("short_rows", {"feature_length{unexplained}"}),
+    ("rank_order", {"pixel_mismatch{dp-ranks/rank-order}"}),
 ])
 def test_each_planted_request_defect_is_found_and_named(name, keys):
     report = fuzz_video_requests(f"{MUTANTS}:{name}", K25, 200, seed=3)

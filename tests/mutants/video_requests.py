@@ -66,6 +66,25 @@ def no_divisor(prompt_ids, media, config):
     return _serve(prompt_ids, media, config, divisor="none")
 
 
+def rank_order(prompt_ids, media, config, dp_size=1):
+    """Spreads the items over dp_size ranks, largest grid first to the least-loaded rank, and
+    returns the rows rank by rank instead of in placeholder order."""
+    out = _serve(prompt_ids, media, config)
+    grids = out["grid_thws"].tolist()
+    sizes = [g[0] * g[1] * g[2] for g in grids]
+    loads, ranks = [0] * dp_size, [[] for _ in range(dp_size)]
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        r = min(range(dp_size), key=lambda k: (loads[k], k))
+        ranks[r].append(i)
+        loads[r] += sizes[i]
+    starts = [0]
+    for s in sizes:
+        starts.append(starts[-1] + s)
+    rows = out["pixel_values"]
+    out["pixel_values"] = torch.cat([rows[starts[i]:starts[i + 1]] for rank in ranks for i in rank])
+    return out
+
+
 def short_rows(prompt_ids, media, config):
     """Drops the last row (the "deferred feature length does not match image grids" defect)."""
     out = _serve(prompt_ids, media, config)
