@@ -76,7 +76,7 @@ def test_what_is_not_judged_on_video_is_refused(capsys):
 def test_nightly_with_video_media_counts_the_video_groups(tmp_path):
     out = tmp_path / "night"
     code = run_cli("nightly", "--candidate", f"{VIDEO}:no_divisor", "--profile", "k25", "--media", "video",
-                   "--video-examples", "40", "--budget", "60s", "--max-examples", "3", "--engines", "hypothesis",
+                   "--video-examples", "25", "--budget", "60s", "--max-examples", "1", "--engines", "hypothesis",
                    "--seed", "2", "--out", out)
     summary = json.loads((out / "summary.json").read_text())
     assert code == 1 and summary["exit_code"] == 1 and summary["video"]["ok"] is False

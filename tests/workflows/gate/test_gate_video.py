@@ -19,7 +19,7 @@ MUTANTS = str(Path(__file__).resolve().parents[2] / "mutants" / "video_candidate
 
 
 def _ctx(new, old=None, media="video", profile="k25"):
-    options = GateOptions(profile=profile, media=media, video_examples=60, budget_s=120.0)
+    options = GateOptions(profile=profile, media=media, video_examples=40, budget_s=120.0)
     budget = Budget(120.0, time.monotonic(), with_video=media != "image")
     return SimpleNamespace(options=options, config=PreprocessConfig.profile(profile), seed=4, findings=[], budget=budget,
                            new=SimpleNamespace(spec=new), old=SimpleNamespace(spec=old) if old else None,
