@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
+from kimi_oracle.core.threads import one_torch_thread
 from kimi_oracle.inputs.video_media import MediaCase, media_cases
 from kimi_oracle.oracle.checks import CRASH
 from kimi_oracle.oracle.video_candidates import load_media_candidate
@@ -166,7 +167,15 @@ def _known_group(groups: dict[str, MediaGroup], verdict: Any, case: MediaCase, b
 def fuzz_media(spec: str, base: PreprocessConfig, media: str = "video", examples: int = DEFAULT_EXAMPLES,
                seed: int = 0, *, tolerance: str = "exact", progress: Callable[[int, int], None] | None = None,
                budget_s: float | None = None) -> MediaReport:
-    """Judge `examples` drawn batches (CandidateError when the candidate cannot load)."""
+    """Judge `examples` drawn batches (CandidateError when the candidate cannot load), on one
+    intra-op torch thread (`core.threads`: small tensors; the candidate runs in the same loop)."""
+    with one_torch_thread():
+        return _fuzz_media(spec, base, media, examples, seed, tolerance=tolerance, progress=progress,
+                           budget_s=budget_s)
+
+
+def _fuzz_media(spec: str, base: PreprocessConfig, media: str, examples: int, seed: int, *, tolerance: str,
+                progress: Callable[[int, int], None] | None, budget_s: float | None) -> MediaReport:
     candidate = load_media_candidate(spec, media)
     report = MediaReport(spec, media, base.name, int(seed))
     groups: dict[str, MediaGroup] = {}

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_oracle.core.config import PreprocessConfig
+from kimi_oracle.core.threads import one_torch_thread
 from kimi_oracle.core.tokenizer import Tokenizer
 from kimi_oracle.inputs.video_requests import request_cases
 from kimi_oracle.oracle.video_request import judge_request
@@ -54,6 +55,13 @@ def fuzz_video_requests(spec: str, base: PreprocessConfig, count: int, seed: int
     engine = named_function(getattr(obj, "serve", obj) if not callable(obj) else obj, "engine", spec, "serve")
     tokenizer = Tokenizer()
     report = VideoRequestReport(spec, base.name, int(seed))
+    with one_torch_thread():  # (small tensors: core.threads)
+        _judge_all(engine, base, count, seed, media, tokenizer, report)
+    return report
+
+
+def _judge_all(engine: Any, base: PreprocessConfig, count: int, seed: int, media: str, tokenizer: Tokenizer,
+               report: "VideoRequestReport") -> None:
     for i, case in enumerate(request_cases(base, count, seed, media)):
         report.requests = i + 1
         verdict = judge_request(engine, case, tokenizer)
@@ -63,7 +71,6 @@ def fuzz_video_requests(spec: str, base: PreprocessConfig, count: int, seed: int
         report.counts[key] = report.counts.get(key, 0) + 1
         report.first.setdefault(key, {"check": verdict.check, "message": verdict.message, "case": case.describe,
                                       "explained_by": verdict.explained_by, "text": case.text[:400]})
-    return report
 
 
 __all__ = ["VideoRequestReport", "fuzz_video_requests"]
