@@ -75,7 +75,7 @@ class MediaCase:
         """JSON-ready (`from_dict` reads it back)."""
         return {"items": [{"chunk": [p.to_dict() for p in item]} if isinstance(item, tuple) else {"image": item.to_dict()}
                           for item in self.items],
-                "config": self.config.to_hf_json() if hasattr(self.config, "to_hf_json") else None}
+                "config": self.config.to_hf_json()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], config: PreprocessConfig) -> "MediaCase":

@@ -184,26 +184,36 @@ def _fewest(rules: list[ChunkRule]) -> list[ChunkRule]:
     return [r for r in rules if len(r.changes) == least]
 
 
-def _distance(case: MediaCase, media: list[Any], actual: PreprocessResult, rule: ChunkRule) -> int:
+class _RuleRuns:
+    """The reference under each chunk rule for one batch, run once per rule (None: it refuses)."""
+
+    def __init__(self, case: MediaCase, media: list[Any]):
+        self.case, self.media = case, media
+        self._done: dict[ChunkRule, PreprocessResult | None] = {}
+
+    def __call__(self, rule: ChunkRule) -> PreprocessResult | None:
+        if rule not in self._done:
+            try:
+                self._done[rule] = preprocess_media(_copies(self.media), self.case.config, rule=rule)
+            except (InputError, ConfigError, ValueError):
+                self._done[rule] = None
+        return self._done[rule]
+
+
+def _distance(runs: _RuleRuns, actual: PreprocessResult, rule: ChunkRule) -> int:
     """How many values the reference under `rule` leaves different from `actual` (the closest
     rules are diagnosed first)."""
-    try:
-        out = preprocess_media(_copies(media), case.config, rule=rule)
-    except (InputError, ConfigError, ValueError):
-        return 1 << 62
-    if out.pixel_values.shape != actual.pixel_values.shape:
+    out = runs(rule)
+    if out is None or out.pixel_values.shape != actual.pixel_values.shape:
         return 1 << 62
     return int((out.pixel_values != actual.pixel_values.to(out.pixel_values.dtype)).sum())
 
 
-def _exact_rule(case: MediaCase, media: list[Any], actual: PreprocessResult, rules: list[ChunkRule]) -> ChunkRule | None:
+def _exact_rule(runs: _RuleRuns, actual: PreprocessResult, rules: list[ChunkRule]) -> ChunkRule | None:
     for rule in rules:
-        try:
-            out = preprocess_media(_copies(media), case.config, rule=rule)
-        except (InputError, ConfigError, ValueError):
-            continue
-        if out.pixel_values.shape == actual.pixel_values.shape and out.pixel_values.dtype == actual.pixel_values.dtype \
-                and torch.equal(out.pixel_values, actual.pixel_values):
+        out = runs(rule)
+        if out is not None and out.pixel_values.shape == actual.pixel_values.shape \
+                and out.pixel_values.dtype == actual.pixel_values.dtype and torch.equal(out.pixel_values, actual.pixel_values):
             return rule
     return None
 
@@ -246,8 +256,10 @@ def explain_case(case: MediaCase, verdict: Verdict, media: list[Any] | None = No
         return found
     if actual is None or verdict.check not in (GRID_MISMATCH, PIXEL_MISMATCH):
         return found
-    rules = _fewest(_grid_rules(case, media, actual)) if case.chunks else []
-    exact = _exact_rule(case, media, actual, rules if verdict.check == GRID_MISMATCH else _grid_rules(case, media, actual))
+    runs = _RuleRuns(case, media)
+    matching = _grid_rules(case, media, actual) if case.chunks else []  # (rules that give the candidate's grids)
+    rules = _fewest(matching)
+    exact = _exact_rule(runs, actual, rules if verdict.check == GRID_MISMATCH else matching)
     if exact is not None:
         found.explained_by, found.explanation = list(exact.changes), "explained"
         return found
@@ -255,14 +267,13 @@ def explain_case(case: MediaCase, verdict: Verdict, media: list[Any] | None = No
         if not rules:
             return found  # (no rule gives the candidate's grids)
         found.diagnosis = {"rules": ["+".join(r.changes) for r in rules]}
-        return _pixel_diagnosis(found, case, media, actual, rules[0])
+        return _pixel_diagnosis(found, case, media, actual, rules[0], runs)
     # The grids agree: the checkpoint's rule first, then the rules that keep them (one that
     # resizes to another size under the same padded grid, stacked with an image family).
-    keeping = sorted(_grid_rules(case, media, actual), key=lambda r: (_distance(case, media, actual, r),
-                                                                      len(r.changes))) if case.chunks else []
+    keeping = sorted(matching, key=lambda r: (_distance(runs, actual, r), len(r.changes)))
     best = found
     for rule in [CHECKPOINT_RULE] + keeping[:MAX_KEEPING_RULES]:
-        tried = _pixel_diagnosis(MediaVerdict(verdict, case), case, media, actual, rule)
+        tried = _pixel_diagnosis(MediaVerdict(verdict, case), case, media, actual, rule, runs)
         if tried.explanation == "explained":
             return tried
         if best is found:
@@ -271,12 +282,9 @@ def explain_case(case: MediaCase, verdict: Verdict, media: list[Any] | None = No
 
 
 def _pixel_diagnosis(found: MediaVerdict, case: MediaCase, media: list[Any], actual: PreprocessResult,
-                     rule: ChunkRule) -> MediaVerdict:
-    try:
-        expected = preprocess_media(_copies(media), case.config, rule=rule)
-    except (InputError, ConfigError, ValueError):
-        return found
-    if expected.pixel_values.shape != actual.pixel_values.shape or expected.pixel_values.dtype != actual.pixel_values.dtype:
+                     rule: ChunkRule, runs: _RuleRuns) -> MediaVerdict:
+    expected = runs(rule)
+    if expected is None or expected.pixel_values.shape != actual.pixel_values.shape or expected.pixel_values.dtype != actual.pixel_values.dtype:
         return found
     names: list[str] = list(rule.changes)
     per_item: dict[str, Any] = {}

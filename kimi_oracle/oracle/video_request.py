@@ -49,10 +49,10 @@ from kimi_oracle.core.geometry import ResizePlan
 from kimi_oracle.core.tokenizer import Tokenizer
 from kimi_oracle.oracle.checks import FEATURE_LENGTH, GRID_MISMATCH, PIXEL_MISMATCH
 from kimi_oracle.oracle.request_checks import ENGINE_ERROR, INPUT_IDS, OFFSETS
-from kimi_oracle.pipelines.request_contract import ExpectedRequest, assign_ranks, framing_for, image_span
+from kimi_oracle.pipelines.request_contract import ExpectedRequest, assign_ranks, expand_spans, framing_for
 from kimi_oracle.pipelines.variants.chunk_rules import all_rules, plan_for
 from kimi_oracle.pipelines.video import is_chunk, preprocess_media
-from kimi_oracle.pipelines.video_request import expected_media_request
+from kimi_oracle.pipelines.video_request import expected_media_request, media_span
 
 EXPANSIONS = ("per-frame", "image-framing")
 
@@ -79,25 +79,13 @@ class RequestVerdict:
 
 def _variant_request(prompt_ids: Sequence[int], sizes: Sequence[tuple[int, ...]], plans: Sequence[ResizePlan],
                      expansion: str | None, config: PreprocessConfig, tokenizer: Tokenizer) -> ExpectedRequest:
-    pad = tokenizer.media_pad_id
-    out: list[int] = []
-    offsets: list[tuple[int, int]] = []
-    k = 0
-    for token in prompt_ids:
-        if token != pad:
-            out.append(int(token))
-            continue
-        n = plans[k].num_tokens
-        chunk = len(sizes[k]) == 3
-        if chunk and expansion == "per-frame":
-            n *= sizes[k][2]
-        if chunk and expansion != "image-framing":
-            span, first = [pad] * n, 0
-        else:
-            span, first = image_span(tokenizer, tuple(sizes[k][:2]), n, framing_for(config))
-        offsets.append((len(out) + first, len(out) + first + n - 1))
-        out.extend(span)
-        k += 1
+    framing = framing_for(config)
+    spans = []
+    for size, p in zip(sizes, plans):
+        n = p.num_tokens * (size[2] if len(size) == 3 and expansion == "per-frame" else 1)
+        framed = size[:2] if expansion == "image-framing" else size  # (a chunk framed as an image)
+        spans.append(media_span(tokenizer, framed, n, framing))  # type: ignore[arg-type]
+    out, offsets = expand_spans(prompt_ids, spans, tokenizer.media_pad_id, "item")
     return ExpectedRequest(tuple(out), tuple(plans), tuple(offsets))
 
 

@@ -69,14 +69,16 @@ class Step:
     dp_size: int = 1
 
 
-def expand(prompt_ids: Sequence[int], sizes: Sequence[tuple[int, int]], num_tokens: Sequence[int],
-           tokenizer: TokenizerLike, framing: str = "k3") -> tuple[list[int], list[tuple[int, int]]]:
-    """Expanded ids and each image's inclusive pad-run offsets; InputError when the prompt's
-    placeholders do not match the images one to one."""
-    pad = tokenizer.media_pad_id
+Span = tuple[list[int], int, int]  # an item's ids, the position of its first pad, its pad count
+
+
+def expand_spans(prompt_ids: Sequence[int], spans: Sequence[Span], pad: int, noun: str = "image"
+                 ) -> tuple[list[int], list[tuple[int, int]]]:
+    """The prompt with its k-th placeholder (`pad`) replaced by `spans[k]`'s ids, and each item's
+    inclusive pad-run offsets; InputError when the placeholders do not match the spans one to one."""
     count = sum(1 for i in prompt_ids if i == pad)
-    if count != len(sizes):
-        raise InputError(f"the prompt holds {count} media placeholder(s) for {len(sizes)} image(s)")
+    if count != len(spans):
+        raise InputError(f"the prompt holds {count} media placeholder(s) for {len(spans)} {noun}(s)")
     out: list[int] = []
     offsets: list[tuple[int, int]] = []
     k = 0
@@ -84,12 +86,22 @@ def expand(prompt_ids: Sequence[int], sizes: Sequence[tuple[int, int]], num_toke
         if token != pad:
             out.append(int(token))
             continue
-        span, first = image_span(tokenizer, sizes[k], num_tokens[k], framing)
+        span, first, n = spans[k]
         start = len(out) + first
-        offsets.append((start, start + num_tokens[k] - 1))
+        offsets.append((start, start + n - 1))
         out.extend(span)
         k += 1
     return out, offsets
+
+
+def expand(prompt_ids: Sequence[int], sizes: Sequence[tuple[int, int]], num_tokens: Sequence[int],
+           tokenizer: TokenizerLike, framing: str = "k3") -> tuple[list[int], list[tuple[int, int]]]:
+    """Expanded ids and each image's inclusive pad-run offsets; InputError when the prompt's
+    placeholders do not match the images one to one."""
+    if len(sizes) != len(num_tokens):
+        raise ValueError(f"{len(sizes)} sizes for {len(num_tokens)} token counts")
+    spans = [(*image_span(tokenizer, size, n, framing), n) for size, n in zip(sizes, num_tokens)]
+    return expand_spans(prompt_ids, spans, tokenizer.media_pad_id)
 
 
 @dataclass(frozen=True)
@@ -133,5 +145,5 @@ def reference_rows(image: Image.Image, config: PreprocessConfig) -> torch.Tensor
     return preprocess_image(image, config)[0]
 
 
-__all__ = ["FRAMINGS", "ExpectedRequest", "Step", "assign_ranks", "TokenizerLike", "expand", "expected_request", "framing_for",
+__all__ = ["FRAMINGS", "ExpectedRequest", "Span", "Step", "expand_spans", "assign_ranks", "TokenizerLike", "expand", "expected_request", "framing_for",
            "image_span", "reference_rows"]

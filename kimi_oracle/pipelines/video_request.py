@@ -19,10 +19,10 @@ from __future__ import annotations
 from typing import Sequence
 
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.core.errors import InputError
 from kimi_oracle.core.geometry import ResizePlan, plan
 from kimi_oracle.core.video import plan_chunk, split_chunks
-from kimi_oracle.pipelines.request_contract import ExpectedRequest, TokenizerLike, framing_for, image_span
+from kimi_oracle.pipelines.request_contract import (ExpectedRequest, Span, TokenizerLike, expand_spans, framing_for,
+                                                   image_span)
 
 MediaSize = tuple[int, int] | tuple[int, int, int]  # (w, h) an image, (w, h, t) a chunk
 
@@ -46,28 +46,18 @@ def expected_media_request(prompt_ids: Sequence[int], items: Sequence[MediaSize]
     """The contract's expanded ids, plans and offsets for a prompt of images and chunks;
     InputError when the placeholders do not match the items one to one."""
     framing = framing or framing_for(config)
-    pad = tokenizer.media_pad_id
-    count = sum(1 for i in prompt_ids if i == pad)
-    if count != len(items):
-        raise InputError(f"the prompt holds {count} media placeholder(s) for {len(items)} item(s)")
     plans = tuple(item_plan(item, config) for item in items)
-    out: list[int] = []
-    offsets: list[tuple[int, int]] = []
-    k = 0
-    for token in prompt_ids:
-        if token != pad:
-            out.append(int(token))
-            continue
-        n = plans[k].num_tokens
-        if len(items[k]) == 3:
-            span, first = [pad] * n, 0
-        else:
-            span, first = image_span(tokenizer, tuple(items[k][:2]), n, framing)  # type: ignore[arg-type]
-        start = len(out) + first
-        offsets.append((start, start + n - 1))
-        out.extend(span)
-        k += 1
+    spans = [media_span(tokenizer, item, p.num_tokens, framing) for item, p in zip(items, plans)]
+    out, offsets = expand_spans(prompt_ids, spans, tokenizer.media_pad_id, "item")
     return ExpectedRequest(tuple(out), plans, tuple(offsets))
 
 
-__all__ = ["MediaSize", "expected_media_request", "item_plan", "video_prompt"]
+def media_span(tokenizer: TokenizerLike, item: MediaSize, num_tokens: int, framing: str) -> Span:
+    """One item's span: a chunk's `num_tokens` pads alone (its prompt carries its framing), an
+    image's `image_span`."""
+    if len(item) == 3:
+        return [tokenizer.media_pad_id] * num_tokens, 0, num_tokens
+    return (*image_span(tokenizer, (item[0], item[1]), num_tokens, framing), num_tokens)
+
+
+__all__ = ["MediaSize", "expected_media_request", "item_plan", "media_span", "video_prompt"]
