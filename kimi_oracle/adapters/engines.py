@@ -30,6 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from kimi_oracle.adapters import lmdeploy as _lmdeploy
+from kimi_oracle.adapters import mlx_vlm as _mlx
+from kimi_oracle.adapters import paddleformers as _paddle
 from kimi_oracle.adapters.loading import load_module, require
 from kimi_oracle.adapters.sglang import cpu_backend_path, deferred_gpu_path
 from kimi_oracle.adapters.sglang_requests import request_engine
@@ -61,6 +64,8 @@ class Engine:
     package: str
     known: tuple[str, ...]
     paths: tuple[EnginePath, ...]
+    # What the engine lacks (a path it has no code for, why): `kimi-oracle engines` says so.
+    lacks: str = ""
 
 
 _SG_K25 = "srt/multimodal/processors/kimi_k25.py"
@@ -92,18 +97,80 @@ ENGINES = {
         EnginePath("vllm", "video candidate", _VL_FUSED, "KimiK25FusedVisionProcessor (video_chunk items; 0.33.0 has "
                    "no split_video_chunks: chunk splitting is open pull request #45545)", True),
     )),
+    "paddleformers": Engine("paddleformers", "paddleformers", ("1.2.0",), (
+        EnginePath("paddleformers", "planner", _paddle.MEDIA_FILE, _paddle.PLANNER, True),
+        EnginePath("paddleformers", "candidate", _paddle.PROCESSOR_FILE,
+                   f"{_paddle.PROCESSOR}.preprocess (on paddlepaddle 3.3.1's CPU build)", True),
+        EnginePath("paddleformers", "video candidate", _paddle.PROCESSOR_FILE,
+                   f"{_paddle.PROCESSOR}.preprocess video_chunk items (paddle tensors, paddle's own bicubic)", False),
+    ), lacks="no request layer of its own (its processor.py is the checkpoint's prompt code)"),
+    "mlx-vlm": Engine("mlx-vlm", "mlx_vlm", ("0.7.10",), (
+        EnginePath("mlx-vlm", "candidate", _mlx.K25_FILE, f"{_mlx.K25}.preprocess (MLX, CPU backend)", True),
+        EnginePath("mlx-vlm-k3", "candidate", _mlx.K3_FILE, f"{_mlx.K3}.preprocess (MLX, CPU backend)", True),
+    ), lacks="no planner function (the plan is inline in each processor's rescale); no video path"),
+    "lmdeploy": Engine("lmdeploy", "lmdeploy", ("0.18.0",), (
+        EnginePath("lmdeploy", "candidate", _lmdeploy.MODEL_FILE,
+                   f"{_lmdeploy.MODEL}.preprocess (glue around the checkpoint's processor)", True),
+    ), lacks="no preprocessing of its own: the checkpoint's processor does every step (stood in by the "
+             "reference); judged is its decode, its refusals and its dtype cast"),
 }
+# Engines that carry Kimi code but nothing to adapt (listed by `kimi-oracle engines`, never loaded).
+NOTHING_TO_ADAPT = {
+    "nemo-automodel": ("0.7.0", "calls the checkpoint's own processor (AutoProcessor, trust_remote_code): no "
+                       "preprocessing code of its own"),
+    "smg": ("1.13.0", "keeps its Kimi preprocessing in Rust, with no Python entry point to call"),
+}
+# Which engine function does which step (diagnosis family -> `file: function`), per candidate
+# path: the conformance report names it beside each defect (workflows.conformance_report).
+STEP_MAP: dict[str, dict[str, str]] = {
+    "sglang": {"convert-before-resize": f"{_SG_K25}: _gpu_preprocess_images (mode conversion on upload)",
+               "resample-float": "srt/multimodal/kimi_k3_image_processing.py: torch bicubic antialias resize",
+               "normalize-float": "srt/multimodal/kimi_k3_image_processing.py: normalize_and_patchify",
+               "fill-stage": f"{_SG_K25}: _gpu_preprocess_images (transparent fill after resize)",
+               "alpha-straight": f"{_SG_K25}: _gpu_preprocess_images (straight alpha blend)",
+               "palette-bicubic": f"{_SG_K25}: _gpu_preprocess_images (palette converted first)",
+               "alpha-dropped": f"{_SG_K25}: _gpu_preprocess_images (convert RGB)"},
+    "transformers": {"resample-float": f"{_TF_K25}: Kimi_K25ImageProcessor._preprocess (torchvision resize)",
+                     "normalize-float": f"{_TF_K25}: Kimi_K25ImageProcessor._preprocess (rescale + normalize)",
+                     "alpha-dropped": "image_utils.py: convert_to_rgb", "flatten-white": "image_utils.py: convert_to_rgb",
+                     "pad": f"{_TF_K25}: Kimi_K25ImageProcessor._preprocess (pad)"},
+    "vllm": {"flatten-white": "multimodal/image.py: convert_image_mode (RGB on white)",
+             "normalize-float": f"{_VL_FUSED}: _write_fused_patches (float32 table)"},
+    "vllm-k3": {"flatten-white": "multimodal/image.py: convert_image_mode (RGB on white)",
+                "normalize-float": f"{_VL_FUSED}: _write_fused_patches (float32 table)"},
+    "paddleformers": {"patch-order": f"{_paddle.MEDIA_FILE}: navit_patchify (Tensor.transpose)",
+                      "normalize-float": f"{_paddle.PROCESSOR_FILE}: {_paddle.PROCESSOR}.preprocess "
+                                         "(paddle_vision_utils.normalize of x / 255)",
+                      "alpha-dropped": f"{_paddle.MEDIA_FILE}: _to_pil (convert RGB)",
+                      "stack": f"{_paddle.PROCESSOR_FILE}: {_paddle.PROCESSOR}.preprocess (paddle.stack)"},
+    "mlx-vlm": {"normalize-float": f"{_mlx.K25_FILE}: {_mlx.K25}.to_mlx / normalize (MLX float32)",
+                "alpha-dropped": f"{_mlx.K25_FILE}: {_mlx.K25}.rescale (convert RGB)"},
+    "mlx-vlm-k3": {"normalize-float": f"{_mlx.K3_FILE}: {_mlx.K3}._preprocess (numpy float64 statistics)",
+                   "palette-bicubic": f"{_mlx.K3_FILE}: {_mlx.K3}.rescale (palette converted to RGBA before resize)",
+                   "fill-stage": f"{_mlx.K3_FILE}: {_mlx.K3}._fill_transparent_bg",
+                   "alpha-straight": f"{_mlx.K3_FILE}: {_mlx.K3}._fill_transparent_bg (float32 blend, truncated)"},
+    "lmdeploy": {"alpha-dropped": f"{_lmdeploy.MEDIA_FILE}: ImageMediaIO (convert RGB)",
+                 "refusal": f"{_lmdeploy.MODEL_FILE}: {_lmdeploy.MODEL}.build_preprocessor",
+                 "dtype": f"{_lmdeploy.BASE_FILE}: VisionModel._postprocess_mm_output (model dtype cast)"},
+}
+
+
+def engine_of(name: str) -> str | None:
+    """The built-in engine an `ENGINE[-PATH]` name belongs to (the longest engine name it starts
+    with: `mlx-vlm-k3` is mlx-vlm's), else None."""
+    found = [e for e in ENGINES if name == e or name.startswith(e + "-")]
+    return max(found, key=len) if found else None
 
 
 def is_engine_spec(spec: str) -> bool:
     """Whether `spec` names a built-in engine: `ENGINE`, `ENGINE-PATH`, either with `@SOURCE`."""
     name, source = split_engine_spec(spec)
-    return any(name == e or name.startswith(e + "-") for e in ENGINES) and (source is not None or "/" not in name)
+    return engine_of(name) is not None and (source is not None or "/" not in name)
 
 
 def _engine(spec: str) -> tuple[Engine, str, str | None]:
     name, source = split_engine_spec(spec)
-    engine = ENGINES[name.split("-")[0]]
+    engine = ENGINES[engine_of(name) or name]
     return engine, name, source
 
 
@@ -153,12 +220,17 @@ _PLANNER_PARAMS = {
     "transformers": (("height", "width", "patch_size", "merge_kernel_size", "max_patches", "max_size_per_side"),
                      _transformers_planner),
     "vllm": (_VL_PLANNER_PARAMS, _sglang_planner),  # the same parameter names as SGLang's
+    "paddleformers": (_paddle.PLANNER_PARAMS, _sglang_planner),  # SGLang's parameter names too
 }
 # Candidates by path name, each its own adapter: (tree, known) -> (preprocess, plan).
 _CANDIDATES: dict[str, Callable[..., tuple[Callable[..., Any], Callable[..., Any]]]] = {
     "sglang-cpu": cpu_backend_path,
     "vllm": lambda tree, known: fused_processor_path(tree, known, k3=False),
     "vllm-k3": lambda tree, known: fused_processor_path(tree, known, k3=True),
+    "paddleformers": _paddle.vision_processor_path,
+    "mlx-vlm": lambda tree, known: _mlx.image_processor_path(tree, known, k3=False),
+    "mlx-vlm-k3": lambda tree, known: _mlx.image_processor_path(tree, known, k3=True),
+    "lmdeploy": _lmdeploy.vision_model_path,
 }
 
 
@@ -214,8 +286,14 @@ def describe_engines() -> list[dict[str, Any]]:
         for path in engine.paths:
             rows.append({"engine": engine.name, "path": path.name, "role": path.role, "file": path.file,
                          "function": path.function, "adapted": path.adapted, "loads_from": where,
-                         "version": version, "known_versions": list(engine.known)})
+                         "version": version, "known_versions": list(engine.known),
+                         "steps": STEP_MAP.get(path.name, {}) if path.role == "candidate" else {},
+                         "lacks": engine.lacks})
+    for name, (version, why) in NOTHING_TO_ADAPT.items():
+        rows.append({"engine": name, "path": "-", "role": "none", "file": "-", "function": why, "adapted": False,
+                     "loads_from": "not loaded: nothing to adapt", "version": None, "known_versions": [version],
+                     "steps": {}, "lacks": why})
     return rows
 
 
-__all__ = ["ENGINES", "Engine", "EnginePath", "check_path", "describe_engines", "engine_candidate", "engine_planner", "engine_request_layer", "is_engine_spec", "load_tree"]
+__all__ = ["ENGINES", "NOTHING_TO_ADAPT", "STEP_MAP", "Engine", "EnginePath", "engine_of", "check_path", "describe_engines", "engine_candidate", "engine_planner", "engine_request_layer", "is_engine_spec", "load_tree"]
