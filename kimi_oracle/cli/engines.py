@@ -15,9 +15,11 @@ def register(group: click.Group) -> None:
     @group.command("engines")
     @click.option("--json", "as_json", is_flag=True, help="One JSON list instead of the text table.")
     def engines_cmd(as_json: bool) -> int:
-        """List the built-in engines (sglang, transformers, vllm) and their paths: the file and
-        function each calls, whether it is adapted, the version installed here (ENGINE alone
-        loads it) or why it cannot load. ENGINE@VERSION, @WHEEL or @DIR loads another tree."""
+        """List the built-in engines (sglang, transformers, vllm, paddleformers, mlx-vlm, lmdeploy)
+        and their paths: the file and function each calls, whether it is adapted, the version
+        installed here (ENGINE alone loads it) or why it cannot load, and what each engine lacks;
+        then the engines with nothing to adapt (NeMo Automodel, smg) and why. ENGINE@VERSION,
+        @WHEEL or @DIR loads another tree."""
         from kimi_oracle.adapters.engines import describe_engines
         from kimi_oracle.adapters.sources import cache_dir
 
@@ -26,7 +28,14 @@ def register(group: click.Group) -> None:
             click.echo(json.dumps(rows, indent=1))
             return EXIT_OK
         click.echo(f"release cache (ENGINE@VERSION): {cache_dir()}")
+        said: set[str] = set()
         for row in rows:
+            if row["role"] == "none":  # an engine with nothing to adapt
+                click.echo(f"{row['engine']:<14} nothing to adapt ({', '.join(row['known_versions'])}): {row['lacks']}")
+                continue
+            if row.get("lacks") and row["engine"] not in said:
+                said.add(row["engine"])
+                click.echo(f"{row['engine']:<14} lacks: {row['lacks']}")
             state = "adapted" if row["adapted"] else ("none" if row["file"] == "-" else "not adapted yet")
             version = row["version"] or "-"
             click.echo(f"{row['path']:<14} {row['role']:<15} {row['function']} in {row['file']} [{state}]; "

@@ -25,8 +25,8 @@ from kimi_oracle.fuzzers.shrink import _HarnessAbort, _Shrinking
 from kimi_oracle.inputs.draw import ChoiceSource, ReplayError, draw_fuzz_case
 from kimi_oracle.inputs.generators import FuzzCase
 from kimi_oracle.oracle.candidates import Candidate
-from kimi_oracle.oracle.checks import TIMEOUT, Tolerance, Verdict, full_verdict
-from kimi_oracle.oracle.grouping import finding_key, mode_class
+from kimi_oracle.oracle.checks import CRASH, TIMEOUT, Tolerance, Verdict, full_verdict
+from kimi_oracle.oracle.grouping import finding_key, image_at_fault, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
 
 
@@ -168,6 +168,7 @@ class _Engine(_Budget, _Shrinking, _Settling, _Peeling):
             group, verdict, after = peeled
         seen = self.seen.setdefault(group, {"hits": 0, "max": 0.0})
         seen["hits"] += 1
+        _note_modes(seen, check, verdict, images)
         level = verdict.stats.get("max_level_diff")
         if isinstance(level, (int, float)):
             seen["max"] = max(seen["max"], float(level))
@@ -350,3 +351,14 @@ class _Engine(_Budget, _Shrinking, _Settling, _Peeling):
             return judged
         finally:
             self.last_done = self.clock()
+
+
+def _note_modes(seen: dict[str, Any], check: str, verdict: Verdict, images: Sequence[Image.Image]) -> None:
+    """The mode classes a group's examples hit (every image of a crashed call: the call is at fault)."""
+    if not images:
+        return
+    modes = seen.setdefault("modes", set())
+    if check == CRASH:
+        modes.update(mode_class(img) for img in images)
+    else:
+        modes.add(mode_class(images[min(image_at_fault(verdict.stats), len(images) - 1)]))

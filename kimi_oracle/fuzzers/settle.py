@@ -89,6 +89,8 @@ class _Settling:
         finding.extra["group"] = group
         seen = self.seen.get(group, {})
         finding.hits = max(1, int(seen.get("hits", 1)))
+        if seen.get("modes"):
+            finding.extra["mode_classes"] = sorted(seen["modes"])
         if seen.get("max") is not None and finding.max_levels is not None:
             finding.max_levels_seen = max(float(seen["max"]), float(finding.max_levels))
         if out_dir is not None:

@@ -31,6 +31,7 @@ def finding_summary(f: Finding | Mapping[str, Any]) -> dict[str, Any]:
         "residual_mean_levels": f.residual_mean_levels,
         "max_levels_seen": f.max_levels_seen if f.max_levels_seen is not None else f.max_levels,
         "hits": f.hits,
+        "mode_classes": list(f.extra.get("mode_classes") or []),  # (those the run's examples of it hit)
         "example": f.example,
         "path": str(f.path) if f.path else None,
         "images": list(f.params),

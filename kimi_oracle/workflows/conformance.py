@@ -1,5 +1,7 @@
 """`kimi-oracle conformance`: every adapted path of the built-in engines judged against the
-reference, in one report (`DIR/conformance.json` and `conformance.md`).
+reference, in one report (`DIR/conformance.json`, `conformance.md` and `conformance.html`, which
+open with the matrix of root causes x engine paths and the list of real defects:
+`workflows.conformance_summary`).
 
 For each engine spec (`sglang`, `transformers@5.23.0`, ...) and each of its paths that is adapted
 (`adapters.engines.ENGINES`), the parts below run as this package's own commands, each in its
@@ -38,7 +40,8 @@ SCHEMA_VERSION = 1
 # Video candidate paths that take images and chunks in one call (`--media both` is passed on);
 # the others (transformers' Kimi_K25VideoProcessor) take chunks only: `--media video`.
 MIXED_VIDEO_PATHS = ("vllm",)
-PATH_PROFILES = {"sglang": "k3", "sglang-cpu": "k3", "transformers": "k25", "vllm": "k25", "vllm-k3": "k3"}
+PATH_PROFILES = {"sglang": "k3", "sglang-cpu": "k3", "transformers": "k25", "vllm": "k25", "vllm-k3": "k3",
+                 "paddleformers": "k25", "mlx-vlm": "k25", "mlx-vlm-k3": "k3", "lmdeploy": "k25"}
 
 
 @dataclass
@@ -90,7 +93,7 @@ def plan_parts(spec: str, options: ConformanceOptions) -> tuple[dict[str, Any], 
 
     name, source = split_engine_spec(spec)
     engine = ENGINES.get(name)
-    if engine is None:
+    if engine is None:  # (an engine's own path name: mlx-vlm-k3 runs mlx-vlm's paths)
         raise KimiOracleError(f"conformance: unknown engine {name!r} (built-in: {', '.join(ENGINES)})")
     entry: dict[str, Any] = {"engine": name, "spec": spec, "profile": PATH_PROFILES.get(name, "k3"),
                              "known_versions": list(engine.known), "parts": [], "not_adapted": []}
@@ -106,6 +109,7 @@ def plan_parts(spec: str, options: ConformanceOptions) -> tuple[dict[str, Any], 
         entry.update(version=None, loads_from=None, error=str(exc))
         return entry, []
     root = options.out / (name if source is None else f"{name}@{source}".replace("/", "_"))
+    entry["lacks"] = engine.lacks
     every: list[Part] = []
     for path in engine.paths:
         if path.role.startswith("video") and options.media == "image":
@@ -242,7 +246,7 @@ def _digest(name: str, data: dict[str, Any] | None, last_line: str) -> dict[str,
         return {"summary": f"{len(changes)} golden case(s) differ" + (f" ({listed})" if listed else ""),
                 "findings": [], "differing_by_mode": by_mode}
     findings = [{k: f.get(k) for k in ("id", "check", "key", "root_causes", "explanation", "variants",
-                                        "max_levels", "mean_levels", "hits", "message", "path")}
+                                        "max_levels", "mean_levels", "hits", "message", "path", "mode_classes")}
                 for f in data.get("findings") or []]
     return {"summary": f"{data.get('examples', data.get('scenarios', '?'))} examples, {len(findings)} finding(s)",
             "findings": findings, "root_causes": data.get("root_causes") or [],
@@ -283,10 +287,12 @@ def run_conformance(options: ConformanceOptions, progress: Any = None) -> tuple[
 
 
 def _write(out: Path, report: dict[str, Any]) -> None:
+    from kimi_oracle.workflows.conformance_html import render_html
     from kimi_oracle.workflows.conformance_report import render_markdown
 
     atomic_write_text(out / "conformance.json", json.dumps(report, indent=1, default=str))
     atomic_write_text(out / "conformance.md", render_markdown(report))
+    atomic_write_text(out / "conformance.html", render_html(report))
 
 
 def parse_parts(text: str | None) -> tuple[str, ...]:
@@ -305,7 +311,7 @@ def parse_engines(text: str) -> tuple[str, ...]:
 
     specs = tuple(s.strip() for s in text.split(",") if s.strip())
     if not specs:
-        raise KimiOracleError("--engines: name at least one engine (sglang, transformers, vllm)")
+        raise KimiOracleError("--engines: name at least one engine (" + ", ".join(ENGINES) + ")")
     unknown = [s for s in specs if split_engine_spec(s)[0] not in ENGINES]
     if unknown:  # before anything runs
         raise KimiOracleError(f"conformance: unknown engine {split_engine_spec(unknown[0])[0]!r} "

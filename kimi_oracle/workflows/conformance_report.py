@@ -4,6 +4,58 @@ from __future__ import annotations
 
 from typing import Any
 
+from kimi_oracle.workflows.conformance_summary import FAILURE, PIXEL, levels_text, modes_text, summarize
+
+
+def _cell_text(cell: Any, kind: str) -> str:
+    levels = f"{levels_text(cell.max_levels)} lv" if kind == PIXEL else f"{cell.hits} ex"
+    modes = modes_text(cell.modes)
+    return f"{levels}" + (f" · {modes}" if modes else "")
+
+
+def matrix_lines(summary: dict[str, Any]) -> list[str]:
+    """Root causes (rows, by severity) x engine paths (columns): worst level (`lv`) or examples
+    (`ex`, crashes and other findings) and mode classes; then the sub-level rows, one line."""
+    columns = summary["columns"]
+    out = ["## Root causes x engines", ""]
+    if not summary["rows"]:
+        out += ["No engine path differs from the reference by one level or more, crashes or refuses.", ""]
+    else:
+        out += ["| root cause | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+        for name, cells, kind in summary["rows"]:
+            out.append(f"| {_cell(name)} | " + " | ".join(_cell(_cell_text(cells[c], kind)) if c in cells else "-"
+                                                         for c in columns) + " |")
+        out.append("")
+    sub = summary["sub_level"]
+    if sub:
+        out += ["Sub-level (float rounding only, under one level; collapsed): " + "; ".join(
+            f"{col}: " + ", ".join(f"{cause} ({len(cell.modes)} mode classes, at most {levels_text(cell.max_levels)})"
+                                   for cause, cell in causes.items()) for col, causes in sub.items()) + ".", ""]
+    return out
+
+
+def defect_list(summary: dict[str, Any]) -> list[str]:
+    """The real defects, one line each, worst first (linked to their paragraphs)."""
+    defects = summary["defects"]
+    out = [f"## Real defects ({len(defects)})", ""]
+    for n, d in enumerate(defects, 1):
+        size = f"{levels_text(d.cell.max_levels)} levels" if d.kind == PIXEL else f"{d.cell.hits} examples"
+        out.append(f"{n}. [{d.column}: {_cell(d.row)}](#defect-{n}), {size}")
+    return out + [""]
+
+
+def defect_paragraphs(summary: dict[str, Any]) -> list[str]:
+    """One paragraph per real defect."""
+    out: list[str] = []
+    for n, d in enumerate(summary["defects"], 1):
+        label = {PIXEL: "pixels", FAILURE: "crash or refusal"}.get(d.kind, "finding")
+        size = (f"up to {levels_text(d.cell.max_levels)} levels" if d.kind == PIXEL else f"{d.cell.hits} examples")
+        out += [f'<a id="defect-{n}"></a>', f"### {n}. {d.column}: {_cell(d.row)}", "",
+                f"{label}, {size}, {d.cell.hits} examples, mode classes {modes_text(d.cell.modes, 40) or '-'}. "
+                f"**The engine:** {_cell(d.does)}. **The checkpoint:** {_cell(d.checkpoint)}. "
+                f"**Where:** {_cell(d.where)}. **Repro:** `{d.cell.repro or '-'}`.", ""]
+    return out
+
 
 def _levels(value: Any) -> str:
     try:
@@ -17,13 +69,20 @@ def _cell(text: Any) -> str:
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    """The report as Markdown: per engine and version, its parts, root cause x mode class with
-    levels, request-layer and planner findings with their explanations, and a repro per finding."""
+    """The report as Markdown: first the answer (root causes x engine paths, sorted by severity,
+    sub-level rows collapsed; the list of real defects), then one paragraph per defect (what the
+    engine does, what the checkpoint does, where in the engine, levels, repro), then per engine and
+    version its parts, root cause x mode class with levels, other findings, a repro per finding."""
     opts = report.get("options") or {}
+    summary = summarize(report)
     out = ["# Engine conformance", "",
            f"Made by `{report.get('command', 'kimi-oracle conformance')}` on {report.get('started', '?')} "
            f"({opts.get('examples')} image examples, {opts.get('planner_sizes')} planner sizes, "
            f"{opts.get('scenarios')} request scenarios a part, seed {opts.get('seed')}).", ""]
+    out += matrix_lines(summary) + defect_list(summary) + defect_paragraphs(summary)
+    if report.get("out"):
+        out += [f"Repro folders and logs are named relative to `{report['out']}`; replay one with "
+                "`kimi-oracle repro FOLDER`.", ""]
     versions = report.get("versions") or {}
     if versions:
         out += ["Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()), ""]
@@ -32,8 +91,6 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report.get("out"):  # repro folders named relative to the report's own folder
         prefix = str(report["out"]).rstrip("/") + "/"
         out = [line.replace("`" + prefix, "`") for line in out]  # (only where a path starts)
-        out.insert(3, f"Repro folders and logs are named relative to `{report['out']}`; replay one with "
-                      "`kimi-oracle repro FOLDER`.")
     if "exit_code" in report:
         out += [f"Exit code: {report['exit_code']} (0 nothing found, 1 findings, 2 an engine or part could "
                 "not run)", ""]
@@ -72,7 +129,11 @@ def _part_details(p: dict[str, Any]) -> list[str]:
     if p.get("pipeline_summary") or p.get("pipeline"):
         pipe = p.get("pipeline_summary") or "; ".join(f"{k}: {v}" for k, v in (p.get("pipeline") or {}).items())
         out += [f"**{p['part']}**, inferred pipeline: {_cell(pipe)}", ""]
-    rows = p.get("root_causes") or []
+    every = p.get("root_causes") or []
+    rows = [r for r in every if not r.get("float_rounding_only")]
+    collapsed = len(every) - len(rows)
+    if collapsed:
+        out += [f"**{p['part']}**: {collapsed} sub-level row(s) collapsed (float rounding only, see the matrix).", ""]
     if rows:
         out += [f"**{p['part']}**, root cause x mode class:", "",
                 "| root cause | mode class | max levels | mean levels | hits | repro |", "|---|---|---|---|---|---|"]

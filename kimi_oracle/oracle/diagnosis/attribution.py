@@ -25,6 +25,7 @@ from kimi_oracle.core.levels import is_sub_level
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.core.threads import one_torch_thread
 from kimi_oracle.oracle.candidates import as_result
+from kimi_oracle.oracle.diagnosis.batch_layout import batch_layout
 from kimi_oracle.oracle.diagnosis.catalogue import (BY_ELIMINATION, BY_ID, CATALOGUE, ROOT_CAUSE_IDS, UNEXPLAINED,
                                                     assumed_steps, full_name, steps_for)
 from kimi_oracle.oracle.diagnosis.levels import LevelSummary, Target, merge
@@ -222,6 +223,10 @@ def _attribute_one(search: Search, i: int, expected: PreprocessResult | None, of
         outcome = _rows_of_another(search, i, target, mine, expected, offsets, act)
         if outcome is not None:
             return outcome
+        laid = batch_layout(search, i, target, offsets)  # (the batch's values in another axis order)
+        if laid is not None:
+            where = locate(act.pixel_values[lo:hi], mine, search.decoded[i], search.plans[i], search.config, i)
+            return _ImageOutcome(laid[0], target.summary(mine), laid[1], True, where.to_dict())
     return _attribute_image(search, i, target, mine, decoder_allowed, act.pixel_values[lo:hi])
 
 

@@ -1,0 +1,113 @@
+"""A batch's values in another axis order: rows that mix the images of a batch (`patch-order`).
+
+An engine that stacks a batch of same-size images into one (B, C, H, W) tensor and cuts patches
+with a wrong axis order (PaddleFormers 1.2's `navit_patchify`: a `Tensor.transpose` that swaps two
+axes where a six-axis permutation was meant) gives rows that are neither one image's patches in
+another order (`fitted.fit_patch_order`, per image) nor another image's rows (`rows-of-image-J`):
+each row holds values of several images. `batch_layout` measures the order from the data: the
+reference's rows of every image of the batch, as one tensor of axes (image, gy, py, gx, px, c),
+read in each of the 720 axis orders as (N, C, p, p) rows; the order whose rows of image i are the
+candidate's within one level (the fewest axis swaps from the (B, C, H, W) tensor's own order among
+ties) is the finding's `patch-order/batch-axes-A,B,C,D,E,F` (the axes by
+name, outermost first), and the normalization variant that then makes them bit-identical, if any,
+its second step. The checkpoint's own order is `image,gy,gx,c,py,px`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Sequence
+
+import torch
+
+from kimi_oracle.oracle.diagnosis.catalogue import BY_ID
+from kimi_oracle.oracle.diagnosis.levels import LevelSummary, Target
+from kimi_oracle.oracle.diagnosis.search import Explained, OutOfRuns
+from kimi_oracle.pipelines.reference import patches_chw
+
+AXES = ("image", "gy", "py", "gx", "px", "c")  # the canonical tensor's axes
+CHECKPOINT_ORDER = ("image", "gy", "gx", "c", "py", "px")
+FAMILY = "patch-order"
+NORMALIZE = "normalize-float"
+PREFIX = "batch-axes-"
+IMAGE_PREFIX = "axes-"
+IMAGE_AXES = ("gy", "py", "gx", "px", "c")
+
+
+def describe(variant: str) -> str | None:
+    """`the batch's values read in axis order (gy, c, image, py, gx, px) instead of (image, gy, gx,
+    c, py, px)` for a `batch-axes-...` variant, else None."""
+    if variant.startswith(IMAGE_PREFIX):  # fitted.fit_patch_order's, per image: (gy, py, gx, px, c) numbered
+        try:
+            order = [IMAGE_AXES[int(a)] for a in variant[len(IMAGE_PREFIX):].split(",")]
+        except (ValueError, IndexError):
+            return None
+        return (f"each image's values read as rows in axis order ({', '.join(order)}) instead of the "
+                f"checkpoint's ({', '.join(CHECKPOINT_ORDER[1:])})")
+    if not variant.startswith(PREFIX):
+        return None
+    order = variant[len(PREFIX):].split(",")
+    return (f"the batch's values read as rows in axis order ({', '.join(order)}) instead of the checkpoint's "
+            f"({', '.join(CHECKPOINT_ORDER)}): each row mixes images")
+
+
+def _canonical(rows: Sequence[torch.Tensor], gh: int, gw: int, patch: int) -> torch.Tensor:
+    stacked = torch.stack([r.reshape(gh, gw, 3, patch, patch) for r in rows])  # image, gy, gx, c, py, px
+    return stacked.permute(0, 1, 4, 2, 5, 3)  # image, gy, py, gx, px, c
+
+
+def _read(canonical: torch.Tensor, order: tuple[int, ...], patch: int) -> torch.Tensor:
+    return canonical.permute(*order).contiguous().reshape(-1, 3, patch, patch)
+
+
+# The order a batch tensor is in before it is cut (B, C, H, W): among orders the data cannot tell
+# apart (equal channels, one-patch sides), the one fewest axis swaps away from it is named.
+SOURCE_ORDER = ("image", "c", "gy", "py", "gx", "px")
+
+
+def _inversions(order: tuple[int, ...]) -> int:
+    rank = [SOURCE_ORDER.index(AXES[a]) for a in order]
+    return sum(1 for x in range(6) for y in range(x + 1, 6) if rank[x] > rank[y])
+
+
+def batch_layout(search: Any, i: int, target: Target, offsets: list[int]) -> tuple[list[Explained], LevelSummary] | None:
+    """(steps, what they leave) when image i's rows are the batch's values in another axis order
+    (every image the same plan), else None. Spends one reference run per image and value base."""
+    n = len(offsets) - 1
+    plans = search.plans
+    if n < 2 or any((p.new_w + p.pad_w, p.new_h + p.pad_h) != (plans[0].new_w + plans[0].pad_w,
+                                                            plans[0].new_h + plans[0].pad_h) for p in plans):
+        return None
+    patch = search.config.patch_size
+    gh, gw = (plans[0].new_h + plans[0].pad_h) // patch, (plans[0].new_w + plans[0].pad_w) // patch
+    lo, hi = offsets[i], offsets[i + 1]
+    checkpoint = tuple(AXES.index(a) for a in CHECKPOINT_ORDER)
+    base = search.base.replace(patchify=patches_chw)  # (a per-image order taken before: the rows as cut)
+    try:
+        canonical = _canonical([search.run(j, base) for j in range(n)], gh, gw, patch)
+        found = None
+        for order in sorted(itertools.permutations(range(6)), key=_inversions):
+            if order[0] == 0:  # (the image axis outermost: a per-image order, fitted per image)
+                continue
+            left = target.summary(_read(canonical, order, patch)[lo:hi])
+            if left.max_levels < 1.0 and (found is None or left.total_levels < found[1].total_levels):
+                found = (order, left)
+        if found is None or found[0] == checkpoint:
+            return None
+        order, left = found
+        name = PREFIX + ",".join(AXES[a] for a in order)
+        steps = [Explained(FAMILY, name, left.max_levels, left.mean_levels, left.total_levels, (), i)]
+        if left.differing:
+            for variant in BY_ID[NORMALIZE].variants(search.config):
+                values = variant.apply(base)
+                rows = [search.run(j, values) for j in range(n)]
+                exact = target.summary(_read(_canonical(rows, gh, gw, patch), order, patch)[lo:hi])
+                if not exact.differing:
+                    steps.append(Explained(NORMALIZE, variant.name, 0.0, 0.0, 0.0, (), i))
+                    return steps, exact
+        return steps, left
+    except OutOfRuns:
+        return None
+
+
+__all__ = ["AXES", "CHECKPOINT_ORDER", "batch_layout", "describe"]

@@ -1,0 +1,202 @@
+"""The answer a conformance report opens with: root causes x engine paths, and the real defects.
+
+`summarize(report)` reads a conformance report (`workflows.conformance`) into:
+
+- `columns`: one per engine path that ran (`paddleformers 1.2.0 paddleformers`);
+- `rows`: one per root cause at one level or more (a pixel family, `unexplained`), per crash or
+  refusal (`crash`: its exception type and message signature, `oracle.grouping.failure_signature`,
+  so one cause met on every mode class is one row and two refusals are two), and per other finding
+  (planner, request, video: its check and field); each cell the worst level, the mode classes and
+  the examples that hit it, sorted by severity: pixel rows by their worst level, then crashes and
+  refusals, then the other findings by examples;
+- `defects`: one per (column, row), what the engine does (the variants that reproduced it, or the
+  family's meaning), what the checkpoint does (`DOC_ROWS`), where in the engine (the adapter's
+  `STEP_MAP`, or for a crash the engine's own frame in its traceback), and the repro folder;
+- `sub_level`: per column, the float-rounding-only rows (under one level), collapsed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kimi_oracle.adapters.engines import STEP_MAP
+from kimi_oracle.oracle.diagnosis.batch_layout import describe
+from kimi_oracle.oracle.diagnosis.catalogue import DOC_ROWS, MEANINGS
+from kimi_oracle.oracle.kinds import CRASH, PIXEL_MISMATCH, TIMEOUT
+
+PIXEL, FAILURE, OTHER = "pixel", "crash", "finding"  # row kinds, in severity order
+_REFUSAL = re.compile(r"unsupported|not support|expected|must|refus|invalid", re.I)
+
+
+@dataclass
+class Cell:
+    max_levels: float | None = None
+    modes: set[str] = field(default_factory=set)
+    hits: int = 0
+    repro: str | None = None
+    picture: str | None = None
+    variants: set[str] = field(default_factory=set)
+    message: str = ""
+    best: float = -1.0
+
+    def add(self, levels: Any, modes: Any, hits: Any, repro: Any, picture: Any = None) -> None:
+        score = float(levels) if isinstance(levels, (int, float)) else 0.0
+        if isinstance(levels, (int, float)):
+            self.max_levels = max(self.max_levels or 0.0, float(levels))
+        self.modes.update(m for m in (modes or []) if m and m != "-")
+        self.hits += int(hits or 1)
+        if repro and score > self.best:
+            self.best, self.repro, self.picture = score, str(repro), (str(picture) if picture else None)
+
+
+@dataclass
+class Defect:
+    column: str
+    row: str
+    kind: str
+    cell: Cell
+    does: str
+    checkpoint: str
+    where: str
+
+
+def _column(entry: dict[str, Any], part: dict[str, Any]) -> str:
+    return f"{entry['engine']} {entry.get('version') or '?'} `{part['spec'].split('@')[0]}`"
+
+
+def _crash_row(key: str) -> str:
+    inner = key[key.find("(") + 1:-1] if key.startswith(CRASH + "(") else key
+    kind = "refusal" if _REFUSAL.search(inner.partition(":")[2]) else "crash"
+    return f"{kind}: {inner}"
+
+
+def engine_frame(finding_path: str | None, root: str | None) -> str | None:
+    """`file.py:LINE function: code` of the innermost frame of a crash's traceback that lies in the
+    engine's tree (`root`), read from the finding's `stats.json`; None when there is none."""
+    if not finding_path or not root:
+        return None
+    try:
+        stats = json.loads((Path(finding_path) / "stats.json").read_text("utf-8")).get("stats") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    found = None
+    lines = str(stats.get("traceback") or "").splitlines()
+    for n, line in enumerate(lines):
+        m = re.match(r'\s*File "([^"]+)", line (\d+), in (\S+)', line)
+        if m and m.group(1).startswith(root.rstrip("/") + "/"):
+            code = lines[n + 1].strip() if n + 1 < len(lines) else ""
+            found = f"{m.group(1)[len(root.rstrip('/')) + 1:]}:{m.group(2)} {m.group(3)}: `{code}`"
+    return found
+
+
+def _part_rows(entry: dict[str, Any], part: dict[str, Any], rows: dict, sub: dict, kinds: dict) -> None:
+    col = _column(entry, part)
+    findings = part.get("findings") or []
+    if part["part"] in ("image-fuzz", "image-corpus") and part.get("root_causes"):
+        for r in part["root_causes"]:
+            cause = str(r.get("root_cause"))
+            if r.get("float_rounding_only"):
+                sub.setdefault(col, {}).setdefault(cause, Cell()).add(r.get("max_levels"), [r.get("mode_class")],
+                                                                       r.get("hits"), r.get("repro"))
+                continue
+            name, kind = (_crash_row(cause), FAILURE) if r.get("check") in (CRASH, TIMEOUT) else (cause, PIXEL)
+            if r.get("check") not in (PIXEL_MISMATCH, CRASH, TIMEOUT):
+                name, kind = cause, OTHER
+            cell = rows.setdefault(name, {}).setdefault(col, Cell())
+            kinds[name] = kind
+            own = [f for f in findings if f.get("key") == cause or cause in (f.get("root_causes") or [])]
+            modes = [r.get("mode_class")] + [m for f in own if kind == FAILURE for m in f.get("mode_classes") or []]
+            cell.add(r.get("max_levels"), modes, r.get("hits"), r.get("repro"), r.get("picture"))
+            cell.variants.update(v for f in own for v in f.get("variants") or [] if v.split("/")[0] == cause)
+            if kind == FAILURE and own:
+                cell.message = str(own[0].get("message") or "")
+        return
+    if part["part"] == "image-goldens":
+        return
+    for f in findings:
+        check = str(f.get("check") or "")
+        if check in (CRASH, TIMEOUT):
+            name, kind = _crash_row(str(f.get("key") or check)), FAILURE
+        else:
+            causes = [c for c in f.get("root_causes") or [] if c]
+            field_name = f" {f['field']}" if f.get("field") else ""
+            name, kind = (f"{part['part']}: {', '.join(causes) if causes else check + field_name}", OTHER)
+        cell = rows.setdefault(name, {}).setdefault(col, Cell())
+        kinds[name] = kind
+        cell.add(f.get("max_levels") if check == PIXEL_MISMATCH else None, f.get("mode_classes"), f.get("hits"),
+                 f.get("path"))
+        cell.message = cell.message or str(f.get("message") or "")
+
+
+def _severity(name: str, cells: dict[str, Cell], kinds: dict[str, str]) -> tuple:
+    kind = kinds[name]
+    worst = max((c.max_levels or 0.0) for c in cells.values())
+    return ([PIXEL, FAILURE, OTHER].index(kind), -worst, -sum(c.hits for c in cells.values()), name)
+
+
+def _does(row: str, kind: str, cell: Cell) -> str:
+    if kind == PIXEL and cell.variants:
+        told = [describe(v.split("/", 1)[1]) or f"`{v}`" for v in sorted(cell.variants)]
+        return "; ".join(dict.fromkeys(told))
+    if kind == PIXEL:
+        return MEANINGS.get(row, row)
+    return (cell.message.split("\n")[0][:300]) or row
+
+
+def _where(entry: dict[str, Any], col_path: str, row: str, kind: str, cell: Cell) -> str:
+    if kind == FAILURE:
+        frame = engine_frame(cell.repro, entry.get("loads_from"))
+        if frame:
+            return frame
+    steps = STEP_MAP.get(col_path, {})
+    key = row if kind == PIXEL else ("refusal" if row.startswith("refusal") else "stack" if kind == FAILURE else row)
+    return steps.get(key) or "not in the adapter's step map"
+
+
+def summarize(report: dict[str, Any]) -> dict[str, Any]:
+    """The matrix, the real defects and the collapsed sub-level rows of a conformance report."""
+    rows: dict[str, dict[str, Cell]] = {}
+    sub: dict[str, dict[str, Cell]] = {}
+    kinds: dict[str, str] = {}
+    columns: list[str] = []
+    owners: dict[str, tuple[dict[str, Any], str]] = {}
+    for entry in report.get("engines") or []:
+        for part in entry.get("parts") or []:
+            col = _column(entry, part)
+            if col not in columns:
+                columns.append(col)
+                owners[col] = (entry, part["spec"].split("@")[0])
+            _part_rows(entry, part, rows, sub, kinds)
+    order = sorted(rows, key=lambda n: _severity(n, rows[n], kinds))
+    defects = []
+    for name in order:
+        for col in columns:
+            cell = rows[name].get(col)
+            if cell is None:
+                continue
+            entry, path = owners[col]
+            family = name if kinds[name] == PIXEL else ""
+            checkpoint = DOC_ROWS[family][0] if family in DOC_ROWS else ("the checkpoint's processor returns rows "
+                                                                         "for this input" if kinds[name] == FAILURE
+                                                                         else "the reference's value")
+            defects.append(Defect(col, name, kinds[name], cell, _does(name, kinds[name], cell), checkpoint,
+                                  _where(entry, path, name, kinds[name], cell)))
+    return {"columns": columns, "rows": [(n, rows[n], kinds[n]) for n in order], "defects": defects, "sub_level": sub}
+
+
+def levels_text(value: float | None) -> str:
+    """`7.84e+03` / `255` / `-`."""
+    return "-" if value is None else f"{value:.3g}"
+
+
+def modes_text(modes: set[str], most: int = 4) -> str:
+    """`RGB, L, P +5` (at most `most` named)."""
+    names = sorted(modes)
+    return ", ".join(names[:most]) + (f" +{len(names) - most}" if len(names) > most else "")
+
+
+__all__ = ["Cell", "Defect", "engine_frame", "levels_text", "modes_text", "summarize"]
