@@ -120,8 +120,9 @@ NOTHING_TO_ADAPT = {
                        "preprocessing code of its own"),
     "smg": ("1.13.0", "keeps its Kimi preprocessing in Rust, with no Python entry point to call"),
 }
-# Which engine function does which step (diagnosis family -> `file: function`), per candidate
-# path: the conformance report names it beside each defect (workflows.conformance_report).
+# Which engine function does which step (diagnosis family or check -> `file: function`), per
+# candidate path: the conformance report names it beside each defect (a crash's own place is read
+# off its traceback instead: workflows.conformance_summary).
 STEP_MAP: dict[str, dict[str, str]] = {
     "sglang": {"convert-before-resize": f"{_SG_K25}: _gpu_preprocess_images (mode conversion on upload)",
                "resample-float": "srt/multimodal/kimi_k3_image_processing.py: torch bicubic antialias resize",
@@ -141,8 +142,7 @@ STEP_MAP: dict[str, dict[str, str]] = {
     "paddleformers": {"patch-order": f"{_paddle.MEDIA_FILE}: navit_patchify (Tensor.transpose)",
                       "normalize-float": f"{_paddle.PROCESSOR_FILE}: {_paddle.PROCESSOR}.preprocess "
                                          "(paddle_vision_utils.normalize of x / 255)",
-                      "alpha-dropped": f"{_paddle.MEDIA_FILE}: _to_pil (convert RGB)",
-                      "stack": f"{_paddle.PROCESSOR_FILE}: {_paddle.PROCESSOR}.preprocess (paddle.stack)"},
+                      "alpha-dropped": f"{_paddle.MEDIA_FILE}: _to_pil (convert RGB)"},
     "mlx-vlm": {"normalize-float": f"{_mlx.K25_FILE}: {_mlx.K25}.to_mlx / normalize (MLX float32)",
                 "alpha-dropped": f"{_mlx.K25_FILE}: {_mlx.K25}.rescale (convert RGB)"},
     "mlx-vlm-k3": {"normalize-float": f"{_mlx.K3_FILE}: {_mlx.K3}._preprocess (numpy float64 statistics)",
@@ -150,8 +150,8 @@ STEP_MAP: dict[str, dict[str, str]] = {
                    "fill-stage": f"{_mlx.K3_FILE}: {_mlx.K3}._fill_transparent_bg",
                    "alpha-straight": f"{_mlx.K3_FILE}: {_mlx.K3}._fill_transparent_bg (float32 blend, truncated)"},
     "lmdeploy": {"alpha-dropped": f"{_lmdeploy.MEDIA_FILE}: ImageMediaIO (convert RGB)",
-                 "refusal": f"{_lmdeploy.MODEL_FILE}: {_lmdeploy.MODEL}.build_preprocessor",
-                 "dtype": f"{_lmdeploy.BASE_FILE}: VisionModel._postprocess_mm_output (model dtype cast)"},
+                 "shape_dtype": f"{_lmdeploy.BASE_FILE}: VisionModel._postprocess_mm_output (cast to the model's "
+                                "dtype, bfloat16)"},
 }
 
 

@@ -94,7 +94,7 @@ def render_html(report: dict[str, Any]) -> str:
         label = {PIXEL: "pixels", FAILURE: "crash or refusal"}.get(d.kind, "finding")
         size = f"up to {levels_text(d.cell.max_levels)} levels" if d.kind == PIXEL else f"{d.cell.hits} examples"
         out += [f'<section class="defect" id="defect-{n}"><h3>{n}. {_e(d.column)}: {_e(d.row)}</h3>',
-                f"<p>{_e(label)}, {_e(size)}, {d.cell.hits} examples; mode classes "
+                f"<p>{_e(label)}, {_e(size)}" + (f", {d.cell.hits} examples" if d.kind == PIXEL else "") + "; mode classes "
                 f"{_e(modes_text(d.cell.modes, 40) or '-')}.</p>",
                 f"<p><b>The engine:</b> {_e(d.does)}</p><p><b>The checkpoint:</b> {_e(d.checkpoint)}</p>",
                 f"<p><b>Where:</b> <code>{_e(d.where)}</code></p>",

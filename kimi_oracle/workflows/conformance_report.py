@@ -51,7 +51,7 @@ def defect_paragraphs(summary: dict[str, Any]) -> list[str]:
         label = {PIXEL: "pixels", FAILURE: "crash or refusal"}.get(d.kind, "finding")
         size = (f"up to {levels_text(d.cell.max_levels)} levels" if d.kind == PIXEL else f"{d.cell.hits} examples")
         out += [f'<a id="defect-{n}"></a>', f"### {n}. {d.column}: {_cell(d.row)}", "",
-                f"{label}, {size}, {d.cell.hits} examples, mode classes {modes_text(d.cell.modes, 40) or '-'}. "
+                f"{label}, {size}" + (f", {d.cell.hits} examples" if d.kind == PIXEL else "") + f", mode classes {modes_text(d.cell.modes, 40) or '-'}. "
                 f"**The engine:** {_cell(d.does)}. **The checkpoint:** {_cell(d.checkpoint)}. "
                 f"**Where:** {_cell(d.where)}. **Repro:** `{d.cell.repro or '-'}`.", ""]
     return out

@@ -11,7 +11,9 @@
   refusals, then the other findings by examples;
 - `defects`: one per (column, row), what the engine does (the variants that reproduced it, or the
   family's meaning), what the checkpoint does (`DOC_ROWS`), where in the engine (the adapter's
-  `STEP_MAP`, or for a crash the engine's own frame in its traceback), and the repro folder;
+  `STEP_MAP`, or for a crash the engine's own frame in its traceback), and the repro folder; a
+  crash is a `refusal` when the engine's own code raised it (the traceback's innermost frame lies
+  in the engine's tree), else a `crash` (a library under it failed);
 - `sub_level`: per column, the float-rounding-only rows (under one level), collapsed.
 """
 
@@ -29,7 +31,6 @@ from kimi_oracle.oracle.diagnosis.catalogue import DOC_ROWS, MEANINGS
 from kimi_oracle.oracle.kinds import CRASH, PIXEL_MISMATCH, TIMEOUT
 
 PIXEL, FAILURE, OTHER = "pixel", "crash", "finding"  # row kinds, in severity order
-_REFUSAL = re.compile(r"unsupported|not support|expected|must|refus|invalid", re.I)
 
 
 @dataclass
@@ -68,28 +69,41 @@ def _column(entry: dict[str, Any], part: dict[str, Any]) -> str:
     return f"{entry['engine']} {entry.get('version') or '?'} `{part['spec'].split('@')[0]}`"
 
 
-def _crash_row(key: str) -> str:
+def _frames(finding_path: str | None) -> list[tuple[str, str, str, str]]:
+    """(file, line, function, code) of each frame of a crash's traceback (its `stats.json`)."""
+    if not finding_path:
+        return []
+    try:
+        stats = json.loads((Path(finding_path) / "stats.json").read_text("utf-8")).get("stats") or {}
+    except (OSError, ValueError, AttributeError):
+        return []
+    lines = str(stats.get("traceback") or "").splitlines()
+    out = []
+    for n, line in enumerate(lines):
+        m = re.match(r'\s*File "([^"]+)", line (\d+), in (\S+)', line)
+        if m:
+            out.append((m.group(1), m.group(2), m.group(3), lines[n + 1].strip() if n + 1 < len(lines) else ""))
+    return out
+
+
+def _crash_row(key: str, finding_path: str | None, root: str | None) -> str:
+    """`refusal: TYPE: MESSAGE` when the engine's own code raised it (the innermost frame lies in
+    its tree), `crash: ...` when a library under it failed (or nothing tells)."""
     inner = key[key.find("(") + 1:-1] if key.startswith(CRASH + "(") else key
-    kind = "refusal" if _REFUSAL.search(inner.partition(":")[2]) else "crash"
-    return f"{kind}: {inner}"
+    frames = _frames(finding_path)
+    own = bool(frames and root and frames[-1][0].startswith(root.rstrip("/") + "/"))
+    return f"{'refusal' if own else 'crash'}: {inner}"
 
 
 def engine_frame(finding_path: str | None, root: str | None) -> str | None:
     """`file.py:LINE function: code` of the innermost frame of a crash's traceback that lies in the
     engine's tree (`root`), read from the finding's `stats.json`; None when there is none."""
-    if not finding_path or not root:
-        return None
-    try:
-        stats = json.loads((Path(finding_path) / "stats.json").read_text("utf-8")).get("stats") or {}
-    except (OSError, ValueError, AttributeError):
+    if not root:
         return None
     found = None
-    lines = str(stats.get("traceback") or "").splitlines()
-    for n, line in enumerate(lines):
-        m = re.match(r'\s*File "([^"]+)", line (\d+), in (\S+)', line)
-        if m and m.group(1).startswith(root.rstrip("/") + "/"):
-            code = lines[n + 1].strip() if n + 1 < len(lines) else ""
-            found = f"{m.group(1)[len(root.rstrip('/')) + 1:]}:{m.group(2)} {m.group(3)}: `{code}`"
+    for file, line, function, code in _frames(finding_path):
+        if file.startswith(root.rstrip("/") + "/"):
+            found = f"{file[len(root.rstrip('/')) + 1:]}:{line} {function}: `{code}`"
     return found
 
 
@@ -99,16 +113,20 @@ def _part_rows(entry: dict[str, Any], part: dict[str, Any], rows: dict, sub: dic
     if part["part"] in ("image-fuzz", "image-corpus") and part.get("root_causes"):
         for r in part["root_causes"]:
             cause = str(r.get("root_cause"))
-            if r.get("float_rounding_only"):
+            sub_level = r.get("check") == PIXEL_MISMATCH and isinstance(r.get("max_levels"), (int, float)) \
+                and float(r["max_levels"]) < 1.0
+            if r.get("float_rounding_only") or sub_level:  # (under one level: one line per engine)
                 sub.setdefault(col, {}).setdefault(cause, Cell()).add(r.get("max_levels"), [r.get("mode_class")],
                                                                        r.get("hits"), r.get("repro"))
                 continue
-            name, kind = (_crash_row(cause), FAILURE) if r.get("check") in (CRASH, TIMEOUT) else (cause, PIXEL)
+            own = [f for f in findings if f.get("key") == cause or cause in (f.get("root_causes") or [])]
+            repro = own[0].get("path") if own else r.get("repro")
+            name, kind = ((_crash_row(cause, repro, entry.get("loads_from")), FAILURE)
+                          if r.get("check") in (CRASH, TIMEOUT) else (cause, PIXEL))
             if r.get("check") not in (PIXEL_MISMATCH, CRASH, TIMEOUT):
                 name, kind = cause, OTHER
             cell = rows.setdefault(name, {}).setdefault(col, Cell())
             kinds[name] = kind
-            own = [f for f in findings if f.get("key") == cause or cause in (f.get("root_causes") or [])]
             modes = [r.get("mode_class")] + [m for f in own if kind == FAILURE for m in f.get("mode_classes") or []]
             cell.add(r.get("max_levels"), modes, r.get("hits"), r.get("repro"), r.get("picture"))
             cell.variants.update(v for f in own for v in f.get("variants") or [] if v.split("/")[0] == cause)
@@ -120,7 +138,7 @@ def _part_rows(entry: dict[str, Any], part: dict[str, Any], rows: dict, sub: dic
     for f in findings:
         check = str(f.get("check") or "")
         if check in (CRASH, TIMEOUT):
-            name, kind = _crash_row(str(f.get("key") or check)), FAILURE
+            name, kind = _crash_row(str(f.get("key") or check), f.get("path"), entry.get("loads_from")), FAILURE
         else:
             causes = [c for c in f.get("root_causes") or [] if c]
             field_name = f" {f['field']}" if f.get("field") else ""
@@ -153,8 +171,7 @@ def _where(entry: dict[str, Any], col_path: str, row: str, kind: str, cell: Cell
         if frame:
             return frame
     steps = STEP_MAP.get(col_path, {})
-    key = row if kind == PIXEL else ("refusal" if row.startswith("refusal") else "stack" if kind == FAILURE else row)
-    return steps.get(key) or "not in the adapter's step map"
+    return steps.get(row) or "not in the adapter's step map"
 
 
 def summarize(report: dict[str, Any]) -> dict[str, Any]:

@@ -306,7 +306,8 @@ def attribute(
     base = assumed_steps(config, assume) if base is None else base
     budget = Budget(max_runs)
     outcomes: list[_ImageOutcome] = []
-    batch_rows = len(decoded) > 1 and any(c.id == ROWS_FAMILY for c in catalogue)
+    # (also when a per-image patch order is assumed: a batch's mixed rows are another order of it)
+    batch_rows = len(decoded) > 1 and (any(c.id == ROWS_FAMILY for c in catalogue) or ROWS_FAMILY in assumed_families)
     with one_torch_thread():  # small tensors: a thread pool only adds its overhead (core.threads)
         for i in scope:
             search = Search(decoded, config, [i], {i: Target(act.pixel_values[offsets[i]:offsets[i + 1]], config)},

@@ -6,11 +6,11 @@ axes where a six-axis permutation was meant) gives rows that are neither one ima
 another order (`fitted.fit_patch_order`, per image) nor another image's rows (`rows-of-image-J`):
 each row holds values of several images. `batch_layout` measures the order from the data: the
 reference's rows of every image of the batch, as one tensor of axes (image, gy, py, gx, px, c),
-read in each of the 720 axis orders as (N, C, p, p) rows; the order whose rows of image i are the
-candidate's within one level (the fewest axis swaps from the (B, C, H, W) tensor's own order among
-ties) is the finding's `patch-order/batch-axes-A,B,C,D,E,F` (the axes by
+read in each of the 720 axis orders as (N, C, p, p) rows; the order that brings the most of image i's
+values within one level of the candidate's (at least half of them, and more than the checkpoint's
+order; the fewest axis swaps from the (B, C, H, W) tensor's own order among ties) is the finding's `patch-order/batch-axes-A,B,C,D,E,F` (the axes by
 name, outermost first), and the normalization variant that then makes them bit-identical, if any,
-its second step. The checkpoint's own order is `image,gy,gx,c,py,px`.
+its second step. What is left (another image's own defect, mixed into these rows) is the residual. The checkpoint's own order is `image,gy,gx,c,py,px`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from __future__ import annotations
 import itertools
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from kimi_oracle.oracle.diagnosis.catalogue import BY_ID
-from kimi_oracle.oracle.diagnosis.levels import LevelSummary, Target
+from kimi_oracle.oracle.diagnosis.levels import LevelSummary, Target, levels_of
 from kimi_oracle.oracle.diagnosis.search import Explained, OutOfRuns
 from kimi_oracle.pipelines.reference import patches_chw
 
@@ -70,6 +71,11 @@ def _inversions(order: tuple[int, ...]) -> int:
     return sum(1 for x in range(6) for y in range(x + 1, 6) if rank[x] > rank[y])
 
 
+def _near(rows: torch.Tensor, target: Target) -> int:
+    """How many of the rows' values lie within one level of the candidate's."""
+    return int((np.abs(levels_of(rows, target.config) - target.levels) < 1.0).sum())
+
+
 def batch_layout(search: Any, i: int, target: Target, offsets: list[int]) -> tuple[list[Explained], LevelSummary] | None:
     """(steps, what they leave) when image i's rows are the batch's values in another axis order
     (every image the same plan), else None. Spends one reference run per image and value base."""
@@ -85,16 +91,17 @@ def batch_layout(search: Any, i: int, target: Target, offsets: list[int]) -> tup
     base = search.base.replace(patchify=patches_chw)  # (a per-image order taken before: the rows as cut)
     try:
         canonical = _canonical([search.run(j, base) for j in range(n)], gh, gw, patch)
-        found = None
+        near = {}
         for order in sorted(itertools.permutations(range(6)), key=_inversions):
-            if order[0] == 0:  # (the image axis outermost: a per-image order, fitted per image)
-                continue
-            left = target.summary(_read(canonical, order, patch)[lo:hi])
-            if left.max_levels < 1.0 and (found is None or left.total_levels < found[1].total_levels):
-                found = (order, left)
-        if found is None or found[0] == checkpoint:
+            near[order] = (_near(_read(canonical, order, patch)[lo:hi], target), order)
+        best = max((v for o, v in near.items() if o[0] != 0), key=lambda v: v[0])  # (first of a tie: fewest swaps)
+        # (the image axis outermost is a per-image order, fitted per image). Named when it brings
+        # more values within one level than the checkpoint's order and at least half of them: the
+        # other images' own defects (a palette resized its own way) stay in the residual.
+        if best[0] <= near[checkpoint][0] or 2 * best[0] < target.levels.size:
             return None
-        order, left = found
+        order = best[1]
+        left = target.summary(_read(canonical, order, patch)[lo:hi])
         name = PREFIX + ",".join(AXES[a] for a in order)
         steps = [Explained(FAMILY, name, left.max_levels, left.mean_levels, left.total_levels, (), i)]
         if left.differing:
