@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_oracle.adapters.engines import STEP_MAP
+from kimi_oracle.core.levels import is_sub_level
 from kimi_oracle.oracle.diagnosis.batch_layout import describe
 from kimi_oracle.oracle.diagnosis.catalogue import DOC_ROWS, MEANINGS
 from kimi_oracle.oracle.kinds import CRASH, PIXEL_MISMATCH, TIMEOUT
@@ -114,7 +115,7 @@ def _part_rows(entry: dict[str, Any], part: dict[str, Any], rows: dict, sub: dic
         for r in part["root_causes"]:
             cause = str(r.get("root_cause"))
             sub_level = r.get("check") == PIXEL_MISMATCH and isinstance(r.get("max_levels"), (int, float)) \
-                and float(r["max_levels"]) < 1.0
+                and is_sub_level(r["max_levels"])
             if r.get("float_rounding_only") or sub_level:  # (under one level: one line per engine)
                 sub.setdefault(col, {}).setdefault(cause, Cell()).add(r.get("max_levels"), [r.get("mode_class")],
                                                                        r.get("hits"), r.get("repro"))

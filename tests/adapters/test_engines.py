@@ -49,8 +49,17 @@ def test_describe_engines_says_why_an_engine_cannot_load(monkeypatch):
     monkeypatch.setattr("kimi_oracle.adapters.engines.locate",
                         lambda *a: (_ for _ in ()).throw(CandidateError("package 'vllm' is not installed here")))
     rows = describe_engines()
-    assert {r["engine"] for r in rows} == {"sglang", "transformers", "vllm"}
+    assert {r["engine"] for r in rows} == {"sglang", "transformers", "vllm", "paddleformers", "mlx-vlm", "lmdeploy",
+                                           "nemo-automodel", "smg"}
+    listed = [r for r in rows if r["role"] == "none"]  # nothing to adapt: never loaded, and why
+    assert {r["engine"] for r in listed} == {"nemo-automodel", "smg"}
+    assert all(r["loads_from"] == "not loaded: nothing to adapt" and r["lacks"] for r in listed)
+    rows = [r for r in rows if r["role"] != "none"]
     assert all(r["loads_from"].startswith("not loadable: package") for r in rows)
+    assert {("paddleformers", "planner"), ("paddleformers", "candidate"), ("mlx-vlm", "candidate"),
+            ("mlx-vlm-k3", "candidate"), ("lmdeploy", "candidate")} <= {(r["path"], r["role"]) for r in rows
+                                                                        if r["adapted"]}
+    assert "no planner function" in next(r["lacks"] for r in rows if r["engine"] == "mlx-vlm")
     adapted = {(r["path"], r["role"]) for r in rows if r["adapted"]}
     assert {("sglang", "planner"), ("sglang", "candidate"), ("transformers", "planner"),
             ("transformers", "candidate"), ("vllm", "planner"), ("vllm", "candidate"), ("vllm-k3", "candidate"),

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from kimi_oracle.core.levels import ONE_LEVEL
 from kimi_oracle.oracle.diagnosis.catalogue import BY_ID
 from kimi_oracle.oracle.diagnosis.levels import LevelSummary, Target, levels_of
 from kimi_oracle.oracle.diagnosis.search import Explained, OutOfRuns
@@ -73,7 +74,7 @@ def _inversions(order: tuple[int, ...]) -> int:
 
 def _near(rows: torch.Tensor, target: Target) -> int:
     """How many of the rows' values lie within one level of the candidate's."""
-    return int((np.abs(levels_of(rows, target.config) - target.levels) < 1.0).sum())
+    return int((np.abs(levels_of(rows, target.config) - target.levels) < ONE_LEVEL).sum())
 
 
 def batch_layout(search: Any, i: int, target: Target, offsets: list[int]) -> tuple[list[Explained], LevelSummary] | None:
