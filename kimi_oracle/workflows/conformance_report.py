@@ -17,7 +17,7 @@ def matrix_lines(summary: dict[str, Any]) -> list[str]:
     """Root causes (rows, by severity) x engine paths (columns): worst level (`lv`) or examples
     (`ex`, crashes and other findings) and mode classes; then the sub-level rows, one line."""
     columns = summary["columns"]
-    out = ["## Root causes x engines", ""]
+    out = ["## Root causes x engines"]
     if not summary["rows"]:
         out += ["No engine path differs from the reference by one level or more, crashes or refuses.", ""]
     else:
@@ -35,12 +35,17 @@ def matrix_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def defect_list(summary: dict[str, Any]) -> list[str]:
-    """The real defects, one line each, worst first (linked to their paragraphs)."""
+    """The real defects, one line per root cause (by severity), each engine path's defect linked
+    to its paragraph, worst first."""
     defects = summary["defects"]
-    out = [f"## Real defects ({len(defects)})", ""]
+    out = [f"## Real defects ({len(defects)}), by root cause"]
+    by_row: dict[str, list[tuple[int, Any]]] = {}
     for n, d in enumerate(defects, 1):
-        size = f"{levels_text(d.cell.max_levels)} levels" if d.kind == PIXEL else f"{d.cell.hits} examples"
-        out.append(f"{n}. [{d.column}: {_cell(d.row)}](#defect-{n}), {size}")
+        by_row.setdefault(d.row, []).append((n, d))
+    for k, (row, found) in enumerate(by_row.items(), 1):
+        links = ", ".join(f"[{d.column} {levels_text(d.cell.max_levels) + ' lv' if d.kind == PIXEL else str(d.cell.hits) + ' ex'}]"
+                          f"(#defect-{n})" for n, d in found)
+        out.append(f"{k}. **{_cell(row)}**: {links}")
     return out + [""]
 
 
@@ -75,11 +80,16 @@ def render_markdown(report: dict[str, Any]) -> str:
     version its parts, root cause x mode class with levels, other findings, a repro per finding."""
     opts = report.get("options") or {}
     summary = summarize(report)
-    out = ["# Engine conformance", "",
-           f"Made by `{report.get('command', 'kimi-oracle conformance')}` on {report.get('started', '?')} "
-           f"({opts.get('examples')} image examples, {opts.get('planner_sizes')} planner sizes, "
-           f"{opts.get('scenarios')} request scenarios a part, seed {opts.get('seed')}).", ""]
-    out += matrix_lines(summary) + defect_list(summary) + defect_paragraphs(summary)
+    matrix = matrix_lines(summary)
+    sub = [line for line in matrix if line.startswith("Sub-level")]
+    table = [line for line in matrix if not line.startswith("Sub-level")]
+    table = [line for k, line in enumerate(table) if line or k == 0 or table[k - 1]]  # (one blank line apart)
+    out = ["# Engine conformance", ""] + table
+    out += defect_list(summary) + sub + ([""] if sub else [])
+    out += [f"Made by `{report.get('command', 'kimi-oracle conformance')}` on {report.get('started', '?')} "
+            f"({opts.get('examples')} image examples, {opts.get('planner_sizes')} planner sizes, "
+            f"{opts.get('scenarios')} request scenarios a part, seed {opts.get('seed')}).", ""]
+    out += defect_paragraphs(summary)
     if report.get("out"):
         out += [f"Repro folders and logs are named relative to `{report['out']}`; replay one with "
                 "`kimi-oracle repro FOLDER`.", ""]

@@ -203,6 +203,8 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
                                                                          else "the reference's value")
             defects.append(Defect(col, name, kinds[name], cell, _does(name, kinds[name], cell), checkpoint,
                                   _where(entry, path, name, kinds[name], cell)))
+    rank = {n: k for k, n in enumerate(order)}  # per root cause, its worst engine path first
+    defects.sort(key=lambda d: (rank[d.row], -(d.cell.max_levels or 0.0), -d.cell.hits))
     return {"columns": columns, "rows": [(n, rows[n], kinds[n]) for n in order], "defects": defects, "sub_level": sub}
 
 

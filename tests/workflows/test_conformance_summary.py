@@ -81,7 +81,9 @@ def test_matrix_and_defects_open_the_report(tmp_path):
     sub = [line for line in head if line.startswith("Sub-level")]
     assert sub == [f"Sub-level (float rounding only, under one level; collapsed): {pad}: normalize-float "
                    "(1 mode classes, at most 8.4e-06)."]
-    assert "## Real defects (4)" in head and any(line.startswith("4. [lmdeploy") for line in head)
+    assert "## Real defects (4), by root cause" in head
+    assert f"1. **patch-order**: [{pad} 7.84e+03 lv](#defect-1)" in head
+    assert f"4. **refusal: ValueError: merge kernel N**: [{lm} 15 ex](#defect-4)" in head
 
 
 def test_each_defect_says_what_where_and_its_repro(tmp_path):

@@ -7,8 +7,8 @@ another order (`fitted.fit_patch_order`, per image) nor another image's rows (`r
 each row holds values of several images. `batch_layout` measures the order from the data: the
 reference's rows of every image of the batch, as one tensor of axes (image, gy, py, gx, px, c),
 read in each of the 720 axis orders as (N, C, p, p) rows; the order that brings the most of image i's
-values within one level of the candidate's (at least half of them, and more than the checkpoint's
-order; the fewest axis swaps from the (B, C, H, W) tensor's own order among ties) is the finding's `patch-order/batch-axes-A,B,C,D,E,F` (the axes by
+values within one level of the candidate's (at least half of them, and at least half of those the
+checkpoint's order leaves apart; the fewest axis swaps from the (B, C, H, W) tensor's own order among ties) is the finding's `patch-order/batch-axes-A,B,C,D,E,F` (the axes by
 name, outermost first), and the normalization variant that then makes them bit-identical, if any,
 its second step. What is left (another image's own defect, mixed into these rows) is the residual. The checkpoint's own order is `image,gy,gx,c,py,px`.
 """
@@ -99,7 +99,10 @@ def batch_layout(search: Any, i: int, target: Target, offsets: list[int]) -> tup
         # (the image axis outermost is a per-image order, fitted per image). Named when it brings
         # more values within one level than the checkpoint's order and at least half of them: the
         # other images' own defects (a palette resized its own way) stay in the residual.
-        if best[0] <= near[checkpoint][0] or 2 * best[0] < target.levels.size:
+        # ... and fixes at least half of the values the checkpoint's order leaves over one level
+        # apart (a flat image's rows match in many orders: a near tie is no finding).
+        missed = target.levels.size - near[checkpoint][0]
+        if best[0] <= near[checkpoint][0] or 2 * best[0] < target.levels.size or 2 * (best[0] - near[checkpoint][0]) < missed:
             return None
         order = best[1]
         left = target.summary(_read(canonical, order, patch)[lo:hi])
