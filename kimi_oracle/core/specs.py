@@ -9,7 +9,7 @@ from pathlib import Path
 from kimi_oracle.core.errors import InputError
 
 # `ENGINE[-PATH]@SOURCE` (kimi_oracle.adapters): a built-in engine's name, then where it loads from.
-ENGINE_NAMES = ("sglang", "transformers", "vllm")  # adapters.engines.ENGINES' keys
+ENGINE_NAMES = ("sglang", "transformers", "vllm", "paddleformers", "mlx-vlm", "lmdeploy")  # adapters.engines.ENGINES' keys
 _ENGINE_AT = re.compile(rf"^({'|'.join(ENGINE_NAMES)})(-[a-z0-9]+)*@")
 
 __all__ = ["ENGINE_NAMES", "absolute_spec", "refuse_spec_inside", "spec_inside", "spec_path", "split_spec"]
