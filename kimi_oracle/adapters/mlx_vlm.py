@@ -7,9 +7,11 @@
   (`/ 255.0` in MLX float32), `normalize` (`(x - mean) / std` in MLX float32), `patchify`;
   its grids are (h, w) `image_grid_hws`, given here as (1, h, w).
 - K3: `models/kimi_k3/processing_kimi_k3.py` `KimiK3ImageProcessor(..., in_patch_limit,
-  transparent_bg_config, transparent_bg_fill_stage)`: `rescale` (a palette converted to RGBA,
-  not filled, before a `before_resize`... stage as its `_fill_transparent_bg` decides), then
-  numpy `(arr / 255.0 - mean) / std` with float64 statistics, `patchify`, cast to MLX float32.
+  transparent_bg_config, transparent_bg_fill_stage)`: `rescale` (filled before the resize by
+  `_fill_transparent_bg`, or, filling after it, a palette converted to RGBA first), then
+  numpy `(arr / 255.0 - mean) / std` with float64 statistics, `patchify`, cast to MLX float32;
+  the config's background and fill stage are passed as its `transparent_bg_config` and
+  `transparent_bg_fill_stage` (left out when the config has none: the processor's default).
 
 Neither has a planner function of its own (the plan is inline in `rescale`): no planner path.
 Imports: the processor file runs as shipped (`loading.load_modules`) with the real transformers
@@ -78,8 +80,10 @@ def _kwargs(config: PreprocessConfig, k3: bool) -> dict[str, Any]:
     if not k3:  # from_pretrained maps media_proc_cfg's in_patch_limit to in_token_limit
         return {**out, "in_token_limit": config.in_patch_limit}
     bg = config.transparent_bg_config.to_dict() if config.transparent_bg_config is not None else None
-    return {**out, "in_patch_limit": config.in_patch_limit, "transparent_bg_config": bg,
-            "transparent_bg_fill_stage": config.transparent_bg_fill_stage or "before_resize"}
+    out = {**out, "in_patch_limit": config.in_patch_limit, "transparent_bg_config": bg}
+    if config.transparent_bg_fill_stage is not None:  # (else the processor's own default)
+        out["transparent_bg_fill_stage"] = config.transparent_bg_fill_stage
+    return out
 
 
 def image_processor_path(tree: Tree, known: tuple[str, ...], k3: bool) -> tuple[Callable[..., Any], None]:

@@ -1,11 +1,11 @@
 """What makes two findings "the same finding": one key for the fuzzer, the harnesses and nightly.
 
-A finding's key is its check, then — for pixel mismatches, crashes and timeouts — the mode class of
+A finding's key is its check, then — for pixel mismatches and timeouts — the mode class of
 the image at fault (`RGBA+alpha`, `P`, ...); for pixel mismatches its magnitude band (`sub-level`:
 float rounding only, under one level; `levels`: one level or more), so that float noise never
 hides a 200-level bug of the same mode class; for timeouts the way the call died. A crash is keyed
-by its cause alone, not by mode class: the exception type and the message's signature (numbers
-as `N`, brackets and quotes dropped, cut at 80 characters), so that one cause met on 18 mode
+by its cause alone, not by mode class: the exception type and the message's signature (addresses
+as `ADDR`, numbers as `N`, brackets and quotes dropped, cut at a word near 80 characters), so that one cause met on 18 mode
 classes is one finding, and two refusals (`patch size 16`, `merge kernel (1, 1)`) are two that
 shrinking never folds into one. Invariance findings are keyed by the invariance broken. Two failures with
 the same key are one finding (the smallest example is kept); different keys are different
@@ -51,7 +51,9 @@ SUB_LEVEL = "sub-level"
 LEVELS = "levels"
 
 
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")  # (an object's address: another each run)
 _NUMBER = re.compile(r"\d+")
+_BEFORE_PUNCT = re.compile(r" +([,.;:!?])")
 _DROPPED = re.compile(r"[\[\](){}<>'\"`|]")
 SIGNATURE_CHARS = 80
 
@@ -61,7 +63,8 @@ def failure_signature(stats: Mapping[str, Any] | None) -> str:
     line of its message with numbers as N (the cause, not the case)."""
     text = str((stats or {}).get("exception", "")).strip().splitlines()
     kind, _, message = (text[0] if text else "").partition(":")
-    message = " ".join(_DROPPED.sub(" ", _NUMBER.sub("N", message)).split())
+    message = " ".join(_DROPPED.sub(" ", _NUMBER.sub("N", _ADDRESS.sub("ADDR", message))).split())
+    message = _BEFORE_PUNCT.sub(r"\1", message)
     if len(message) > SIGNATURE_CHARS:  # (cut at a word)
         message = message[:SIGNATURE_CHARS].rsplit(" ", 1)[0] + " ..."
     kind = kind.strip() or "unknown"
@@ -93,4 +96,6 @@ def finding_key(check: str, stats: Mapping[str, Any] | None, images: Sequence[Im
 def key_mode_class(key: str) -> str:
     """The mode class a key names (`RGBA+alpha`), or "" for keys without one."""
     start, end = key.find("["), key.find("]")
-    return key[start + 1 : end] if 0 <= start < end and not key.startswith(INVARIANCE) else ""
+    if key.startswith((INVARIANCE, CRASH + "(")):  # (a crash is keyed by its cause: no mode class)
+        return ""
+    return key[start + 1 : end] if 0 <= start < end else ""

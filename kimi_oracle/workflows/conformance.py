@@ -93,7 +93,7 @@ def plan_parts(spec: str, options: ConformanceOptions) -> tuple[dict[str, Any], 
 
     name, source = split_engine_spec(spec)
     engine = ENGINES.get(name)
-    if engine is None:  # (an engine's own path name: mlx-vlm-k3 runs mlx-vlm's paths)
+    if engine is None:
         raise KimiOracleError(f"conformance: unknown engine {name!r} (built-in: {', '.join(ENGINES)})")
     entry: dict[str, Any] = {"engine": name, "spec": spec, "profile": PATH_PROFILES.get(name, "k3"),
                              "known_versions": list(engine.known), "parts": [], "not_adapted": []}

@@ -16,7 +16,8 @@ import html
 from pathlib import Path
 from typing import Any
 
-from kimi_oracle.workflows.conformance_summary import FAILURE, PIXEL, levels_text, modes_text, summarize
+from kimi_oracle.workflows.conformance_report import cell_text, defect_label, nothing_found, sub_level_lines
+from kimi_oracle.workflows.conformance_summary import PIXEL, modes_text, summarize
 
 # A diff picture larger than this is linked, not inlined (the page stays small enough to mail).
 MAX_INLINE_BYTES = 2_000_000
@@ -24,7 +25,7 @@ _STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em;max-width:1400px;color:#111}
 table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #bbb;padding:4px 8px;vertical-align:top}
 th{background:#eee;text-align:left}td.none{color:#999;text-align:center}td.pixel{background:#fde2e2}
-td.crash{background:#fff1cc}td.finding{background:#e6eefc}code{font-size:12px}
+td.crash{background:#fff1cc}td.finding{background:#e6eefc}td.error{background:#ddd;font-weight:bold}code{font-size:12px}
 section.defect{border-top:1px solid #ccc;padding-top:.5em;margin-top:1.5em}img{max-width:100%;image-rendering:pixelated;
 border:1px solid #ccc}p.sub{color:#555}
 """
@@ -55,18 +56,12 @@ def _picture(path: str | None) -> str:
 
 def _matrix(summary: dict[str, Any]) -> list[str]:
     columns = summary["columns"]
-    if not summary["rows"]:
-        return ["<p>No engine path differs from the reference by one level or more, crashes or refuses.</p>"]
+    if nothing_found(summary):
+        return [f"<p>{_e(nothing_found(summary))}</p>"]
     out = ["<table><tr><th>root cause</th>" + "".join(f"<th>{_e(c)}</th>" for c in columns) + "</tr>"]
     for name, cells, kind in summary["rows"]:
-        tds = []
-        for c in columns:
-            cell = cells.get(c)
-            if cell is None:
-                tds.append('<td class="none">-</td>')
-                continue
-            size = f"{levels_text(cell.max_levels)} levels" if kind == PIXEL else f"{cell.hits} examples"
-            tds.append(f'<td class="{kind}">{_e(size)}<br><small>{_e(modes_text(cell.modes))}</small></td>')
+        tds = [f'<td class="{kind}">{"<br><small>".join(map(_e, cell_text(cells[c], kind).split(" · ", 1)))}</td>'
+               if c in cells else '<td class="none">-</td>' for c in columns]
         out.append(f"<tr><th>{_e(name)}</th>{''.join(tds)}</tr>")
     out.append("</table>")
     return out
@@ -81,21 +76,17 @@ def render_html(report: dict[str, Any]) -> str:
            f"<p>Made by <code>{_e(report.get('command', 'kimi-oracle conformance'))}</code> on "
            f"{_e(report.get('started', '?'))}. Exit code {_e(report.get('exit_code', '(running)'))}.</p>",
            "<h2>Root causes x engines</h2>", *_matrix(summary)]
-    if summary["sub_level"]:
-        out.append('<p class="sub">Sub-level (float rounding only, under one level; collapsed): ' + "; ".join(
-            f"{_e(col)}: " + ", ".join(f"{_e(cause)} ({len(cell.modes)} mode classes, at most "
-                                       f"{_e(levels_text(cell.max_levels))})" for cause, cell in causes.items())
-            for col, causes in summary["sub_level"].items()) + ".</p>")
+    sub = sub_level_lines(summary)
+    if sub:
+        out.append(f'<p class="sub">{_e(sub[0])}</p><ul class="sub">' +
+                   "".join(f"<li>{_e(line[2:])}</li>" for line in sub[1:] if line) + "</ul>")
     out.append(f"<h2>Real defects ({len(summary['defects'])})</h2><ol>")
     out += [f'<li><a href="#defect-{n}">{_e(d.column)}: {_e(d.row)}</a></li>'
             for n, d in enumerate(summary["defects"], 1)]
     out.append("</ol>")
     for n, d in enumerate(summary["defects"], 1):
-        label = {PIXEL: "pixels", FAILURE: "crash or refusal"}.get(d.kind, "finding")
-        size = f"up to {levels_text(d.cell.max_levels)} levels" if d.kind == PIXEL else f"{d.cell.hits} examples"
         out += [f'<section class="defect" id="defect-{n}"><h3>{n}. {_e(d.column)}: {_e(d.row)}</h3>',
-                f"<p>{_e(label)}, {_e(size)}" + (f", {d.cell.hits} examples" if d.kind == PIXEL else "") + "; mode classes "
-                f"{_e(modes_text(d.cell.modes, 40) or '-')}.</p>",
+                f"<p>{_e(defect_label(d))}; mode classes {_e(modes_text(d.cell.modes, 40) or '-')}.</p>",
                 f"<p><b>The engine:</b> {_e(d.does)}</p><p><b>The checkpoint:</b> {_e(d.checkpoint)}</p>",
                 f"<p><b>Where:</b> <code>{_e(d.where)}</code></p>",
                 f"<p><b>Repro:</b> <code>kimi-oracle repro {_e(d.cell.repro)}</code></p>",

@@ -4,34 +4,48 @@ from __future__ import annotations
 
 from typing import Any
 
-from kimi_oracle.workflows.conformance_summary import FAILURE, PIXEL, levels_text, modes_text, summarize
+from kimi_oracle.workflows.conformance_summary import ERROR, FAILURE, PIXEL, levels_text, modes_text, summarize
 
 
-def _cell_text(cell: Any, kind: str) -> str:
+def cell_text(cell: Any, kind: str) -> str:
+    """`7.84e+03 lv · RGB, P` (pixels), `29 ex · RGB` (crashes, findings), `error` (did not run)."""
+    if kind == ERROR:
+        return "error"
     levels = f"{levels_text(cell.max_levels)} lv" if kind == PIXEL else f"{cell.hits} ex"
     modes = modes_text(cell.modes)
     return f"{levels}" + (f" · {modes}" if modes else "")
 
 
+def nothing_found(summary: dict[str, Any]) -> str | None:
+    """The sentence for a matrix without rows (None when it has rows: errors are rows)."""
+    return None if summary["rows"] else ("No engine path differs from the reference by one level or more, "
+                                         "crashes or refuses.")
+
+
+def sub_level_lines(summary: dict[str, Any]) -> list[str]:
+    """The rows under one level, collapsed: one line per engine path."""
+    sub = summary["sub_level"]
+    if not sub:
+        return []
+    out = ["Under one level (float rounding, or an unexplained residue under one level), collapsed:"]
+    for col, causes in sub.items():
+        out.append(f"- {col}: " + "; ".join(f"{cause} ({len(cell.modes)} mode classes, at most "
+                                            f"{levels_text(cell.max_levels)} levels)" for cause, cell in causes.items()))
+    return out + [""]
+
+
 def matrix_lines(summary: dict[str, Any]) -> list[str]:
     """Root causes (rows, by severity) x engine paths (columns): worst level (`lv`) or examples
-    (`ex`, crashes and other findings) and mode classes; then the sub-level rows, one line."""
+    (`ex`, crashes and other findings) and mode classes; `error` where a part could not run."""
     columns = summary["columns"]
     out = ["## Root causes x engines"]
-    if not summary["rows"]:
-        out += ["No engine path differs from the reference by one level or more, crashes or refuses.", ""]
-    else:
-        out += ["| root cause | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-        for name, cells, kind in summary["rows"]:
-            out.append(f"| {_cell(name)} | " + " | ".join(_cell(_cell_text(cells[c], kind)) if c in cells else "-"
-                                                         for c in columns) + " |")
-        out.append("")
-    sub = summary["sub_level"]
-    if sub:
-        out += ["Sub-level (float rounding only, under one level; collapsed): " + "; ".join(
-            f"{col}: " + ", ".join(f"{cause} ({len(cell.modes)} mode classes, at most {levels_text(cell.max_levels)})"
-                                   for cause, cell in causes.items()) for col, causes in sub.items()) + ".", ""]
-    return out
+    if nothing_found(summary):
+        return out + [str(nothing_found(summary)), ""]
+    out += ["| root cause | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for name, cells, kind in summary["rows"]:
+        out.append(f"| {_cell(name)} | " + " | ".join(_cell(cell_text(cells[c], kind)) if c in cells else "-"
+                                                     for c in columns) + " |")
+    return out + [""]
 
 
 def defect_list(summary: dict[str, Any]) -> list[str]:
@@ -43,20 +57,26 @@ def defect_list(summary: dict[str, Any]) -> list[str]:
     for n, d in enumerate(defects, 1):
         by_row.setdefault(d.row, []).append((n, d))
     for k, (row, found) in enumerate(by_row.items(), 1):
-        links = ", ".join(f"[{d.column} {levels_text(d.cell.max_levels) + ' lv' if d.kind == PIXEL else str(d.cell.hits) + ' ex'}]"
-                          f"(#defect-{n})" for n, d in found)
+        links = ", ".join(f"[{d.column} {cell_text(d.cell, d.kind).split(' · ')[0]}](#defect-{n})" for n, d in found)
         out.append(f"{k}. **{_cell(row)}**: {links}")
     return out + [""]
+
+
+def defect_label(d: Any) -> str:
+    """`pixels, up to 255 levels, 12 examples` / `crash or refusal, 29 examples` / `did not run`."""
+    if d.kind == ERROR:
+        return "did not run"
+    if d.kind == PIXEL:
+        return f"pixels, up to {levels_text(d.cell.max_levels)} levels, {d.cell.hits} examples"
+    return f"{'crash or refusal' if d.kind == FAILURE else 'finding'}, {d.cell.hits} examples"
 
 
 def defect_paragraphs(summary: dict[str, Any]) -> list[str]:
     """One paragraph per real defect."""
     out: list[str] = []
     for n, d in enumerate(summary["defects"], 1):
-        label = {PIXEL: "pixels", FAILURE: "crash or refusal"}.get(d.kind, "finding")
-        size = (f"up to {levels_text(d.cell.max_levels)} levels" if d.kind == PIXEL else f"{d.cell.hits} examples")
         out += [f'<a id="defect-{n}"></a>', f"### {n}. {d.column}: {_cell(d.row)}", "",
-                f"{label}, {size}" + (f", {d.cell.hits} examples" if d.kind == PIXEL else "") + f", mode classes {modes_text(d.cell.modes, 40) or '-'}. "
+                f"{defect_label(d)}, mode classes {modes_text(d.cell.modes, 40) or '-'}. "
                 f"**The engine:** {_cell(d.does)}. **The checkpoint:** {_cell(d.checkpoint)}. "
                 f"**Where:** {_cell(d.where)}. **Repro:** `{d.cell.repro or '-'}`.", ""]
     return out
@@ -80,12 +100,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     version its parts, root cause x mode class with levels, other findings, a repro per finding."""
     opts = report.get("options") or {}
     summary = summarize(report)
-    matrix = matrix_lines(summary)
-    sub = [line for line in matrix if line.startswith("Sub-level")]
-    table = [line for line in matrix if not line.startswith("Sub-level")]
-    table = [line for k, line in enumerate(table) if line or k == 0 or table[k - 1]]  # (one blank line apart)
-    out = ["# Engine conformance", ""] + table
-    out += defect_list(summary) + sub + ([""] if sub else [])
+    out = ["# Engine conformance"] + matrix_lines(summary) + defect_list(summary) + sub_level_lines(summary)
     out += [f"Made by `{report.get('command', 'kimi-oracle conformance')}` on {report.get('started', '?')} "
             f"({opts.get('examples')} image examples, {opts.get('planner_sizes')} planner sizes, "
             f"{opts.get('scenarios')} request scenarios a part, seed {opts.get('seed')}).", ""]
@@ -151,7 +166,7 @@ def _part_details(p: dict[str, Any]) -> list[str]:
             out.append(f"| {_cell(r.get('root_cause'))} | {_cell(r.get('mode_class'))} | {_levels(r.get('max_levels'))} | "
                        f"{_levels(r.get('mean_levels'))} | {r.get('hits', '-')} | `{r.get('repro') or '-'}` |")
         out.append("")
-    findings = [f for f in p.get("findings") or [] if p["part"] != "image-fuzz" or not rows]
+    findings = [f for f in p.get("findings") or [] if p["part"] != "image-fuzz" or not every]
     if findings:
         out += [f"**{p['part']}**, findings:", ""]
         for f in findings:

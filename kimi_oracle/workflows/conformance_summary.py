@@ -14,7 +14,11 @@
   `STEP_MAP`, or for a crash the engine's own frame in its traceback), and the repro folder; a
   crash is a `refusal` when the engine's own code raised it (the traceback's innermost frame lies
   in the engine's tree), else a `crash` (a library under it failed);
-- `sub_level`: per column, the float-rounding-only rows (under one level), collapsed.
+- `sub_level`: per column, the rows under one level (float rounding, or an unexplained residue
+  under one level), collapsed.
+
+An engine that could not be loaded gets a column of its own, and it and every part that ended in a
+harness error get the first row, `did not run`: the opening never reads as a clean pass.
 """
 
 from __future__ import annotations
@@ -31,7 +35,14 @@ from kimi_oracle.oracle.diagnosis.batch_layout import describe
 from kimi_oracle.oracle.diagnosis.catalogue import DOC_ROWS, MEANINGS
 from kimi_oracle.oracle.kinds import CRASH, PIXEL_MISMATCH, TIMEOUT
 
-PIXEL, FAILURE, OTHER = "pixel", "crash", "finding"  # row kinds, in severity order
+# Row kinds, in severity order: parts that could not run (nothing is known there), pixels, crashes
+# and refusals, other findings.
+ERROR, PIXEL, FAILURE, OTHER = "error", "pixel", "crash", "finding"
+# The golden cases a path does otherwise: evidence of the defects above (a matrix row, the last),
+# not a defect of its own (no paragraph).
+EVIDENCE = "evidence"
+DID_NOT_RUN = "did not run (harness error or engine not loaded)"
+_KINDS = (ERROR, PIXEL, FAILURE, OTHER, EVIDENCE)
 
 
 @dataclass
@@ -88,11 +99,15 @@ def _frames(finding_path: str | None) -> list[tuple[str, str, str, str]]:
 
 
 def _crash_row(key: str, finding_path: str | None, root: str | None) -> str:
-    """`refusal: TYPE: MESSAGE` when the engine's own code raised it (the innermost frame lies in
-    its tree), `crash: ...` when a library under it failed (or nothing tells)."""
+    """`refusal: TYPE: MESSAGE` when the engine's own code raised it on purpose (the innermost frame
+    lies in its tree and is a `raise`), `timeout: ...` for a call that never answered, else
+    `crash: ...` (a library under it failed, an engine bug, or nothing tells)."""
+    if key.startswith(TIMEOUT):
+        return f"timeout: {key}"
     inner = key[key.find("(") + 1:-1] if key.startswith(CRASH + "(") else key
     frames = _frames(finding_path)
-    own = bool(frames and root and frames[-1][0].startswith(root.rstrip("/") + "/"))
+    own = bool(frames and root and frames[-1][0].startswith(root.rstrip("/") + "/")
+               and frames[-1][3].startswith("raise"))
     return f"{'refusal' if own else 'crash'}: {inner}"
 
 
@@ -135,6 +150,12 @@ def _part_rows(entry: dict[str, Any], part: dict[str, Any], rows: dict, sub: dic
                 cell.message = str(own[0].get("message") or "")
         return
     if part["part"] == "image-goldens":
+        differing = part.get("differing_by_mode") or {}
+        if differing:  # (recorded golden cases the path does otherwise; their repro is the part's folder)
+            name = "image-goldens: golden cases differ"
+            kinds[name] = EVIDENCE
+            rows.setdefault(name, {}).setdefault(col, Cell()).add(None, list(differing), sum(differing.values()),
+                                                                   part.get("out"))
         return
     for f in findings:
         check = str(f.get("check") or "")
@@ -154,19 +175,26 @@ def _part_rows(entry: dict[str, Any], part: dict[str, Any], rows: dict, sub: dic
 def _severity(name: str, cells: dict[str, Cell], kinds: dict[str, str]) -> tuple:
     kind = kinds[name]
     worst = max((c.max_levels or 0.0) for c in cells.values())
-    return ([PIXEL, FAILURE, OTHER].index(kind), -worst, -sum(c.hits for c in cells.values()), name)
+    return (_KINDS.index(kind), -worst, -sum(c.hits for c in cells.values()), name)
 
 
 def _does(row: str, kind: str, cell: Cell) -> str:
     if kind == PIXEL and cell.variants:
-        told = [describe(v.split("/", 1)[1]) or f"`{v}`" for v in sorted(cell.variants)]
+        told = [describe(v.split("/", 1)[-1]) or f"`{v}`" for v in sorted(cell.variants)]
         return "; ".join(dict.fromkeys(told))
     if kind == PIXEL:
         return MEANINGS.get(row, row)
     return (cell.message.split("\n")[0][:300]) or row
 
 
+def has_errors(summary: dict[str, Any]) -> bool:
+    """Whether some engine or part could not run (the report must never read as a clean pass)."""
+    return any(name == DID_NOT_RUN for name, _, _ in summary["rows"])
+
+
 def _where(entry: dict[str, Any], col_path: str, row: str, kind: str, cell: Cell) -> str:
+    if kind == ERROR:
+        return f"log: `{cell.repro}`" if cell.repro else "the engine could not be loaded"
     if kind == FAILURE:
         frame = engine_frame(cell.repro, entry.get("loads_from"))
         if frame:
@@ -183,24 +211,37 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
     columns: list[str] = []
     owners: dict[str, tuple[dict[str, Any], str]] = {}
     for entry in report.get("engines") or []:
+        if entry.get("error") or not entry.get("parts"):  # not loaded, or nothing of it ran: said so
+            col = f"{entry.get('engine')} {entry.get('version') or ''} (not run)".replace("  ", " ")
+            columns.append(col)
+            owners[col] = (entry, str(entry.get("engine")))
+            if entry.get("error") or entry.get("loads_from") is not None:
+                kinds[DID_NOT_RUN] = ERROR
+                rows.setdefault(DID_NOT_RUN, {})[col] = Cell(message=str(entry.get("error") or "no part ran"))
         for part in entry.get("parts") or []:
             col = _column(entry, part)
             if col not in columns:
                 columns.append(col)
                 owners[col] = (entry, part["spec"].split("@")[0])
+            if part.get("status") == "error":
+                kinds[DID_NOT_RUN] = ERROR
+                cell = rows.setdefault(DID_NOT_RUN, {}).setdefault(col, Cell())
+                cell.message = "; ".join(filter(None, [cell.message, f"{part['part']} (exit {part.get('exit_code')}): "
+                                                        f"{part.get('summary') or part.get('last_line') or ''}"]))
+                cell.repro = cell.repro or part.get("log")
             _part_rows(entry, part, rows, sub, kinds)
     order = sorted(rows, key=lambda n: _severity(n, rows[n], kinds))
     defects = []
     for name in order:
         for col in columns:
             cell = rows[name].get(col)
-            if cell is None:
+            if cell is None or kinds[name] == EVIDENCE:
                 continue
             entry, path = owners[col]
             family = name if kinds[name] == PIXEL else ""
-            checkpoint = DOC_ROWS[family][0] if family in DOC_ROWS else ("the checkpoint's processor returns rows "
-                                                                         "for this input" if kinds[name] == FAILURE
-                                                                         else "the reference's value")
+            checkpoint = DOC_ROWS[family][0] if family in DOC_ROWS else {
+                FAILURE: "the checkpoint's processor returns rows for this input",
+                ERROR: "(not judged: this part could not run; its log says why)"}.get(kinds[name], "the reference's value")
             defects.append(Defect(col, name, kinds[name], cell, _does(name, kinds[name], cell), checkpoint,
                                   _where(entry, path, name, kinds[name], cell)))
     rank = {n: k for k, n in enumerate(order)}  # per root cause, its worst engine path first
@@ -219,4 +260,5 @@ def modes_text(modes: set[str], most: int = 4) -> str:
     return ", ".join(names[:most]) + (f" +{len(names) - most}" if len(names) > most else "")
 
 
-__all__ = ["Cell", "Defect", "engine_frame", "levels_text", "modes_text", "summarize"]
+__all__ = ["DID_NOT_RUN", "ERROR", "EVIDENCE", "FAILURE", "OTHER", "PIXEL", "Cell", "Defect", "engine_frame", "has_errors",
+           "levels_text", "modes_text", "summarize"]

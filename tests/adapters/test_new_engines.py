@@ -96,7 +96,5 @@ def test_conformance_of_the_three_new_engines(tmp_path, capsys):
     assert "palette-bicubic" in rows and any(l.startswith("Sub-level") and "mlx-vlm" in l for l in head)
     assert any(l.startswith("## Real defects") for l in head)
     assert (out / "conformance.html").read_text().count("data:image/png;base64,") >= 3
-    try:
+    with pytest.raises(CandidateError, match="no path 'mlx-vlm-k9'"):
         engine_candidate("mlx-vlm-k9@0.7.10")
-    except CandidateError as exc:
-        assert "no path 'mlx-vlm-k9'" in str(exc)

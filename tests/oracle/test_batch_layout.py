@@ -57,3 +57,29 @@ def test_the_checkpoints_own_batch_is_not_a_layout_finding():
     ref = preprocess(images, CONFIG)
     att = attribute(images, CONFIG, (ref.pixel_values, torch.as_tensor(ref.grid_thws))).to_dict()
     assert not att.get("variants")
+
+
+def _per_image_swapped(images: list[Image.Image]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each image's rows in axis order (gy, c, py, gx, px): the batch-free defect, image by image."""
+    ref = preprocess(images, CONFIG)
+    p = CONFIG.patch_size
+    _, gh, gw = (int(v) for v in ref.grid_thws[0])
+    rows = ref.pixel_values.reshape(len(images), gh, gw, 3, p, p)  # image, gy, gx, c, py, px
+    return rows.permute(0, 1, 3, 4, 2, 5).contiguous().reshape(-1, 3, p, p), torch.as_tensor(ref.grid_thws)
+
+
+def test_a_per_image_order_in_a_batch_is_not_called_a_batch_order():
+    images = _images(3)
+    for k in range(3):
+        att = attribute(images, CONFIG, _per_image_swapped(images), image=k).to_dict()
+        assert att["variants"] == ["patch-order/axes-0,4,1,2,3"], att
+
+
+def test_flat_images_with_another_defect_get_no_batch_order():
+    # Flat gray images a few levels off (a pad/normalization-like change, not an order): many
+    # orders match a flat image, none mends what the shift leaves apart.
+    images = [Image.new("RGB", (44, 30), (v, v, v)) for v in (100, 101, 102)]
+    ref = preprocess(images, CONFIG)
+    shifted = ref.pixel_values + 3.0 / 255 / CONFIG.image_std[0]
+    att = attribute(images, CONFIG, (shifted, torch.as_tensor(ref.grid_thws)), image=1).to_dict()
+    assert not any(v.startswith("patch-order/batch-axes") for v in att.get("variants") or []), att

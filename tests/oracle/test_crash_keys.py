@@ -26,7 +26,7 @@ def test_two_refusals_are_two_keys_and_numbers_do_not_split_one():
     patch28 = finding_key(CRASH, _stats("ValueError: Unsupported Kimi vision patch size 28; expected 14."), img)
     merge1 = finding_key(CRASH, _stats("ValueError: Unsupported Kimi merge kernel (1, 1); expected (2, 2)."), img)
     assert patch16 == patch28 == "crash(ValueError: Unsupported Kimi vision patch size N; expected N.)"
-    assert merge1 == "crash(ValueError: Unsupported Kimi merge kernel N, N ; expected N, N .)" != patch16
+    assert merge1 == "crash(ValueError: Unsupported Kimi merge kernel N, N; expected N, N.)" != patch16
 
 
 def test_signature_is_cut_at_a_word_and_timeouts_keep_their_mode_class():
@@ -35,3 +35,12 @@ def test_signature_is_cut_at_a_word_and_timeouts_keep_their_mode_class():
     assert sig.startswith("RuntimeError: word word") and sig.endswith(" ...") and len(sig) < 100
     assert failure_signature(_stats("")) == "unknown"
     assert finding_key(TIMEOUT, _stats("CallTimedOut: no answer"), [Image.new("P", (2, 2))]) == "timeout[P](CallTimedOut)"
+
+
+def test_addresses_do_not_split_a_cause_and_a_crash_key_names_no_mode_class():
+    from kimi_oracle.oracle.grouping import key_mode_class
+
+    a = failure_signature(_stats("RuntimeError: bad object at 0x7f12ab34cd"))
+    b = failure_signature(_stats("RuntimeError: bad object at 0x55d0e1"))
+    assert a == b == "RuntimeError: bad object at ADDR"
+    assert key_mode_class("crash(ProcessDied[SIGSEGV]: x)") == "" and key_mode_class("timeout[P](CallTimedOut)") == "P"

@@ -78,12 +78,54 @@ def test_matrix_and_defects_open_the_report(tmp_path):
     assert rows[2].startswith("| crash: ValueError: stack N | 29 ex · L, P, RGB | - |")
     assert rows[3].startswith("| refusal: ValueError: merge kernel N | - | 15 ex · L |")
     assert len(rows) == 4  # the sub-level row is not a row of the matrix ...
-    sub = [line for line in head if line.startswith("Sub-level")]
-    assert sub == [f"Sub-level (float rounding only, under one level; collapsed): {pad}: normalize-float "
-                   "(1 mode classes, at most 8.4e-06)."]
+    k = head.index("Under one level (float rounding, or an unexplained residue under one level), collapsed:")
+    assert head[k + 1:k + 3] == [f"- {pad}: normalize-float (1 mode classes, at most 8.4e-06 levels)", ""]
     assert "## Real defects (4), by root cause" in head
     assert f"1. **patch-order**: [{pad} 7.84e+03 lv](#defect-1)" in head
     assert f"4. **refusal: ValueError: merge kernel N**: [{lm} 15 ex](#defect-4)" in head
+
+
+def test_a_part_or_engine_that_could_not_run_is_never_a_clean_opening(tmp_path):
+    report = _report(tmp_path)
+    report["engines"][1]["parts"][0].update(status="error", exit_code=2, summary="no answer within 1800 s (killed)",
+                                            log=str(tmp_path / "lm.log"), root_causes=[], findings=[])
+    report["engines"].append({"engine": "mlx-vlm", "version": None, "loads_from": None, "parts": [],
+                              "error": "engine mlx-vlm@9.9: pip download failed"})
+    head = render_markdown(report).splitlines()[:40]
+    rows = [line for line in head if line.startswith("| ") and "root cause" not in line]
+    assert rows[0] == "| did not run (harness error or engine not loaded) | - | error | error |"
+    assert "No engine path differs" not in "\n".join(head)
+    summary = summarize(report)
+    broken = [d for d in summary["defects"] if d.kind == "error"]
+    assert [d.column for d in broken] == ["lmdeploy 0.18.0 `lmdeploy`", "mlx-vlm (not run)"]
+    assert "no answer within 1800 s" in broken[0].does and broken[0].where == f"log: `{tmp_path / 'lm.log'}`"
+    assert "pip download failed" in broken[1].does
+    empty = {"engines": [], "command": "kimi-oracle conformance"}
+    assert "No engine path differs" in render_markdown(empty) and "No engine path differs" in render_html(empty)
+
+
+def test_forty_lines_hold_sixteen_root_causes_and_their_defects(tmp_path):
+    report = _report(tmp_path)
+    rows = report["engines"][0]["parts"][0]["root_causes"]
+    rows += [{"root_cause": f"family-{k}", "mode_class": "RGB", "check": "pixel_mismatch", "max_levels": 100.0 - k,
+              "hits": 1} for k in range(12)]
+    head = render_markdown(report).splitlines()[:40]
+    listed = [line for line in head if line[:3].rstrip(". ").isdigit()]
+    assert len([line for line in head if line.startswith("| family-")]) == 12 and len(listed) == 16
+
+
+def test_timeouts_and_engine_bugs_are_not_refusals(tmp_path):
+    report = _report(tmp_path)
+    root = report["engines"][0]["loads_from"]
+    bug = _finding(tmp_path, "bug", f'Traceback:\n  File "{root}/lmdeploy/vl/model/kimi_k25.py", line 9, in f\n'
+                                    "    x = items[3]\n")
+    report["engines"][1]["parts"][0]["root_causes"] += [
+        {"root_cause": "crash(IndexError: list index out of range)", "mode_class": "-", "check": "crash", "hits": 2,
+         "repro": bug},
+        {"root_cause": "timeout[P](CallTimedOut)", "mode_class": "P", "check": "timeout", "hits": 1}]
+    names = {name for name, _, _ in summarize(report)["rows"]}
+    assert "crash: IndexError: list index out of range" in names  # the engine's own frame, but no raise
+    assert "timeout: timeout[P](CallTimedOut)" in names
 
 
 def test_each_defect_says_what_where_and_its_repro(tmp_path):

@@ -223,7 +223,8 @@ def _attribute_one(search: Search, i: int, expected: PreprocessResult | None, of
         outcome = _rows_of_another(search, i, target, mine, expected, offsets, act)
         if outcome is not None:
             return outcome
-        laid = batch_layout(search, i, target, offsets)  # (the batch's values in another axis order)
+        # (the batch's values in another axis order)
+        laid = batch_layout(search, i, target, offsets, Target(act.pixel_values, search.config))
         if laid is not None:
             where = locate(act.pixel_values[lo:hi], mine, search.decoded[i], search.plans[i], search.config, i)
             return _ImageOutcome(laid[0], target.summary(mine), laid[1], True, where.to_dict())

@@ -6,9 +6,9 @@ axes where a six-axis permutation was meant) gives rows that are neither one ima
 another order (`fitted.fit_patch_order`, per image) nor another image's rows (`rows-of-image-J`):
 each row holds values of several images. `batch_layout` measures the order from the data: the
 reference's rows of every image of the batch, as one tensor of axes (image, gy, py, gx, px, c),
-read in each of the 720 axis orders as (N, C, p, p) rows; the order that brings the most of image i's
-values within one level of the candidate's (at least half of them, and at least half of those the
-checkpoint's order leaves apart; the fewest axis swaps from the (B, C, H, W) tensor's own order among ties) is the finding's `patch-order/batch-axes-A,B,C,D,E,F` (the axes by
+read in each of the 720 axis orders as (N, C, p, p) rows; the order that brings the most of the
+batch's values within one level of the candidate's (more than any per-image order, at least half of them,
+and at least half of those the best per-image order leaves apart; the fewest axis swaps from the (B, C, H, W) tensor's own order among ties) is the finding's `patch-order/batch-axes-A,B,C,D,E,F` (the axes by
 name, outermost first), and the normalization variant that then makes them bit-identical, if any,
 its second step. What is left (another image's own defect, mixed into these rows) is the residual. The checkpoint's own order is `image,gy,gx,c,py,px`.
 """
@@ -32,6 +32,7 @@ CHECKPOINT_ORDER = ("image", "gy", "gx", "c", "py", "px")
 FAMILY = "patch-order"
 NORMALIZE = "normalize-float"
 PREFIX = "batch-axes-"
+MAX_VALUES = 1 << 18  # a batch of more values is not read in 720 orders (a tile-crossing case)
 IMAGE_PREFIX = "axes-"
 IMAGE_AXES = ("gy", "py", "gx", "px", "c")
 
@@ -77,9 +78,11 @@ def _near(rows: torch.Tensor, target: Target) -> int:
     return int((np.abs(levels_of(rows, target.config) - target.levels) < ONE_LEVEL).sum())
 
 
-def batch_layout(search: Any, i: int, target: Target, offsets: list[int]) -> tuple[list[Explained], LevelSummary] | None:
-    """(steps, what they leave) when image i's rows are the batch's values in another axis order
-    (every image the same plan), else None. Spends one reference run per image and value base."""
+def batch_layout(search: Any, i: int, target: Target, offsets: list[int],
+                 whole: Target) -> tuple[list[Explained], LevelSummary] | None:
+    """(steps, what they leave) when image i's rows (`target`) are the batch's values in another
+    axis order (every image the same plan; `whole`: the candidate's rows of the whole batch), else
+    None. Spends one reference run per image and value base."""
     n = len(offsets) - 1
     plans = search.plans
     if n < 2 or any((p.new_w + p.pad_w, p.new_h + p.pad_h) != (plans[0].new_w + plans[0].pad_w,
@@ -88,23 +91,28 @@ def batch_layout(search: Any, i: int, target: Target, offsets: list[int]) -> tup
     patch = search.config.patch_size
     gh, gw = (plans[0].new_h + plans[0].pad_h) // patch, (plans[0].new_w + plans[0].pad_w) // patch
     lo, hi = offsets[i], offsets[i + 1]
-    checkpoint = tuple(AXES.index(a) for a in CHECKPOINT_ORDER)
     base = search.base.replace(patchify=patches_chw)  # (a per-image order taken before: the rows as cut)
     try:
         canonical = _canonical([search.run(j, base) for j in range(n)], gh, gw, patch)
-        near = {}
-        for order in sorted(itertools.permutations(range(6)), key=_inversions):
-            near[order] = (_near(_read(canonical, order, patch)[lo:hi], target), order)
-        best = max((v for o, v in near.items() if o[0] != 0), key=lambda v: v[0])  # (first of a tie: fewest swaps)
-        # (the image axis outermost is a per-image order, fitted per image). Named when it brings
-        # more values within one level than the checkpoint's order and at least half of them: the
-        # other images' own defects (a palette resized its own way) stay in the residual.
-        # ... and fixes at least half of the values the checkpoint's order leaves over one level
-        # apart (a flat image's rows match in many orders: a near tie is no finding).
-        missed = target.levels.size - near[checkpoint][0]
-        if best[0] <= near[checkpoint][0] or 2 * best[0] < target.levels.size or 2 * (best[0] - near[checkpoint][0]) < missed:
+        if canonical.numel() > MAX_VALUES:  # (720 readings of the batch: small batches only)
             return None
-        order = best[1]
+        # Judged on the whole batch: one order of the batch tensor holds for every image's rows (a
+        # chance match of a few values of image i, which the other images' rows then contradict,
+        # is no finding).
+        near = {order: _near(_read(canonical, order, patch), whole)
+                for order in sorted(itertools.permutations(range(6)), key=_inversions)}
+        # The best order of each kind (the first of a tie: the fewest swaps): with the image axis
+        # outermost, a per-image order (the checkpoint's among them: fitted per image, not here).
+        best = max((o for o in near if o[0] != 0), key=lambda o: near[o])
+        own = max((o for o in near if o[0] == 0), key=lambda o: near[o])
+        missed = whole.levels.size - near[own]
+        # Named when it beats every per-image order, brings at least half of the values within one
+        # level, and mends at least half of those the best per-image order leaves apart (a flat
+        # image's rows match in many orders: a near tie is no finding). Other images' own defects
+        # (a palette resized its own way), mixed into these rows, stay in the residual.
+        if near[best] <= near[own] or 2 * near[best] < whole.levels.size or 2 * (near[best] - near[own]) < missed:
+            return None
+        order = best
         left = target.summary(_read(canonical, order, patch)[lo:hi])
         name = PREFIX + ",".join(AXES[a] for a in order)
         steps = [Explained(FAMILY, name, left.max_levels, left.mean_levels, left.total_levels, (), i)]

@@ -27,7 +27,8 @@ NEVER_KNOWN = tuple(k for k in FINDING_KINDS if k != PIXEL_MISMATCH)
 
 
 def never_known_kind(root_cause: str) -> str | None:
-    """The finding kind a row or entry name is a key of (`crash[RGB](ValueError)` -> `crash`),
+    """The finding kind a row or entry name is a key of (`crash(ValueError: ...)` or the older
+    `crash[RGB](ValueError)` -> `crash`),
     when that kind can never be known; None for a pixel root cause."""
     for kind in NEVER_KNOWN:
         if root_cause == kind or root_cause.startswith((kind + "[", kind + "(", kind + "<")):
