@@ -89,13 +89,15 @@ def _frames(finding_path: str | None) -> list[tuple[str, str, str, str]]:
         stats = json.loads((Path(finding_path) / "stats.json").read_text("utf-8")).get("stats") or {}
     except (OSError, ValueError, AttributeError):
         return []
-    lines = str(stats.get("traceback") or "").splitlines()
+    text = str(stats.get("traceback") or "")
+    lines = text.splitlines()
     out = []
-    for n, line in enumerate(lines):
-        m = re.match(r'\s*File "([^"]+)", line (\d+), in (\S+)', line)
+    for n, line in enumerate(lines):  # (Python's `line N, in f`; faulthandler's `line N in f`)
+        m = re.match(r'\s*File "([^"]+)", line (\d+),? in (\S+)', line)
         if m:
-            out.append((m.group(1), m.group(2), m.group(3), lines[n + 1].strip() if n + 1 < len(lines) else ""))
-    return out
+            code = lines[n + 1].strip() if n + 1 < len(lines) and not lines[n + 1].lstrip().startswith("File ") else ""
+            out.append((m.group(1), m.group(2), m.group(3), code))
+    return out[::-1] if "most recent call first" in text else out  # (innermost last)
 
 
 def _crash_row(key: str, finding_path: str | None, root: str | None) -> str:
@@ -119,7 +121,7 @@ def engine_frame(finding_path: str | None, root: str | None) -> str | None:
     found = None
     for file, line, function, code in _frames(finding_path):
         if file.startswith(root.rstrip("/") + "/"):
-            found = f"{file[len(root.rstrip('/')) + 1:]}:{line} {function}: `{code}`"
+            found = f"{file[len(root.rstrip('/')) + 1:]}:{line} {function}" + (f": `{code}`" if code else "")
     return found
 
 

@@ -169,3 +169,15 @@ def test_html_renders_in_headless_chromium(tmp_path):
     assert run.returncode == 0 and shot.is_file() and shot.stat().st_size > 10_000, run.stderr[-2000:]
     with Image.open(shot) as img:
         assert img.size == (1280, 1600) and len(img.convert("L").getcolors(1 << 16) or []) > 2  # not blank
+
+
+def test_a_dead_process_stack_names_the_engines_frame(tmp_path):
+    from kimi_oracle.workflows.conformance_summary import engine_frame
+
+    root = str(tmp_path / "tree")
+    stack = (f"Fatal Python error: Aborted\n\nCurrent thread 0x01 (most recent call first):\n"
+             f'  File "/site/numba/core.py", line 7 in run\n'
+             f'  File "{root}/vllm/transformers_utils/processors/kimi_k25_vision_fused.py", line 88 in preprocess\n'
+             f'  File "{root}/vllm/other.py", line 3 in outer\n')
+    found = _finding(tmp_path, "died", stack)
+    assert engine_frame(found, root) == "vllm/transformers_utils/processors/kimi_k25_vision_fused.py:88 preprocess"
