@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,8 @@ document.body.setAttribute('data-rendered',bad?('broken '+bad):'ok');});
 
 
 def _e(text: Any) -> str:
-    return html.escape(str(text if text is not None else "-"))
+    """Escaped text, Markdown's `code` spans as <code>."""
+    return re.sub(r"`([^`]*)`", r"<code>\1</code>", html.escape(str(text if text is not None else "-")))
 
 
 def _picture(path: str | None) -> str:

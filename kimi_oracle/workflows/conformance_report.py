@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from kimi_oracle.workflows.conformance_summary import ERROR, FAILURE, PIXEL, levels_text, modes_text, summarize
+from kimi_oracle.workflows.conformance_summary import (ERROR, EVIDENCE, FAILURE, PIXEL, levels_text, modes_text,
+                                                       summarize)
 
 
 def cell_text(cell: Any, kind: str) -> str:
     """`7.84e+03 lv · RGB, P` (pixels), `29 ex · RGB` (crashes, findings), `error` (did not run)."""
     if kind == ERROR:
         return "error"
-    levels = f"{levels_text(cell.max_levels)} lv" if kind == PIXEL else f"{cell.hits} ex"
+    unit = "cases" if kind == EVIDENCE else "ex"
+    levels = f"{levels_text(cell.max_levels)} lv" if kind == PIXEL else f"{cell.hits} {unit}"
     modes = modes_text(cell.modes)
     return f"{levels}" + (f" · {modes}" if modes else "")
 
