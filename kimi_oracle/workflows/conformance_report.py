@@ -79,7 +79,7 @@ def defect_paragraphs(summary: dict[str, Any]) -> list[str]:
     for n, d in enumerate(summary["defects"], 1):
         out += [f'<a id="defect-{n}"></a>', f"### {n}. {d.column}: {_cell(d.row)}", "",
                 f"{defect_label(d)}, mode classes {modes_text(d.cell.modes, 40) or '-'}. "
-                f"**The engine:** {_cell(d.does)}. **The checkpoint:** {_cell(d.checkpoint)}. "
+                f"**The engine:** {_cell(d.does.rstrip('. '))}. **The checkpoint:** {_cell(d.checkpoint.rstrip('. '))}. "
                 f"**Where:** {_cell(d.where)}. **Repro:** `{d.cell.repro or '-'}`.", ""]
     return out
 

@@ -148,8 +148,8 @@ def _part_rows(entry: dict[str, Any], part: dict[str, Any], rows: dict, sub: dic
             modes = [r.get("mode_class")] + [m for f in own if kind == FAILURE for m in f.get("mode_classes") or []]
             cell.add(r.get("max_levels"), modes, r.get("hits"), r.get("repro"), r.get("picture"))
             cell.variants.update(v for f in own for v in f.get("variants") or [] if v.split("/")[0] == cause)
-            if kind == FAILURE and own:
-                cell.message = str(own[0].get("message") or "")
+            if kind != PIXEL:
+                cell.message = str((own[0].get("message") if own else None) or r.get("message") or "")
         return
     if part["part"] == "image-goldens":
         differing = part.get("differing_by_mode") or {}
