@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 
 from kimi_oracle.core.files import atomic_write_many, to_json
 from kimi_oracle.core.files import versions as core_versions
-from kimi_oracle.workflows.bench import ROOFLINE_DEVICES, peak_bandwidth, roofline
+from kimi_oracle.workflows.bench import ROOFLINE_DEVICES, roofline
+from kimi_oracle.workflows.device_floors import (copy_floors, is_tail_without_resampling, nominal_peak, shares,
+                                                 target_lines, targets)
 
 if TYPE_CHECKING:
     from kimi_oracle.core.config import PreprocessConfig
@@ -163,15 +165,34 @@ def compared(got: "PreprocessResult", exp: "PreprocessResult") -> dict:
             "got_grids": got.grid_thws.tolist()[:4], "expected_grids": exp.grid_thws.tolist()[:4]}
 
 
+OUT_DTYPES = ("fp32", "bf16")  # every benchmark input is timed with both output types
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return torch.bfloat16 if name == "bf16" else torch.float32
+
+
 def benchmarks(results: dict) -> None:
     """Device time from the planes on the device to the finished output, per input and per
-    launch, read as a share of the roofline floor on this device; vs the eager path."""
+    launch, float32 and bfloat16 output, read as a share of the device's nominal peak and of what
+    it sustains for a copy of the same bytes (`device_floors`), with the targets; vs the eager path."""
     import torch
 
     name = torch.cuda.get_device_name(0)
-    peak = peak_bandwidth(name)
-    rows = [_benchmark_row(label, imgs, cfg, peak) for label, (imgs, cfg) in benchmark_cases().items()]
-    results["benchmarks"] = {"device": name, "hbm_peak_Bps": peak, "rows": rows}
+    entry, peak = nominal_peak(name)
+    floors: dict[int, dict] = {}
+
+    def floor(nbytes: int) -> dict:
+        if nbytes not in floors:
+            floors[nbytes] = copy_floors(nbytes, _time_cuda)
+        return floors[nbytes]
+
+    rows = [_benchmark_row(label, imgs, cfg, peak, dtype, floor)
+            for label, (imgs, cfg) in benchmark_cases().items() for dtype in OUT_DTYPES]
+    results["benchmarks"] = {"device": name, "hbm_peak_Bps": peak, "nominal_entry": entry, "rows": rows,
+                             "targets": targets(rows)}
 
 
 def benchmark_cases() -> dict[str, tuple[list, "PreprocessConfig"]]:
@@ -197,15 +218,34 @@ def _benchmark_inputs() -> dict[str, list]:
     }
 
 
-def _benchmark_row(label: str, imgs: list, cfg: PreprocessConfig, peak: float | None) -> dict:
-    """One input's figures: host work, device time of all launches and of each, vs the eager path."""
+def resampled(roof: dict) -> bool:
+    """Whether a benchmark input's launches resample (a pass, or a tail that fetches by taps)."""
+    return any(r["kernel"] == "resample_pass_kernel" or (r["kernel"] == "tail_kernel" and not
+               is_tail_without_resampling(r)) for r in roof["launches"])
+
+
+def _eager_s(imgs: list, cfg: PreprocessConfig) -> float:
+    """Device time of the eager path (`pipelines.eager`) on the same input, from device tensors."""
+    from kimi_oracle.pipelines import eager
+
+    tens, plans, alphas = eager.host_tensors(imgs, cfg)
+    tens = [x.cuda() for x in tens]
+    return _time_cuda(lambda: eager.from_tensors(tens, plans, alphas, cfg), iters=10)
+
+
+def _benchmark_row(label: str, imgs: list, cfg: PreprocessConfig, peak: float | None, dtype: str = "fp32",
+                   floor=None) -> dict:
+    """One input's figures for one output type: host work, device time of all launches and of
+    each (shares of the nominal peak and of the measured copy floor, `floor(nbytes)`), vs the
+    eager path (float32 only)."""
     import torch
 
-    from kimi_oracle.pipelines import eager, reference
+    from kimi_oracle.pipelines import reference
     from kimi_oracle.pipelines.gpu.pipeline import prepare_launches
 
+    out_dtype = _torch_dtype(dtype)
     t = time.perf_counter()
-    launches, stats, finish = prepare_launches(imgs, cfg, device="cuda")
+    launches, stats, finish = prepare_launches(imgs, cfg, device="cuda", out_dtype=out_dtype)
     torch.cuda.synchronize()
     host_and_h2d = time.perf_counter() - t
 
@@ -214,22 +254,27 @@ def _benchmark_row(label: str, imgs: list, cfg: PreprocessConfig, peak: float | 
             fn()
 
     dev_s = _time_cuda(run)
-    roof = roofline(imgs, cfg)
+    roof = roofline(imgs, cfg, out_dtype)
     per_launch = []
     for launch, planned in zip(launches, roof["launches"]):
         launch_s = _time_cuda(launch)
         per_launch.append({**planned, "device_s": launch_s,
                            "share_of_floor": (planned["bytes"] / peak / launch_s) if peak else None,
+                           "shares": shares(planned["bytes"], launch_s, peak, floor(planned["bytes"])) if floor else None,
                            "on_device": _launch_registers(launch)})
     # What was timed is checked: the launches' output (after all the timed runs) against the
-    # reference, byte for byte (a benchmark of wrong work is reported as such).
-    exact = compared(finish(), reference.preprocess(imgs, cfg))["exact"]
+    # reference (cast by Tensor.to for bfloat16), byte for byte (a benchmark of wrong work is
+    # reported as such).
+    expected = reference.preprocess(imgs, cfg)
+    expected = dataclasses.replace(expected, pixel_values=expected.pixel_values.to(out_dtype))
+    exact = compared(finish(), expected)["exact"]
     useful = stats["source_bytes"] + stats["output_bytes"]
-    tens, plans, alphas = eager.host_tensors(imgs, cfg)
-    tens = [x.cuda() for x in tens]
-    eager_s = _time_cuda(lambda: eager.from_tensors(tens, plans, alphas, cfg), iters=10)
+    eager_s = _eager_s(imgs, cfg) if dtype == "fp32" else None
     return {
         "input": label,
+        "out_dtype": dtype,
+        "resampled": resampled(roof),
+        "shares": shares(roof["bytes"], dev_s, peak, floor(roof["bytes"])) if floor else None,
         "exact": exact,
         "launches": stats["launches"],
         "host_prep_and_upload_s": round(host_and_h2d, 4),
@@ -244,7 +289,7 @@ def _benchmark_row(label: str, imgs: list, cfg: PreprocessConfig, peak: float | 
         "pct_of_hbm_peak": (100.0 * roof["bytes"] / dev_s / peak) if peak else None,
         "per_launch": per_launch,
         "eager_device_s": eager_s,
-        "speedup_vs_eager": eager_s / dev_s,
+        "speedup_vs_eager": (eager_s / dev_s) if eager_s else None,
     }
 
 
@@ -268,6 +313,44 @@ def aot_build(results: dict, outdir: Path) -> None:
     }
 
 
+def _pct(value) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f} %"
+
+
+def _benchmark_lines(bm: dict | None) -> list[str]:
+    """The benchmarks' tables (per input and output type, per launch) and the targets."""
+    if not bm:
+        return []
+    floors = " | ".join(f"{d} floor µs" for d, _ in ROOFLINE_DEVICES)
+    lines = ["", f"## Benchmarks on {bm['device']}", "",
+             "Roofline: bytes each launch must move (sources read once, outputs written once); share of "
+             f"floor = (bytes / this device's nominal peak, {bm.get('nominal_entry') or 'unknown'}: "
+             f"{(bm.get('hbm_peak_Bps') or 0) / 1e12:.3g} TB/s) / measured device time; share of copy = the "
+             "time this device takes to copy the same bytes (torch, Triton: the faster) / measured time.", "",
+             f"| input | out | launches | host+H2D s | device s | roofline MB | {floors} | share of floor | share of copy "
+             "| eager s | speedup | output exact |",
+             "|---|---|---|---|---|---|" + "---|" * len(ROOFLINE_DEVICES) + "---|---|---|---|---|"]
+    for r in bm["rows"]:
+        fl = " | ".join(f"{r['floor_s'][d] * 1e6:.1f}" for d, _ in ROOFLINE_DEVICES)
+        eager = "-" if r.get("eager_device_s") is None else f"{r['eager_device_s']:.6f}"
+        speed = "-" if r.get("speedup_vs_eager") is None else f"{r['speedup_vs_eager']:.1f}x"
+        lines.append(f"| {r['input']} | {r.get('out_dtype', 'fp32')} | {r['launches']} | {r['host_prep_and_upload_s']:.4f} | "
+                     f"{r['device_s']:.6f} | {r['roofline_bytes'] / 1e6:.1f} | {fl} | {_pct(r['share_of_floor'])} | "
+                     f"{_pct((r.get('shares') or {}).get('of_copy_floor'))} | {eager} | {speed} | {r.get('exact', '?')} |")
+    lines += ["", "Per launch:", "", "| input | out | launch | MB | device µs | share of floor | share of torch copy | "
+              "share of Triton copy | registers / spills on device |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in bm["rows"]:
+        for launch in r["per_launch"]:
+            dev, sh = launch.get("on_device") or {}, launch.get("shares") or {}
+            lines.append(f"| {r['input']} | {r.get('out_dtype', 'fp32')} | {launch['kernel']} [{launch['specialization']}] | "
+                         f"{launch['bytes'] / 1e6:.1f} | {launch['device_s'] * 1e6:.1f} | {_pct(launch['share_of_floor'])} | "
+                         f"{_pct(sh.get('of_torch_copy'))} | {_pct(sh.get('of_triton_copy'))} | "
+                         f"{dev.get('registers', '?')} / {dev.get('spills', '?')} |")
+    if "targets" in bm:
+        lines += ["", "Targets (issue 44):", "", *target_lines(bm["targets"])]
+    return lines
+
+
 def write(results: dict, outdir: Path) -> None:
     """device_check.json and device_check.md, written together (never half-written)."""
     outdir.mkdir(parents=True, exist_ok=True)
@@ -281,28 +364,14 @@ def write(results: dict, outdir: Path) -> None:
                   f"- failures: {len(ex['failures'])}"]
         for f in ex["failures"][:30]:
             lines.append(f"  - {f['case']} [{f['config']}]: grid_equal={f['grid_equal']} differing={f['differing_values']} {f['error'] or ''}")
-    bm = results.get("benchmarks")
-    if bm:
-        floors = " | ".join(f"{d} floor µs" for d, _ in ROOFLINE_DEVICES)
-        lines += ["", f"## Benchmarks on {bm['device']}", "",
-                  "Roofline: bytes each launch must move (sources read once, outputs written once); "
-                  "share of floor = (bytes / this device's peak) / measured device time.", "",
-                  f"| input | launches | host+H2D s | device s | roofline MB | {floors} | share of floor | eager s | speedup | output exact |",
-                  "|---|---|---|---|---|" + "---|" * len(ROOFLINE_DEVICES) + "---|---|---|---|"]
-        for r in bm["rows"]:
-            share = "n/a" if r["share_of_floor"] is None else f"{100 * r['share_of_floor']:.1f} %"
-            fl = " | ".join(f"{r['floor_s'][d] * 1e6:.1f}" for d, _ in ROOFLINE_DEVICES)
-            lines.append(f"| {r['input']} | {r['launches']} | {r['host_prep_and_upload_s']:.4f} | {r['device_s']:.6f} | "
-                         f"{r['roofline_bytes'] / 1e6:.1f} | {fl} | {share} | {r['eager_device_s']:.6f} | {r['speedup_vs_eager']:.1f}x | "
-                         f"{r.get('exact', '?')} |")
-        lines += ["", "Per launch:", "", "| input | launch | MB | device µs | share of floor | registers / spills on device |",
-                  "|---|---|---|---|---|---|"]
-        for r in bm["rows"]:
-            for launch in r["per_launch"]:
-                share = "n/a" if launch["share_of_floor"] is None else f"{100 * launch['share_of_floor']:.1f} %"
-                dev = launch.get("on_device") or {}
-                lines.append(f"| {r['input']} | {launch['kernel']} [{launch['specialization']}] | {launch['bytes'] / 1e6:.1f} | "
-                             f"{launch['device_s'] * 1e6:.1f} | {share} | {dev.get('registers', '?')} / {dev.get('spills', '?')} |")
+    lines += _benchmark_lines(results.get("benchmarks"))
+    ts = results.get("tile_sweep")
+    if ts:
+        lines += ["", "## Tile sweep (short form)", "", "| tiles | " + " | ".join(ts["inputs"]) + " | exact |",
+                  "|---|" + "---|" * len(ts["inputs"]) + "---|"]
+        for c in ts["candidates"]:
+            lines.append(f"| {c['label']} | " + " | ".join(f"{c['device_s'][k] * 1e6:.1f} µs" for k in ts["inputs"])
+                         + f" | {c['exact']} |")
     b = results.get("build")
     if b:
         lines += ["", f"## Ahead-of-time build for {b['arch']}", ""]
@@ -318,9 +387,32 @@ def write(results: dict, outdir: Path) -> None:
                        outdir / "device_check.md": "\n".join(lines) + "\n"})
 
 
+SHORT_SWEEP_INPUTS = 2  # the tile sweep's short form: the first benchmark inputs ...
+SHORT_SWEEP_CANDIDATES = 3  # ... under the first candidates (`tile_sweep.CANDIDATES`)
+
+
+def tile_sweep_short(results: dict) -> None:
+    """The tile sweep's short form: a few candidate tiles on the first benchmark inputs, each
+    launch timed, each output compared with the reference (`workflows.tile_sweep`)."""
+    from kimi_oracle.pipelines import reference
+    from kimi_oracle.workflows import tile_sweep
+
+    inputs = dict(list(benchmark_cases().items())[:SHORT_SWEEP_INPUTS])
+    expected = {label: reference.preprocess(imgs, cfg) for label, (imgs, cfg) in inputs.items()}
+    measured = [tile_sweep._measure(tiles, inputs, expected)
+                for tiles in tile_sweep.candidates()[:SHORT_SWEEP_CANDIDATES]]
+    results["tile_sweep"] = {"inputs": list(inputs), "candidates": [
+        {"label": m["label"], "device_s": {k: v["device_s"] for k, v in m["inputs"].items()},
+         "exact": all(v["exact"] for v in m["inputs"].values())} for m in measured]}
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--dry-run"] and len(argv) == 2:
+        from kimi_oracle.workflows.device_dry_run import dry_run
+
+        return dry_run(Path(argv[1]))
     if len(argv) != 1:
-        print("usage: python -m kimi_oracle.workflows.device_check RESULTS_DIR", file=sys.stderr)
+        print("usage: python -m kimi_oracle.workflows.device_check [--dry-run] RESULTS_DIR", file=sys.stderr)
         return 2
     outdir = Path(argv[0])
     results: dict = {"versions": versions()}
@@ -330,7 +422,7 @@ def main(argv: list[str]) -> int:
         return 3
     import traceback
 
-    steps = (exactness, benchmarks, lambda res: aot_build(res, outdir))
+    steps = (exactness, benchmarks, tile_sweep_short, lambda res: aot_build(res, outdir))
     for step in steps:
         try:
             step(results)
@@ -352,8 +444,9 @@ def passed(results: dict) -> bool:
     """The check's verdict: every image and batch exact, every benchmark's timed output exact,
     the build without failures."""
     rows = results.get("benchmarks", {}).get("rows", [])
+    sweep = results.get("tile_sweep", {}).get("candidates", [])
     return (exact_everywhere(results["exactness"]) and all(r.get("exact") is True for r in rows)
-            and not results["build"].get("failures"))
+            and all(c["exact"] for c in sweep) and not results["build"].get("failures"))
 
 
 if __name__ == "__main__":

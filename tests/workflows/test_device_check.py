@@ -32,7 +32,7 @@ def test_report_reads_benchmarks_against_the_floor(tmp_path):
                          "lowest_occupancy": 0.5}}
     device_check.write(results, tmp_path)
     md = (tmp_path / "device_check.md").read_text()
-    assert "| one | 1 | 0.0100 | 0.000004 | 4.8 | 1.0 | 2.4 | 25.0 % | 0.000100 | 25.0x | False |" in md
-    assert "| 50.0 % | 32 / 0 |" in md
+    assert "| one | fp32 | 1 | 0.0100 | 0.000004 | 4.8 | 1.0 | 2.4 | 25.0 % | n/a | 0.000100 | 25.0x | False |" in md
+    assert "| 50.0 % | n/a | n/a | 32 / 0 |" in md
     assert "Ahead-of-time build for sm_90" in md
     assert json.loads((tmp_path / "device_check.json").read_text())["build"]["registers"] == [28, 55]

@@ -11,7 +11,8 @@ the compile runs in a child process with `TRITON_INTERPRET` removed and a fresh 
 whatever the caller's environment, so every kernel is really compiled.
 
 Writes `build.json` (a list of records: kernel, specialization, arch, registers,
-spilled_bytes, shared_bytes, ptx_bytes, plus num_warps, threads, occupancy and error) and
+spilled_bytes, shared_bytes, ptx_bytes, loads (the PTX's global loads: vector, scalar, widest
+bits, by form; `load_census`), plus num_warps, threads, occupancy and error) and
 `build.md` (the same as a table, with theoretical occupancy).
 """
 
@@ -171,6 +172,30 @@ _PTXAS = {
 }
 
 
+# A global load in PTX: `ld.global[.qualifiers][.v2|.v4].TYPE` (TYPE's bits: b8 .. b64, f32, ...).
+_LOAD = re.compile(r"\bld\.global((?:\.[A-Za-z0-9_:]+?)*?)(?:\.(v2|v4|v8))?\.([busf])(8|16|32|64)\b")
+
+
+def load_census(ptx: str) -> dict[str, Any]:
+    """The kernel's global loads by form: how many are vector loads (`.v2` / `.v4`, or one
+    128-bit access), how many scalar, and by width (`u8`, `b32`, `v4.b32`, ...), and the widest
+    access in bits. Issue 44: the hot loads of the tail and the pass kernels are to be vector
+    loads; a regression to scalar byte loads shows here."""
+    forms: dict[str, int] = {}
+    vector = scalar = widest = 0
+    for _, vec, kind, bits in _LOAD.findall(ptx):
+        lanes = {"v2": 2, "v4": 4, "v8": 8}.get(vec, 1)
+        width = lanes * int(bits)
+        name = (f"{vec}." if vec else "") + kind + bits
+        forms[name] = forms.get(name, 0) + 1
+        widest = max(widest, width)
+        if lanes > 1 or width >= 128:
+            vector += 1
+        else:
+            scalar += 1
+    return {"vector": vector, "scalar": scalar, "widest_bits": widest, "forms": dict(sorted(forms.items()))}
+
+
 def compile_launch(launch, arch: str) -> dict[str, Any]:
     """Compile one launch for `arch`; the build record (error set when it fails)."""
     import triton
@@ -207,6 +232,7 @@ def compile_launch(launch, arch: str) -> dict[str, Any]:
     ptx = compiled.asm["ptx"]
     record["ptx_bytes"] = len(ptx.encode())
     record["ptx_target"] = (re.search(r"^\.target\s+(\S+)", ptx, re.M) or [None, None])[1]
+    record["loads"] = load_census(ptx)
     record.update(occupancy(arch, record["registers"], record["num_warps"], record["shared_bytes"]))
     return record
 
@@ -274,17 +300,19 @@ def render_markdown(records: Sequence[dict[str, Any]]) -> str:
         rows = [r for r in records if r["arch"] == arch]
         lines += [f"## {arch}", "",
                   "| kernel | specialization | registers | spilled bytes | shared bytes | warps | "
-                  "blocks/SM | occupancy | PTX bytes |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "blocks/SM | occupancy | PTX bytes | global loads vector / scalar (widest) |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             if r.get("error"):
                 lines.append(f"| {r['kernel']} | {r['specialization']} | compile error: "
-                             f"{r['error'].splitlines()[0][:120]} | | | | | | |")
+                             f"{r['error'].splitlines()[0][:120]} | | | | | | | |")
                 continue
+            loads = r.get("loads") or {}
             lines.append(f"| {r['kernel']} | {r['specialization']} | {r['registers']} | "
                          f"{r['spilled_bytes']} | {r['shared_bytes']} | {r['num_warps']} | "
                          f"{r['blocks_per_sm']} ({r['limited_by']}) | {100 * r['occupancy']:.1f} % | "
-                         f"{r['ptx_bytes']} |")
+                         f"{r['ptx_bytes']} | {loads.get('vector', '?')} / {loads.get('scalar', '?')} "
+                         f"({loads.get('widest_bits', '?')} bits) |")
         ok = [r for r in rows if not r.get("error")]
         if ok:
             regs = [r["registers"] for r in ok]

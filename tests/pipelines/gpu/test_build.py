@@ -48,6 +48,26 @@ def test_every_specialization_compiles_for_sm_90_without_spills(sm90):
     md = (out / "build.md").read_text()
     assert "## sm_90" in md and "PASS" in md and md.count("| tail_kernel |") == 56
     assert all(r["occupancy"] >= 0.5 for r in records)
+    # every kernel loads from global memory: the census of its PTX loads is recorded and shown
+    assert all(r["loads"]["vector"] + r["loads"]["scalar"] > 0 and r["loads"]["widest_bits"] >= 8 for r in records)
+    assert "global loads vector / scalar (widest)" in md
+
+
+def test_the_load_census_counts_vector_and_scalar_loads_by_form():
+    ptx = """
+        ld.global.u8 %rs1, [%rd1];
+        ld.global.nc.u8 %rs2, [%rd2+1];
+        @%p1 ld.global.b32 { %r1 }, [ %rd3 + 0 ];
+        ld.global.v4.b32 { %r2, %r3, %r4, %r5 }, [ %rd4 + 0 ];
+        ld.global.L1::evict_last.v2.b32 { %r6, %r7 }, [ %rd5 ];
+        ld.shared.u8 %rs3, [%r8];
+        st.global.v4.b32 [%rd6], { %r2, %r3, %r4, %r5 };
+    """
+    got = build.load_census(ptx)
+    # by hand: 2 byte loads and a 32-bit one are scalar; v4.b32 (128 bits) and v2.b32 are vector;
+    # the shared load and the store are no global loads
+    assert got == {"vector": 2, "scalar": 3, "widest_bits": 128,
+                   "forms": {"b32": 1, "u8": 2, "v2.b32": 1, "v4.b32": 1}}
 
 
 def test_the_build_covers_every_launch_of_the_test_zoo(sm90):
