@@ -6,6 +6,7 @@ import math
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -79,6 +80,34 @@ def isolation_options(func):
         help="Longest one call of the candidate may take; a call that takes longer is a timeout "
              "finding (its process is killed and restarted).")(func)
     return func
+
+
+def oracle_options(func):
+    """Add `--oracle reference|gpu` and `--oracle-check-share` (`oracle.gpu_oracle`)."""
+    func = click.option(
+        "--oracle-check-share", "oracle_check_share", type=click.FloatRange(0.0, 1.0), default=0.05,
+        show_default=True, help="With --oracle gpu: the share of examples the CPU reference recomputes (it "
+                                "also recomputes every failure before it is reported).")(func)
+    return click.option(
+        "--oracle", "oracle_name", type=click.Choice(["reference", "gpu"]), default="reference", show_default=True,
+        help="Where the expected outputs come from: the CPU reference, or (on a CUDA machine) the project's GPU "
+             "pipeline, checked by the reference on a sample and on every failure; a disagreement is an "
+             "oracle_disagreement finding and the run falls back to the reference.")(func)
+
+
+def make_oracle(name: str, check_share: float, seed: int | None) -> Any:
+    """The `FuzzOptions.oracle` of `--oracle NAME` (None: the reference); KimiOracleError (exit 2,
+    one line) for `gpu` without a CUDA device."""
+    if name == "reference":
+        return None
+    if not cuda_visible():
+        from kimi_oracle.core.errors import KimiOracleError
+
+        raise KimiOracleError("--oracle gpu needs a CUDA device (none is visible to torch here); "
+                              "use --oracle reference")
+    from kimi_oracle.oracle.gpu_oracle import GpuOracle
+
+    return GpuOracle(check_share=check_share, seed=seed or 0, device="cuda")
 
 
 def interpret_option(func):

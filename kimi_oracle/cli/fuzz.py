@@ -11,6 +11,8 @@ import click
 from kimi_oracle.cli.check import IMAGE_SUFFIXES
 from kimi_oracle.cli.common import (
     interpret_option,
+    make_oracle,
+    oracle_options,
     check_outputs,
     out_dir_callback,
     isolation_options,
@@ -106,16 +108,18 @@ from kimi_oracle.oracle.kinds import FINDING_KINDS, failing
                    "all examples).")
 @input_form_option
 @interpret_option
+@oracle_options
 @isolation_options
 @video_options
-def fuzz_cmd(candidate_spec: str | None, planner_spec: str | None, planner_sizes: int | None,
-             profile: str | None, config_path: Path | None, examples: int | None,
-             budget: str | None, hypothesis_profile: str, seed: int | None, tolerance: str,
+def fuzz_cmd(candidate_spec: str | None, planner_spec: str | None, planner_sizes: int | None, profile: str | None,
+             config_path: Path | None, examples: int | None, budget: str | None, hypothesis_profile: str,
+             seed: int | None, tolerance: str,
              assume: tuple[tuple[str, str], ...], strict: bool, fixed_config: bool, out_dir: Path,
              db_dir: Path | None, json_path: Path | None, junit_path: Path | None, max_images: int, max_side: int, modes: str | None, no_invariance: bool,
              photo_sizes: int, no_shrink: bool, group_by: str, stop_early: bool, input_form: str | None, interpret: bool | None,
-             case_timeout: float, memory_limit_mb: int | None, engine_spec: str | None = None,
-             mixed_configs: bool = False, pixels: bool = False, markdown_path: Path | None = None) -> int:
+             case_timeout: float, memory_limit_mb: int | None, oracle_name: str = "reference", oracle_check_share: float = 0.05,
+             engine_spec: str | None = None, mixed_configs: bool = False, pixels: bool = False,
+             markdown_path: Path | None = None) -> int:
     """Differential fuzzing of a candidate against the reference; findings written under --out.
 
     The candidate runs in a separate process: its crash, exit, hang or memory exhaustion is a
@@ -141,9 +145,9 @@ def fuzz_cmd(candidate_spec: str | None, planner_spec: str | None, planner_sizes
         setup_interpret(interpret)
         return _planner_only(planner_spec, planner_sizes, config, seed, fixed_config, json_path, junit_path,
                              case_timeout, parse_duration(budget) if budget else None)
-    budget_s = parse_duration(budget) if budget else None
-    mode_list = _parse_modes(modes)
+    budget_s, mode_list = (parse_duration(budget) if budget else None), _parse_modes(modes)
     # Here, after the usage checks: a usage error or a bad config imports no torch.
+    oracle = make_oracle(oracle_name, oracle_check_share, seed)  # (--oracle gpu without CUDA: one line, exit 2)
     setup_interpret(interpret)
     from kimi_oracle.fuzzers.fuzzing import FuzzOptions
 
@@ -153,9 +157,8 @@ def fuzz_cmd(candidate_spec: str | None, planner_spec: str | None, planner_sizes
         photo_examples=photo_sizes,
         shrink=not no_shrink, hypothesis_profile=hypothesis_profile, split_by_mode=group_by == "mode",
         keep_searching=not stop_early, db_dir=db_dir if db_dir is not None else out_dir / "hypothesis-db",
-        assume=assume)
-    started = time.monotonic()
-    candidate = open_with_form(candidate_spec, case_timeout, memory_limit_mb, input_form, budget_s)
+        assume=assume, oracle=oracle)
+    started, candidate = time.monotonic(), open_with_form(candidate_spec, case_timeout, memory_limit_mb, input_form, budget_s)
     with candidate:
         run = _fuzz_with_progress(candidate, config, options, out_dir, budget_s, examples, started)
     summary = run.summary()
@@ -165,7 +168,7 @@ def fuzz_cmd(candidate_spec: str | None, planner_spec: str | None, planner_sizes
                                         budget_s, started)
         summary["planner"] = planner_report.to_dict()
     summary["strict"] = strict
-    write_outputs(summary, run.findings, FINDING_KINDS, "kimi-oracle fuzz", json_path, junit_path, run.elapsed_s)
+    write_outputs(summary, run.findings, _kinds(summary), "kimi-oracle fuzz", json_path, junit_path, run.elapsed_s)
     _print_fuzz_run(run, summary, planner_report, candidate.spec, config, tolerance, fixed_config, strict, out_dir)
     return _fuzz_exit_code(run, strict, planner_report)
 
@@ -252,12 +255,25 @@ def _print_fuzz_run(run: Any, summary: dict[str, Any], planner_report: Any, spec
         if search.get("ratio") is not None:
             footer += (f"; in the search alone: {search['oracle_ms_per_example']:.2f} ms and "
                        f"{search['candidate_ms_per_example']:.2f} ms (ratio {search['ratio']:.2f})")
+    oracle = summary.get("oracle") or {}
+    if oracle.get("oracle") == "gpu":
+        footer += (f"; oracle: the GPU pipeline ({oracle['served']} served, {oracle['checked']} recomputed by the "
+                   f"reference, {oracle['disagreements']} disagreement(s)"
+                   + (", fell back to the reference)" if oracle["fell_back"] else ")"))
     print_findings_table(f"kimi-oracle fuzz: {spec} vs reference ({config.describe()}, "
                          f"tolerance {tolerance}, config variation {'off' if fixed_config else 'on'})",
-                         run.findings, FINDING_KINDS, run.first_found, footer, strict)
+                         run.findings, _kinds(summary), run.first_found, footer, strict)
     print_pipeline(summary)
     if planner_report is not None:
         _print_planner(planner_report)
+
+
+def _kinds(summary: dict[str, Any]) -> tuple[str, ...]:
+    """The checks a fuzz run lists: every finding kind, and with --oracle gpu the oracle's own."""
+    from kimi_oracle.oracle.kinds import ORACLE_DISAGREEMENT
+
+    gpu = (summary.get("oracle") or {}).get("oracle") == "gpu"
+    return tuple(FINDING_KINDS) + ((ORACLE_DISAGREEMENT,) if gpu else ())
 
 
 def _fuzz_exit_code(run: Any, strict: bool, planner_report: Any) -> int:

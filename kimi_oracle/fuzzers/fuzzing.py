@@ -163,12 +163,33 @@ def _fuzz(candidate: Candidate | str, config: PreprocessConfig, options: FuzzOpt
     run.cpu = cpu_report(_own_cpu_s() - cpu0[0], None if cpu0[1] is None else candidate.cpu_s - cpu0[1],
                          run.examples)
     run.cpu["search"] = getattr(run, "search_cpu", None)
+    if options.oracle is not None:
+        run.findings += disagreement_findings(options.oracle, run, out_dir)
     if abort is not None:
         raise abort.error from None
     if partner is not None:
         partner.run.search_s, partner.run.elapsed_s, partner.run.stopped = run.search_s, run.elapsed_s, run.stopped
         return run, partner.run
     return run
+
+
+def disagreement_findings(oracle: Any, run: FuzzRun, out_dir: str | Path | None) -> list[Finding]:
+    """`--oracle gpu`: each disagreement between the GPU pipeline and the reference as a finding
+    against the project (check `oracle_disagreement`), its folder written under `out_dir`."""
+    from kimi_oracle.oracle.gpu_oracle import ORACLE_DISAGREEMENT, PROJECT
+    from kimi_oracle.results.finding_files import write_finding
+
+    out = []
+    for d in oracle.disagreements:
+        finding = Finding(check=ORACLE_DISAGREEMENT, candidate=PROJECT, config=d.config, images=d.images,
+                          params=[None] * len(d.images), tolerance="exact", seed=run.seed, example=run.examples,
+                          message=f"the GPU pipeline and the reference disagree ({d.why}): {d.message}; the run "
+                                  "fell back to the reference", stats={"why": d.why}, expected=d.reference,
+                          actual=d.gpu, key=ORACLE_DISAGREEMENT)
+        if out_dir is not None:
+            finding.path = write_finding(out_dir, finding)
+        out.append(finding)
+    return out
 
 
 def _own_cpu_s() -> float:

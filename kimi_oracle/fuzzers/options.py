@@ -106,6 +106,9 @@ class FuzzOptions:
     # their levels only, `attribution: {"deferred": ...}`); None: every reported finding is
     # diagnosed (the gate's absolute verdict reads their root causes).
     diagnosis_share: float | None = DIAGNOSIS_SHARE
+    # `--oracle gpu`: an `oracle.gpu_oracle.GpuOracle` giving the expected results (a share of
+    # them and every failure recomputed by the reference); None: the reference computes them all.
+    oracle: Any = None
     # (family, variant) pairs of the diagnosis catalogue the reference is taken with (`--assume`):
     # the candidate is compared with the reference with those variants applied.
     assume: tuple[tuple[str, str], ...] = ()
@@ -206,6 +209,8 @@ class FuzzRun:
             "pipeline": dict(profile.pipeline),
             **profile.to_dict(),
             "findings": [finding_summary(f) for f in self.findings],
+            "oracle": (self.options.oracle.summary() if self.options.oracle is not None
+                       else {"oracle": "reference"}),
             "versions": versions(),
         }
 

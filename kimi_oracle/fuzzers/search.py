@@ -131,10 +131,18 @@ class _Engine(_Budget, _Shrinking, _Settling, _Peeling):
         run.calls += 1
         if shrinking:
             run.shrink_calls += 1
+        oracle = self.options.oracle
+        steps = self.steps_for(config, after)
+        if oracle is not None and expected is None and same_as is None:
+            expected = oracle.expected(images, config, steps)  # (--oracle gpu; None: the reference's)
         try:
             verdict = evaluate(self.candidate, images, config, self.tol, invariance=invariance, call=call,
-                               expected=expected, same_as=same_as, brief=brief,
-                               steps=self.steps_for(config, after))
+                               expected=expected, same_as=same_as, brief=brief, steps=steps)
+            if oracle is not None and not verdict.ok:
+                checked = oracle.confirm(images, config, expected)  # every failure, by the reference
+                if checked is not None:  # (the GPU pipeline was wrong here: judged again, fallen back)
+                    verdict = evaluate(self.candidate, images, config, self.tol, invariance=invariance,
+                                       expected=checked, brief=brief, steps=steps)
         except Rejected:
             if not shrinking:
                 run.rejected += 1

@@ -24,10 +24,14 @@ ACCEPTS_INVALID = "accepts_invalid"
 CHECKS = (GRID_MISMATCH, FEATURE_LENGTH, SHAPE_DTYPE, PIXEL_MISMATCH)
 # Every kind of finding (the nightly runner adds `timeout`).
 FINDING_KINDS = CHECKS + (INVARIANCE, CRASH, TIMEOUT, ACCEPTS_INVALID)
+# `--oracle gpu` only: the project's GPU pipeline and the reference disagreed (a finding against
+# this project, not the candidate: `oracle.gpu_oracle`); listed by the runs that use that oracle.
+ORACLE_DISAGREEMENT = "oracle_disagreement"
 # Kinds that are reported but do not fail a run unless it is strict (`--strict`): a result for an
 # input the checkpoint rejects is the engine being more lenient than the checkpoint, not wrong.
 REPORTED_ONLY = (ACCEPTS_INVALID,)
-# Kinds whose findings are split by the mode class of the image at fault (`oracle.grouping`).
+# Kinds whose findings are split by the mode class of the image at fault (`oracle.grouping`;
+# a crash is keyed by its cause there instead).
 PER_MODE_CLASS = (PIXEL_MISMATCH, CRASH, TIMEOUT)
 # What a finding of a kind other than pixel_mismatch means (pixel findings name root causes); a
 # kind without one reads "the oracle's <kind> check failed" (`results.aggregation.cause_meaning`).
@@ -37,6 +41,8 @@ CHECK_MEANINGS = {
     GRID_MISMATCH: "the grids differ from the checkpoint's (\"deferred GPU preprocessing produced wrong grids\")",
     FEATURE_LENGTH: "the rows produced differ from the grids' patch count (\"deferred feature length does not "
                     "match image grids\")",
+    ORACLE_DISAGREEMENT: "kimi-oracle's GPU pipeline and its CPU reference disagree (--oracle gpu): a defect of this "
+                         "project; the run fell back to the reference",
 }
 
 
