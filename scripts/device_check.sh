@@ -21,7 +21,7 @@ fi
 unset TRITON_INTERPRET
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 if [ -n "$DRY" ]; then
-  cd "$ROOT" && "$PY" -m kimi_oracle.workflows.device_check --dry-run "$OUT"
+  cd "$ROOT" && "$PY" -m kimi_oracle.workflows.device_main --dry-run "$OUT"
   rc=$?
   echo "dry run results in $OUT (dry_run.json, dry_run.md, build/); exit $rc"
   exit $rc
@@ -40,7 +40,7 @@ if v["missing"]:
 PYEOF
 rc=$?
 if [ $rc -ne 0 ]; then exit $rc; fi
-cd "$ROOT" && "$PY" -m kimi_oracle.workflows.device_check "$OUT"
+cd "$ROOT" && "$PY" -m kimi_oracle.workflows.device_main "$OUT"
 rc=$?
 echo "results in $OUT (device_check.json, device_check.md, build/build.json, build/build.md); exit $rc"
 exit $rc

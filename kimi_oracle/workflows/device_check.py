@@ -387,32 +387,11 @@ def write(results: dict, outdir: Path) -> None:
                        outdir / "device_check.md": "\n".join(lines) + "\n"})
 
 
-SHORT_SWEEP_INPUTS = 2  # the tile sweep's short form: the first benchmark inputs ...
-SHORT_SWEEP_CANDIDATES = 3  # ... under the first candidates (`tile_sweep.CANDIDATES`)
-
-
-def tile_sweep_short(results: dict) -> None:
-    """The tile sweep's short form: a few candidate tiles on the first benchmark inputs, each
-    launch timed, each output compared with the reference (`workflows.tile_sweep`)."""
-    from kimi_oracle.pipelines import reference
-    from kimi_oracle.workflows import tile_sweep
-
-    inputs = dict(list(benchmark_cases().items())[:SHORT_SWEEP_INPUTS])
-    expected = {label: reference.preprocess(imgs, cfg) for label, (imgs, cfg) in inputs.items()}
-    measured = [tile_sweep._measure(tiles, inputs, expected)
-                for tiles in tile_sweep.candidates()[:SHORT_SWEEP_CANDIDATES]]
-    results["tile_sweep"] = {"inputs": list(inputs), "candidates": [
-        {"label": m["label"], "device_s": {k: v["device_s"] for k, v in m["inputs"].items()},
-         "exact": all(v["exact"] for v in m["inputs"].values())} for m in measured]}
-
-
-def main(argv: list[str]) -> int:
-    if argv[:1] == ["--dry-run"] and len(argv) == 2:
-        from kimi_oracle.workflows.device_dry_run import dry_run
-
-        return dry_run(Path(argv[1]))
+def main(argv: list[str], extra_steps: tuple = ()) -> int:
+    """The check into RESULTS_DIR (`argv`): exactness, the benchmarks, `extra_steps` (each
+    `step(results)`: `device_main` adds the tile sweep's short form), the build."""
     if len(argv) != 1:
-        print("usage: python -m kimi_oracle.workflows.device_check [--dry-run] RESULTS_DIR", file=sys.stderr)
+        print("usage: python -m kimi_oracle.workflows.device_main [--dry-run] RESULTS_DIR", file=sys.stderr)
         return 2
     outdir = Path(argv[0])
     results: dict = {"versions": versions()}
@@ -422,7 +401,7 @@ def main(argv: list[str]) -> int:
         return 3
     import traceback
 
-    steps = (exactness, benchmarks, tile_sweep_short, lambda res: aot_build(res, outdir))
+    steps = (exactness, benchmarks, *extra_steps, lambda res: aot_build(res, outdir))
     for step in steps:
         try:
             step(results)

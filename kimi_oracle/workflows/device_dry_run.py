@@ -1,4 +1,4 @@
-"""`scripts/device_check.sh --dry-run RESULTS_DIR`: everything the device check does but the CUDA
+"""`scripts/device_check.sh --dry-run RESULTS_DIR` (`workflows.device_main`): everything the device check does but the CUDA
 launches, on this machine, so that the device minutes are spent once (issue 44).
 
 It checks the versions (a CUDA device is not required here; everything else the check needs is),
@@ -45,12 +45,12 @@ def _plan(results: dict[str, Any]) -> None:
 def _sweep(results: dict[str, Any]) -> None:
     from kimi_oracle.pipelines.gpu.pipeline import launch_plan
     from kimi_oracle.workflows import tile_sweep
-    from kimi_oracle.workflows.device_check import SHORT_SWEEP_CANDIDATES, SHORT_SWEEP_INPUTS, benchmark_cases
+    from kimi_oracle.workflows.device_check import benchmark_cases
 
-    inputs = list(benchmark_cases().items())[:SHORT_SWEEP_INPUTS]
+    inputs = list(benchmark_cases().items())[:tile_sweep.SHORT_SWEEP_INPUTS]
     results["tile_sweep"] = [{"tiles": tile_sweep._label(tiles),
                               "launches": sum(len(launch_plan(imgs, cfg, tiles=tiles)[0]) for _, (imgs, cfg) in inputs)}
-                             for tiles in tile_sweep.candidates()[:SHORT_SWEEP_CANDIDATES]]
+                             for tiles in tile_sweep.candidates()[:tile_sweep.SHORT_SWEEP_CANDIDATES]]
 
 
 def _build(results: dict[str, Any], outdir: Path) -> None:

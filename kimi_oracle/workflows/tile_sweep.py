@@ -162,6 +162,25 @@ def _best(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {"num_warps": warps, **picks[warps], "per_warps": picks}
 
 
+SHORT_SWEEP_INPUTS = 2  # the tile sweep's short form: the first benchmark inputs ...
+SHORT_SWEEP_CANDIDATES = 3  # ... under the first candidates (`CANDIDATES`)
+
+
+def short_form(results: dict) -> None:
+    """The tile sweep's short form, a step of the device check: a few candidate tiles on the first
+    benchmark inputs, each launch timed, each output compared with the reference."""
+    from kimi_oracle.pipelines import reference
+    from kimi_oracle.workflows.device_check import benchmark_cases
+
+    inputs = dict(list(benchmark_cases().items())[:SHORT_SWEEP_INPUTS])
+    expected = {label: reference.preprocess(imgs, cfg) for label, (imgs, cfg) in inputs.items()}
+    measured = [_measure(tiles, inputs, expected)
+                for tiles in candidates()[:SHORT_SWEEP_CANDIDATES]]
+    results["tile_sweep"] = {"inputs": list(inputs), "candidates": [
+        {"label": m["label"], "device_s": {k: v["device_s"] for k, v in m["inputs"].items()},
+         "exact": all(v["exact"] for v in m["inputs"].values())} for m in measured]}
+
+
 def sweep(outdir: Path) -> int:
     """On CUDA: every candidate measured, the best chosen, the exactness check run under it."""
     from kimi_oracle.pipelines import reference

@@ -1,0 +1,29 @@
+"""`scripts/device_check.sh [--dry-run] RESULTS_DIR`: the device check's one entry point.
+
+`python -m kimi_oracle.workflows.device_main RESULTS_DIR` runs `device_check` (exactness, the
+benchmarks against the nominal peak and the measured copy floor, the targets) with the tile
+sweep's short form (`tile_sweep.short_form`) before the build; `--dry-run RESULTS_DIR` runs
+`device_dry_run` (everything but the CUDA launches).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from kimi_oracle.workflows import device_check, tile_sweep
+from kimi_oracle.workflows.device_dry_run import dry_run
+
+
+def main(argv: list[str]) -> int:
+    """The check, or its dry run; the exit code."""
+    if argv[:1] == ["--dry-run"]:
+        if len(argv) != 2:
+            print("usage: python -m kimi_oracle.workflows.device_main --dry-run RESULTS_DIR", file=sys.stderr)
+            return 2
+        return dry_run(Path(argv[1]))
+    return device_check.main(argv, extra_steps=(tile_sweep.short_form,))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
