@@ -255,14 +255,15 @@ def engine_candidate(spec: str) -> tuple[Callable[..., Any], str, Callable[..., 
     """(preprocess, description, plan) of an engine spec's image path: its own functions."""
     engine, name, tree = load_tree(spec)
     path = _path(engine, name, "candidate", spec)
-    if path.name in _CANDIDATES:  # vLLM's own processors (adapters.vllm)
+    if path.name in _CANDIDATES:  # vLLM's own processors (adapters.vllm) and the later engines'
         preprocess, plan = _CANDIDATES[path.name](tree, engine.known)
         return preprocess, f"{engine.name} {tree.version or '(unknown version)'} {path.function} ({tree.origin}: {tree.root})", plan
     if engine.name == "transformers":  # its own Kimi_K25ImageProcessor, imported in this process
         preprocess, plan = image_processor_path(tree, engine.known, _transformers_planner)
     else:
         preprocess, plan = deferred_gpu_path(tree, engine.known)
-    return preprocess, f"{engine.name} {tree.version or '(unknown version)'} {path.function} ({tree.origin}: {tree.root})", plan
+    return preprocess, (f"{engine.name} {tree.version or '(unknown version)'} {path.function} ({tree.origin}: "
+                        f"{tree.root}; on {path_device(path)} tensors)"), plan
 
 
 def engine_request_layer(spec: str) -> tuple[Callable[..., Any], str]:
@@ -272,6 +273,19 @@ def engine_request_layer(spec: str) -> tuple[Callable[..., Any], str]:
     path = _path(engine, name, "request engine", spec)
     factory = request_engine(tree, engine.known)  # the one adapted request layer so far
     return factory, f"{engine.name} {tree.version or '(unknown version)'} {path.function} ({tree.origin}: {tree.root})"
+
+
+# The candidate paths with a CUDA branch of their own (run on CUDA tensors where a device is
+# visible: `sglang.engine_device`); every other path is CPU code (numba, MLX's CPU backend,
+# paddle's CPU build, torchvision's CPU path) or host-side arithmetic (planners).
+CUDA_PATHS = ("sglang",)
+
+
+def path_device(path: EnginePath) -> str:
+    """Where a path runs here: `cuda` or `cpu`."""
+    from kimi_oracle.adapters.sglang import engine_device
+
+    return engine_device() if path.role == "candidate" and path.name in CUDA_PATHS else "cpu"
 
 
 def describe_engines() -> list[dict[str, Any]]:
@@ -286,14 +300,15 @@ def describe_engines() -> list[dict[str, Any]]:
         for path in engine.paths:
             rows.append({"engine": engine.name, "path": path.name, "role": path.role, "file": path.file,
                          "function": path.function, "adapted": path.adapted, "loads_from": where,
-                         "version": version, "known_versions": list(engine.known),
+                         "version": version, "known_versions": list(engine.known), "device": path_device(path),
                          "steps": STEP_MAP.get(path.name, {}) if path.role == "candidate" else {},
                          "lacks": engine.lacks})
     for name, (version, why) in NOTHING_TO_ADAPT.items():
         rows.append({"engine": name, "path": "-", "role": "none", "file": "-", "function": why, "adapted": False,
                      "loads_from": "not loaded: nothing to adapt", "version": None, "known_versions": [version],
+                     "device": None,
                      "steps": {}, "lacks": why})
     return rows
 
 
-__all__ = ["ENGINES", "NOTHING_TO_ADAPT", "STEP_MAP", "Engine", "EnginePath", "engine_of", "check_path", "describe_engines", "engine_candidate", "engine_planner", "engine_request_layer", "is_engine_spec", "load_tree"]
+__all__ = ["CUDA_PATHS", "ENGINES", "NOTHING_TO_ADAPT", "STEP_MAP", "path_device", "Engine", "EnginePath", "engine_of", "check_path", "describe_engines", "engine_candidate", "engine_planner", "engine_request_layer", "is_engine_spec", "load_tree"]

@@ -37,7 +37,7 @@ MODEL_FILE = "vl/model/kimi_k25.py"
 BASE_FILE = "vl/model/base.py"
 MEDIA_FILE = "vl/media/image.py"
 ENGINE_FILE = "vl/engine.py"
-_HELPERS = ("vl/constants.py", "vl/model/preprocess_utils.py")
+HELPERS = ("vl/constants.py", "vl/model/preprocess_utils.py")
 MODEL = "KimiK25VisionModel"
 CHECKPOINT_DTYPE = "bfloat16"  # Kimi-K2.5's config.json torch_dtype
 _PROMPT_IDS = (1, 2)  # text tokens around each raw pad (any non-special ids)
@@ -67,7 +67,7 @@ def hf_config(config: PreprocessConfig) -> Any:
 
 
 def _checked(tree: Tree, known: tuple[str, ...]) -> tuple[Any, ...]:
-    modules = load_modules(tree, [MODEL_FILE, BASE_FILE, MEDIA_FILE, ENGINE_FILE, *_HELPERS])
+    modules = load_modules(tree, [MODEL_FILE, BASE_FILE, MEDIA_FILE, ENGINE_FILE, *HELPERS])
     model, base, media, engine, constants = modules[:5]
     require_class(model, tree, MODEL_FILE, MODEL, "preprocess", ("messages", "input_prompt"), known)
     require_class(model, tree, MODEL_FILE, MODEL, "build_preprocessor", ("trust_remote_code",), known)

@@ -11,13 +11,15 @@ get_image_feature` (`srt/models/kimi_k3.py`) stages one deferred group of the `g
   to_chw=to_chw_uint8(image, device=device), post_resize=fill_transparent_bg(x,
   transparent_bg_config))`.
 
-Here `device` is the CPU: SGLang's own `normalize_and_patchify` then takes its torch branch (it
-launches its Triton kernel only for CUDA tensors). One call is one group: every image of a call
-shares the call's config, as the oracle's batches do.
+Here `device` is CUDA when a CUDA device is visible and kernels are not interpreted
+(`engine_device`): SGLang's own `normalize_and_patchify` then launches its Triton kernel, what
+production runs; else the CPU, where it takes its torch branch. The rows come back on the CPU.
+One call is one group: every image of a call shares the call's config, as the oracle's batches do.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import torch
@@ -32,6 +34,13 @@ K3_FILE = "srt/multimodal/kimi_k3_image_processing.py"
 KERNEL_FILES = ("kernels/ops/mm/process/__init__.py", "kernels/ops/mm/process/image.py")
 _PLANNER_PARAMS = ("width", "height", "patch_size", "merge_kernel_size", "in_patch_limit",
                    "patch_limit_on_one_side", "fixed_output_tokens")
+
+
+def engine_device() -> str:
+    """`cuda` when a CUDA device is visible and TRITON_INTERPRET is not set, else `cpu`: where the
+    engine paths that have a CUDA branch (SGLang's deferred GPU path) run here."""
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    return "cuda" if torch.cuda.is_available() and not interpreted else "cpu"
 
 
 def deferred_gpu_path(tree: Tree, known: tuple[str, ...]) -> tuple[Callable[..., Any], Callable[..., Any]]:
@@ -49,17 +58,19 @@ def deferred_gpu_path(tree: Tree, known: tuple[str, ...]) -> tuple[Callable[...,
         return resize_config(width, height, cfg["patch_size"], cfg["merge_kernel_size"], cfg["in_patch_limit"],
                              cfg["patch_limit_on_one_side"], cfg.get("fixed_output_tokens"))
 
+    device = engine_device()
+
     def preprocess(images: list, config: PreprocessConfig) -> tuple[torch.Tensor, torch.Tensor]:
-        """SGLang's K3 deferred GPU path (its own functions, on CPU tensors)."""
+        """SGLang's K3 deferred GPU path (its own functions, on CUDA tensors where a device is visible)."""
         cfg = config.to_hf_json()
         features = [to_chw(image) for image in images]
         configs = [plan(*image.size, config) for image in images]
-        scale, bias = tensors(list(cfg["image_mean"]), list(cfg["image_std"]), "cpu")
+        scale, bias = tensors(list(cfg["image_mean"]), list(cfg["image_std"]), device)
         bg = cfg.get("transparent_bg_config")
         pixel_values, grids = run(features, configs, scale, bias, cfg["patch_size"],
-                                  to_chw=lambda image: to_chw(image, device="cpu"),
+                                  to_chw=lambda image: to_chw(image, device=device),
                                   post_resize=lambda x: fill(x, bg))
-        return pixel_values, grids
+        return pixel_values.cpu(), torch.as_tensor(grids).cpu()
 
     return preprocess, plan
 
@@ -108,4 +119,4 @@ def cpu_backend_path(tree: Tree, known: tuple[str, ...]) -> tuple[Callable[..., 
     return preprocess, plan
 
 
-__all__ = ["cpu_backend_path", "deferred_gpu_path"]
+__all__ = ["KERNEL_FILES", "K25_FILE", "K3_FILE", "cpu_backend_path", "deferred_gpu_path", "engine_device"]
