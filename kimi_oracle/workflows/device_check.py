@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from kimi_oracle.core.files import atomic_write_many, to_json
 from kimi_oracle.core.files import versions as core_versions
 from kimi_oracle.workflows.bench import ROOFLINE_DEVICES, roofline
+from kimi_oracle.workflows.device_workflows import workflow_lines
 from kimi_oracle.workflows.device_floors import (copy_floors, is_tail_without_resampling, nominal_peak, shares,
                                                  target_lines, targets)
 
@@ -372,6 +373,7 @@ def write(results: dict, outdir: Path) -> None:
         for c in ts["candidates"]:
             lines.append(f"| {c['label']} | " + " | ".join(f"{c['device_s'][k] * 1e6:.1f} µs" for k in ts["inputs"])
                          + f" | {c['exact']} |")
+    lines += workflow_lines(results.get("workflows"))
     b = results.get("build")
     if b:
         lines += ["", f"## Ahead-of-time build for {b['arch']}", ""]

@@ -53,6 +53,14 @@ def _sweep(results: dict[str, Any]) -> None:
                              for tiles in tile_sweep.candidates()[:tile_sweep.SHORT_SWEEP_CANDIDATES]]
 
 
+def _workflows(results: dict[str, Any], outdir: Path) -> None:
+    from kimi_oracle.workflows.device_workflows import sglang_tree, workflows
+
+    tree = sglang_tree()
+    results["workflows"] = {"sglang_tree": str(tree) if tree else None,
+                            "commands": ["kimi-oracle " + " ".join(w.args) for w in workflows(outdir / "workflows", tree)]}
+
+
 def _build(results: dict[str, Any], outdir: Path) -> None:
     from kimi_oracle.pipelines.gpu import build
 
@@ -71,6 +79,11 @@ def _markdown(results: dict[str, Any]) -> str:
                   f"{r['resampled']} | {r['tail_targets']} |" for r in results["benchmarks"]]
     for t in results.get("tile_sweep") or []:
         lines.append(f"- tile sweep (short): {t['tiles']}: {t['launches']} launches")
+    flows = results.get("workflows") or {}
+    if flows:
+        lines.append(f"- workflows on CUDA ({len(flows['commands'])}; SGLang tree: "
+                     f"{flows['sglang_tree'] or 'NONE: prune one into device-carry/sglang-tree'}):")
+        lines += [f"  - `{c}`" for c in flows["commands"]]
     if results.get("build"):
         b = results["build"]
         lines.append(f"- build {b['arch']}: {b['specializations']} specializations, {len(b['failures'])} failures")
@@ -89,7 +102,8 @@ def dry_run(outdir: Path) -> int:
     missing = [m for m in v["missing"] if not m.startswith("a CUDA device")]
     results: dict[str, Any] = {"versions": v, "missing": missing, "errors": {}}
     if not missing:
-        for name, step in (("plan", _plan), ("tile sweep", _sweep), ("build", lambda r: _build(r, outdir))):
+        for name, step in (("plan", _plan), ("tile sweep", _sweep), ("workflows", lambda r: _workflows(r, outdir)),
+                           ("build", lambda r: _build(r, outdir))):
             try:
                 step(results)
             except Exception:  # noqa: BLE001 - recorded, the other steps still run

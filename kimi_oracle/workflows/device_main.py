@@ -2,7 +2,9 @@
 
 `python -m kimi_oracle.workflows.device_main RESULTS_DIR` runs `device_check` (exactness, the
 benchmarks against the nominal peak and the measured copy floor, the targets) with the tile
-sweep's short form (`tile_sweep.short_form`) before the build; `--dry-run RESULTS_DIR` runs
+sweep's short form (`tile_sweep.short_form`) and the workflows on CUDA (`device_workflows`:
+fuzz with each oracle, SGLang on CUDA from the carried pruned tree, gate, bench, nightly) before
+the build; `--dry-run RESULTS_DIR` runs
 `device_dry_run` (everything but the CUDA launches).
 """
 
@@ -13,6 +15,7 @@ from pathlib import Path
 
 from kimi_oracle.workflows import device_check, tile_sweep
 from kimi_oracle.workflows.device_dry_run import dry_run
+from kimi_oracle.workflows.device_workflows import run_workflows
 
 
 def main(argv: list[str]) -> int:
@@ -22,7 +25,10 @@ def main(argv: list[str]) -> int:
             print("usage: python -m kimi_oracle.workflows.device_main --dry-run RESULTS_DIR", file=sys.stderr)
             return 2
         return dry_run(Path(argv[1]))
-    return device_check.main(argv, extra_steps=(tile_sweep.short_form,))
+    if len(argv) != 1:
+        return device_check.main(argv)  # (its usage line, exit 2)
+    out = Path(argv[0])
+    return device_check.main(argv, extra_steps=(tile_sweep.short_form, lambda res: run_workflows(res, out)))
 
 
 if __name__ == "__main__":
