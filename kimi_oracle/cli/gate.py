@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from kimi_oracle.cli.common import (interpret_option, isolation_options, out_dir_callback, parse_duration,
-                                    parse_percent, setup_interpret)
+from kimi_oracle.cli.common import (interpret_option, isolation_options, make_oracle, oracle_options,
+                                    out_dir_callback, parse_duration, parse_percent, setup_interpret)
 from kimi_oracle.core.config import PROFILES
 from kimi_oracle.inputs.sizes import GATE_PHOTO_EXAMPLES
 from kimi_oracle.workflows.known import DEFAULT_MARGIN_PCT
@@ -81,11 +81,13 @@ def register(group: click.Group) -> None:
 @click.option("--video-examples", type=click.IntRange(min=1), default=200, show_default=True, metavar="N",
               help="Batches of the video stage.")
 @interpret_option
+@oracle_options
 @isolation_options
 def gate_cmd(new, old, profile, budget, perf_threshold, tolerance, seed, fuzz_examples, golden_dir,
              out_dir, margin, known_path, write_known_path, strict, corpus_dir, planner, planner_sizes,
              interpret, case_timeout, memory_limit_mb, engine_spec=None, engine_scenarios=500,
-             mixed_configs=False, photo_examples=GATE_PHOTO_EXAMPLES, media="image", video_examples=200) -> int:
+             mixed_configs=False, photo_examples=GATE_PHOTO_EXAMPLES, media="image", video_examples=200,
+             oracle_name="reference", oracle_check_share=0.05) -> int:
     """Run goldens, differential fuzzing, invariances and (with --baseline) A/B timing.
 
     With --baseline OLD, NEW and OLD are judged on the same inputs and compared root cause by
@@ -108,6 +110,7 @@ def gate_cmd(new, old, profile, budget, perf_threshold, tolerance, seed, fuzz_ex
     if new is None:
         return _engine_only(engine_spec, profile, engine_scenarios, seed, mixed_configs, tolerance, out_dir,
                             case_timeout, memory_limit_mb, budget_s)
+    oracle = make_oracle(oracle_name, oracle_check_share, seed)  # (--oracle gpu without CUDA: exit 2)
     setup_interpret(interpret)  # before NEW and OLD are imported (in their own processes)
     from kimi_oracle.workflows.gate import Gate, GateOptions  # here: usage errors import no torch
 
@@ -118,7 +121,8 @@ def gate_cmd(new, old, profile, budget, perf_threshold, tolerance, seed, fuzz_ex
                           known_path=known_path, write_known_path=write_known_path, strict=strict,
                           corpus_dir=corpus_dir, planner=planner, planner_sizes=planner_sizes,
                           engine=engine_spec, engine_scenarios=engine_scenarios, mixed_configs=mixed_configs,
-                          photo_examples=photo_examples, media=media, video_examples=video_examples)
+                          photo_examples=photo_examples, media=media, video_examples=video_examples,
+                          oracle=oracle)
     gate = Gate(new, old, options, out_dir, progress=lambda m: click.echo(m, err=True))
     report = gate.run()
     click.echo((out_dir / "gate-report.md").read_text())

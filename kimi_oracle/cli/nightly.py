@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kimi_oracle.cli.common import (interpret_option, isolation_options, out_dir_callback, parse_duration,
-                                    profile_options, resolve_config, setup_interpret)
+from kimi_oracle.cli.common import (interpret_option, isolation_options, make_oracle, oracle_options,
+                                    out_dir_callback, parse_duration, profile_options, resolve_config,
+                                    setup_interpret)
 from kimi_oracle.cli.fuzz import TOLERANCE_HELP
 from kimi_oracle.core.errors import EXIT_FINDINGS, EXIT_OK, KimiOracleError
 from kimi_oracle.core.text import safe_text
@@ -87,6 +88,7 @@ def register(group: click.Group) -> None:
 @click.option("--video-examples", type=click.IntRange(min=1), default=300, show_default=True, metavar="N",
               help="Batches of the --media video stage.")
 @interpret_option
+@oracle_options
 @isolation_options
 def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | None, planner_sizes: int,
             interpret: bool | None, profile: str | None, config_path: Path | None,
@@ -95,7 +97,7 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
             memory_limit_mb: int | None, max_findings: int, max_examples: int | None, no_shrink: bool,
             log_limit_mb: float, engine_spec: str | None = None, engine_scenarios: int | None = None,
             ray_address: str | None = None, gpus_per_worker: float | None = None, media: str = "image",
-            video_examples: int = 300) -> int:
+            video_examples: int = 300, oracle_name: str = "reference", oracle_check_share: float = 0.05) -> int:
     """Run a time-boxed fuzzing campaign (hypothesis + atheris) against a candidate.
 
     The candidate runs in worker subprocesses: a segfault, abort, out-of-memory kill or hang
@@ -115,6 +117,7 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
     from kimi_oracle.oracle.kinds import Tolerance
     from kimi_oracle.workflows.nightly import CampaignOptions
 
+    make_oracle(oracle_name, oracle_check_share, seed)  # (--oracle gpu without CUDA: one line, exit 2)
     setup_interpret(interpret)
     names = tuple(e.strip() for e in engines.split(",") if e.strip())
     try:
@@ -128,7 +131,7 @@ def nightly(budget: float, out_dir: Path, candidate: str, planner_spec: str | No
             max_findings=max_findings, memory_limit_mb=memory_limit_mb, max_examples=max_examples,
             shrink=not no_shrink, log_limit_mb=log_limit_mb, planner=planner_spec, planner_sizes=planner_sizes,
             engine=engine_spec, engine_scenarios=engine_scenarios or max_examples or NIGHTLY_SCENARIOS,
-            media=media, video_examples=video_examples,
+            media=media, video_examples=video_examples, oracle=oracle_name, oracle_check_share=oracle_check_share,
         )
     except ValueError as exc:
         raise _UsageError(str(exc)) from None

@@ -90,3 +90,23 @@ def test_oracle_gpu_without_cuda_is_exit_2_in_one_line(capsys, tmp_path):
                              "--out", tmp_path / "out")
     assert code == 2 and out == "" and err.strip().count("\n") == 0
     assert "--oracle gpu needs a CUDA device" in err
+
+
+def test_gate_and_nightly_hand_the_oracle_to_their_fuzzing(tmp_path):
+    from kimi_oracle.workflows.gate.fuzz import _fuzz_options
+    from kimi_oracle.workflows.gate.options import GateOptions
+    from kimi_oracle.workflows.nightly import worker
+    from kimi_oracle.workflows.nightly.spec import WorkerSpec
+
+    oracle = GpuOracle(device="cpu")
+
+    class _Ctx:  # what _fuzz_options reads of a gate's context
+        options, seed, old, out_dir = GateOptions(oracle=oracle), 3, None, tmp_path
+
+    assert _fuzz_options(_Ctx(), 10, None).oracle is oracle
+    spec = WorkerSpec(oracle="gpu", oracle_check_share=0.25, seed=9)
+    spec.write(tmp_path / "spec.json")
+    again = WorkerSpec.read(tmp_path / "spec.json")  # (the worker's process reads it back)
+    made = worker._oracle(again)
+    assert isinstance(made, GpuOracle) and made.check_share == 0.25 and made.device == "cuda"
+    assert worker._oracle(WorkerSpec()) is None  # the reference by default

@@ -43,7 +43,7 @@ def _fuzz_options(ctx: GateContext, examples: int | None, budget_s: float | None
                        db_dir=None if ctx.old is not None else ctx.out_dir / "hypothesis-db",
                        max_side=ctx.options.fuzz_max_side, shrink=ctx.options.fuzz_shrink,
                        tile_share=ctx.options.tile_share, photo_examples=ctx.options.photo_examples,
-                       record_outcomes=ctx.old is not None,
+                       record_outcomes=ctx.old is not None, oracle=ctx.options.oracle,
                        diagnosis_share=None)  # (the verdict reads every finding's root causes)
 
 

@@ -67,6 +67,9 @@ class GateOptions:
     # batches of K2.5 chunks (with images, `both`); `image` (the default) skips it.
     media: str = "image"
     video_examples: int = 200
+    # `--oracle gpu`: the fuzz stage's expected results from the GPU pipeline (`oracle.gpu_oracle`;
+    # the reference rechecks a share and every failure); None: the reference's.
+    oracle: Any = None
     # Library callers and tests: only the golden cases this accepts run (golden.CaseFilter).
     golden_select: Callable[[Any], bool] | None = None
 

@@ -62,6 +62,11 @@ class CampaignOptions:
     tolerance: str = "exact"
     seed: int | None = None
     vary_config: bool = True
+    # `--oracle gpu`: the hypothesis workers take their expected results from the GPU pipeline
+    # (`oracle.gpu_oracle`, the reference rechecking `oracle_check_share` and every failure);
+    # atheris' harnesses keep the reference.
+    oracle: str = "reference"
+    oracle_check_share: float = 0.05
     max_findings: int = 100
     memory_limit_mb: int | None = None
     harnesses: tuple[str, ...] = ("structured", "decoder")

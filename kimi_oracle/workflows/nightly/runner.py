@@ -344,7 +344,8 @@ def _launch(opts: CampaignOptions, engine: str, budget: float, index: int, seed:
         shard=tuple(opts.shard), seed=derive_seed(seed, opts.shard, index), out=str(opts.out),
         corpus=str(opts.corpus), db=str(opts.db), work=str(wdir), max_findings=opts.max_findings,
         harnesses=tuple(opts.harnesses), max_examples=opts.max_examples, shrink=opts.shrink,
-        log_limit_mb=opts.log_limit_mb, runner_pid=os.getpid(),
+        log_limit_mb=opts.log_limit_mb, runner_pid=os.getpid(), oracle=opts.oracle,
+        oracle_check_share=opts.oracle_check_share,
     )
     w = _Worker(index, engine, budget, wdir / "spec.json", wdir / "status.json", wdir / "worker.log")
     spec.write(w.spec_path)

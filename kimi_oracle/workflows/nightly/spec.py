@@ -45,6 +45,8 @@ class WorkerSpec:
     shrink: bool = True
     log_limit_mb: float = DEFAULT_LOG_LIMIT_MB
     runner_pid: int | None = None
+    oracle: str = "reference"  # `gpu`: hypothesis workers judge against the GPU pipeline (checked)
+    oracle_check_share: float = 0.05
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "WorkerSpec":

@@ -136,7 +136,8 @@ def _hypothesis_worker(spec: WorkerSpec, status: _Status) -> None:
                               seed=derive_seed(spec.seed, spec.shard, spec.worker),
                               tolerance=spec.tolerance, vary_config=spec.vary_config,
                               shrink=spec.shrink, db_dir=Path(spec.db), tile_share=TILE_SHARE,
-                              photo_examples=NIGHTLY_PHOTO_EXAMPLES, photo_every=NIGHTLY_PHOTO_EVERY)
+                              photo_examples=NIGHTLY_PHOTO_EXAMPLES, photo_every=NIGHTLY_PHOTO_EVERY,
+                              oracle=_oracle(spec))
         run = fuzz(candidate, config, options, out_dir=out, on_example=live)
         for finding in run.findings:
             data["findings"].append({"id": finding.id, "path": str(finding.path), "kind": finding.check,
@@ -160,3 +161,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("usage: python -m kimi_oracle.workflows.nightly --worker SPEC.json (internal); use `kimi-oracle nightly`",
           file=sys.stderr)
     return EXIT_ERROR
+
+
+def _oracle(spec: WorkerSpec) -> Any:
+    """The worker's `FuzzOptions.oracle` (None: the reference's expected results)."""
+    if spec.oracle != "gpu":
+        return None
+    from kimi_oracle.oracle.gpu_oracle import GpuOracle
+
+    return GpuOracle(check_share=spec.oracle_check_share, seed=derive_seed(spec.seed, spec.shard, spec.worker))
