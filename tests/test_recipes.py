@@ -151,8 +151,9 @@ def test_a_stage_that_does_not_name_its_place_is_refused(tmp_path, monkeypatch, 
 # -- a check kind and an engine path ------------------------------------------------------------
 
 def test_the_kinds_properties_name_only_kinds():
-    for name in ("CHECK_MEANINGS", "PER_MODE_CLASS", "REPORTED_ONLY"):
-        assert set(getattr(kinds, name)) <= set(kinds.FINDING_KINDS), name
+    for name in ("CHECK_MEANINGS", "PER_MODE_CLASS", "REPORTED_ONLY"):  # (or kinds against the project)
+        assert set(getattr(kinds, name)) <= set(kinds.FINDING_KINDS) | set(kinds.PROJECT_KINDS), name
+    assert not set(kinds.PROJECT_KINDS) & set(kinds.FINDING_KINDS)
     assert kinds.PIXEL_MISMATCH not in kinds.CHECK_MEANINGS  # pixel findings name root causes
     for kind in kinds.FINDING_KINDS:
         text = cause_meaning(kind)

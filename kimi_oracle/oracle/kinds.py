@@ -27,6 +27,8 @@ FINDING_KINDS = CHECKS + (INVARIANCE, CRASH, TIMEOUT, ACCEPTS_INVALID)
 # `--oracle gpu` only: the project's GPU pipeline and the reference disagreed (a finding against
 # this project, not the candidate: `oracle.gpu_oracle`); listed by the runs that use that oracle.
 ORACLE_DISAGREEMENT = "oracle_disagreement"
+# Kinds of finding against this project itself (not the candidate).
+PROJECT_KINDS = (ORACLE_DISAGREEMENT,)
 # Kinds that are reported but do not fail a run unless it is strict (`--strict`): a result for an
 # input the checkpoint rejects is the engine being more lenient than the checkpoint, not wrong.
 REPORTED_ONLY = (ACCEPTS_INVALID,)
