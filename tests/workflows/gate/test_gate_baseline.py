@@ -138,7 +138,7 @@ def test_a_new_bug_on_inputs_the_baseline_already_fails_is_found(tmp_path_factor
     # finds the batches where NEW and OLD differ. (Found by review: before, the gate passed it.)
     # (no real-photo examples: the bug is in batches of small images; photos are
     # tests/workflows/gate/test_large_images_compared.py's)
-    report = _run(tmp_path_factory, f"{GATE_CANDIDATES}:eager_batch_nudged", "eager", fuzz_examples=120,
+    report = _run(tmp_path_factory, f"{GATE_CANDIDATES}:eager_batch_nudged", "eager", fuzz_examples=60,
                   photo_examples=0)
     details = report["stages"]["fuzz"]["details"]
     assert details["examples_where_outputs_differ"] > 0
