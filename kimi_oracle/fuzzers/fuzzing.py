@@ -182,7 +182,8 @@ def disagreement_findings(oracle: Any, run: FuzzRun, out_dir: str | Path | None)
     out = []
     for d in oracle.disagreements:
         finding = Finding(check=ORACLE_DISAGREEMENT, candidate=PROJECT, config=d.config, images=d.images,
-                          params=[None] * len(d.images), tolerance="exact", seed=run.seed, example=run.examples,
+                          params=[None] * len(d.images), tolerance="exact", seed=run.seed,
+                          example=d.example if d.example is not None else run.examples,
                           message=f"the GPU pipeline and the reference disagree ({d.why}): {d.message}; the run "
                                   "fell back to the reference", stats={"why": d.why}, expected=d.reference,
                           actual=d.gpu, key=ORACLE_DISAGREEMENT)

@@ -25,7 +25,8 @@ from kimi_oracle.fuzzers.shrink import _HarnessAbort, _Shrinking
 from kimi_oracle.inputs.draw import ChoiceSource, ReplayError, draw_fuzz_case
 from kimi_oracle.inputs.generators import FuzzCase
 from kimi_oracle.oracle.candidates import Candidate
-from kimi_oracle.oracle.checks import CRASH, TIMEOUT, Tolerance, Verdict, full_verdict
+from kimi_oracle.oracle.checks import CHECKS, CRASH, TIMEOUT, Tolerance, Verdict, full_verdict
+from kimi_oracle.oracle.gpu_oracle import REFUSED
 from kimi_oracle.oracle.grouping import finding_key, image_at_fault, mode_class
 from kimi_oracle.oracle.judge import Rejected, evaluate
 
@@ -134,15 +135,15 @@ class _Engine(_Budget, _Shrinking, _Settling, _Peeling):
         oracle = self.options.oracle
         steps = self.steps_for(config, after)
         if oracle is not None and expected is None and same_as is None:
+            before = len(oracle.disagreements)
             expected = oracle.expected(images, config, steps)  # (--oracle gpu; None: the reference's)
+            for d in oracle.disagreements[before:]:
+                d.example = self.run.examples
         try:
             verdict = evaluate(self.candidate, images, config, self.tol, invariance=invariance, call=call,
                                expected=expected, same_as=same_as, brief=brief, steps=steps)
-            if oracle is not None and not verdict.ok:
-                checked = oracle.confirm(images, config, expected)  # every failure, by the reference
-                if checked is not None:  # (the GPU pipeline was wrong here: judged again, fallen back)
-                    verdict = evaluate(self.candidate, images, config, self.tol, invariance=invariance,
-                                       expected=checked, brief=brief, steps=steps)
+            if oracle is not None and not verdict.ok and verdict.check in CHECKS:  # (crashes: whatever the expected)
+                verdict = self.confirmed(oracle, images, config, expected, verdict, invariance, brief, steps)
         except Rejected:
             if not shrinking:
                 run.rejected += 1
@@ -152,6 +153,19 @@ class _Engine(_Budget, _Shrinking, _Settling, _Peeling):
         if self.on_example is not None:
             self.on_example(run)
         return images, verdict
+
+    def confirmed(self, oracle: Any, images: list[Image.Image], config: PreprocessConfig, expected: Any,
+                  verdict: Verdict, invariance: bool, brief: bool, steps: Any) -> Verdict:
+        """A failure judged against the GPU oracle's result, recomputed by the reference: the verdict,
+        or the example judged again (a new call) where the GPU pipeline was wrong (fallen back)."""
+        before = len(oracle.disagreements)
+        checked = oracle.confirm(images, config, expected)
+        for d in oracle.disagreements[before:]:
+            d.example = self.run.examples
+        if checked is None:
+            return verdict
+        return evaluate(self.candidate, images, config, self.tol, invariance=invariance,
+                        expected=None if checked is REFUSED else checked, brief=brief, steps=steps)
 
     def group_of(self, verdict: Verdict, images: Sequence[Image.Image]) -> str:
         check = str(verdict.check)

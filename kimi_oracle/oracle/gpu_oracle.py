@@ -13,7 +13,8 @@ against the project (`ORACLE_DISAGREEMENT`, `oracle_disagreement`), the referenc
 expected one for that example, and the run falls back to the reference for the rest of it: a
 candidate is never judged against an oracle that was caught wrong.
 
-`GpuOracle(device=...)` runs the pipeline on CUDA (the CLI refuses `--oracle gpu` without a CUDA
+The seed of the sample is the run's (`--seed`; 0 when none is given). `GpuOracle(device=...)` runs the
+pipeline on CUDA (the CLI refuses `--oracle gpu` without a CUDA
 device, exit 2); the tests run it on the CPU through Triton's interpreter with small tiles.
 """
 
@@ -27,14 +28,20 @@ import torch
 from PIL import Image
 
 from kimi_oracle.core.config import PreprocessConfig
-from kimi_oracle.core.errors import InputError
+from kimi_oracle.core.errors import BackendError, InputError
 from kimi_oracle.core.result import PreprocessResult
 from kimi_oracle.oracle.kinds import ORACLE_DISAGREEMENT
 
 ORACLE_REFERENCE, ORACLE_GPU = "reference", "gpu"
 ORACLES = (ORACLE_REFERENCE, ORACLE_GPU)
 DEFAULT_CHECK_SHARE = 0.05
-PROJECT = "kimi-oracle gpu pipeline"  # the candidate an oracle_disagreement finding is against
+PROJECT = "gpu"  # the candidate an oracle_disagreement finding is against (its repro: gpu vs reference)
+
+
+# `confirm`'s answer when the reference refuses the input the GPU pipeline took: judge the example
+# again with no expected result (the reference runs, and its refusal is judged as such).
+REFUSED = object()
+_UNCHECKED = "_kimi_gpu_unchecked"  # set on a served result until the reference has seen it
 
 
 @dataclass
@@ -44,9 +51,10 @@ class Disagreement:
     images: list[Image.Image]
     config: PreprocessConfig
     message: str
-    why: str  # "sample" (a checked example) or "finding" (a failure confirmed)
+    why: str  # "sample" (a checked example), "finding" (a failure confirmed), "raised" (the pipeline raised)
     gpu: PreprocessResult | None = None
     reference: PreprocessResult | None = None
+    example: int | None = None  # the run's example number (set by the search)
 
 
 def _copies(images: Sequence[Image.Image]) -> list[Image.Image]:
@@ -82,7 +90,6 @@ class GpuOracle:
     checked: int = 0  # of those, recomputed by the reference (the sample and the failures)
     disagreements: list[Disagreement] = field(default_factory=list)
     _rng: random.Random = field(init=False, repr=False)
-    _unchecked: set[int] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.check_share <= 1.0:
@@ -114,36 +121,39 @@ class GpuOracle:
             return None
         try:
             got = self._gpu(images, config)
-        except InputError:
+        except (InputError, BackendError) as exc:
+            if isinstance(exc, BackendError):
+                raise  # (no CUDA, or kernels interpreted: a harness error, not the pipeline's answer)
             return None  # (the reference decides what is refused: it runs, and judges that)
         except Exception as exc:  # noqa: BLE001 - the project's pipeline failing is a finding against it
-            self._disagree(images, config, f"the GPU pipeline raised {type(exc).__name__}: {exc}", "sample")
+            self._disagree(images, config, f"the GPU pipeline raised {type(exc).__name__}: {exc}", "raised")
             return None
         self.served += 1
         if self._rng.random() < self.check_share:
-            return self._checked(images, config, got, "sample")
-        self._unchecked.add(id(got))
+            checked = self._checked(images, config, got, "sample")
+            return None if checked is REFUSED else checked
+        setattr(got, _UNCHECKED, True)
         return got
 
-    def confirm(self, images: Sequence[Image.Image], config: PreprocessConfig,
-                expected: PreprocessResult | None) -> PreprocessResult | None:
+    def confirm(self, images: Sequence[Image.Image], config: PreprocessConfig, expected: Any) -> Any:
         """Before a failure judged against `expected` is reported: None when `expected` was the
-        reference's or the reference agrees with it; else the reference's result (the GPU
-        pipeline disagreed: recorded, the run falls back), to judge the example again."""
-        if expected is None or id(expected) not in self._unchecked:
+        reference's (or already checked) or the reference agrees with it; else the reference's
+        result to judge the example again, or `REFUSED` when the reference refuses the input (judge
+        it again with no expected result); the GPU pipeline disagreed: recorded, fallen back."""
+        if expected is None or not getattr(expected, _UNCHECKED, False):
             return None
-        self._unchecked.discard(id(expected))
+        setattr(expected, _UNCHECKED, False)
         checked = self._checked(images, config, expected, "finding")
         return None if checked is expected else checked
 
     def _checked(self, images: Sequence[Image.Image], config: PreprocessConfig, got: PreprocessResult,
-                 why: str) -> PreprocessResult | None:
+                 why: str) -> Any:
         self.checked += 1
         try:
             ref = self._reference(images, config)
         except InputError as exc:
             self._disagree(images, config, f"the GPU pipeline took an input the reference refuses ({exc})", why, got)
-            return None
+            return REFUSED
         diff = differences(got, ref)
         if diff is None:
             return got
@@ -162,5 +172,5 @@ class GpuOracle:
                 "fell_back": self.fallen_back}
 
 
-__all__ = ["DEFAULT_CHECK_SHARE", "ORACLES", "ORACLE_DISAGREEMENT", "ORACLE_GPU", "ORACLE_REFERENCE", "PROJECT",
+__all__ = ["DEFAULT_CHECK_SHARE", "ORACLES", "ORACLE_DISAGREEMENT", "ORACLE_GPU", "ORACLE_REFERENCE", "PROJECT", "REFUSED",
            "Disagreement", "GpuOracle", "differences"]

@@ -53,12 +53,23 @@ def _sweep(results: dict[str, Any]) -> None:
                              for tiles in tile_sweep.candidates()[:tile_sweep.SHORT_SWEEP_CANDIDATES]]
 
 
+# What the workflows import beyond the device check's own needs (each found, or the dry run fails).
+WORKFLOW_PACKAGES = ("click", "rich", "hypothesis", "pytest", "pytest_benchmark", "atheris")
+
+
 def _workflows(results: dict[str, Any], outdir: Path) -> None:
-    from kimi_oracle.workflows.device_workflows import sglang_tree, workflows
+    import importlib.util
+
+    from kimi_oracle.workflows.device_workflows import parse_errors, sglang_tree, workflows
 
     tree = sglang_tree()
-    results["workflows"] = {"sglang_tree": str(tree) if tree else None,
-                            "commands": ["kimi-oracle " + " ".join(w.args) for w in workflows(outdir / "workflows", tree)]}
+    found = workflows(outdir / "workflows", tree)
+    missing = [p for p in WORKFLOW_PACKAGES if importlib.util.find_spec(p) is None]
+    refused = parse_errors(found)
+    results["workflows"] = {"sglang_tree": str(tree) if tree else None, "missing_packages": missing,
+                            "refused": refused, "commands": ["kimi-oracle " + " ".join(w.args) for w in found]}
+    if missing or refused:
+        raise RuntimeError(f"the workflows cannot run: missing {missing}, refused by the CLI {refused}")
 
 
 def _build(results: dict[str, Any], outdir: Path) -> None:

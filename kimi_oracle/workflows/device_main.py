@@ -11,11 +11,17 @@ the build; `--dry-run RESULTS_DIR` runs
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from kimi_oracle.workflows import device_check, tile_sweep
 from kimi_oracle.workflows.device_dry_run import dry_run
 from kimi_oracle.workflows.device_workflows import run_workflows
+
+
+# The whole check's time on the device: the device tool's 600 s a call, less a margin for the
+# machine's start and the results' transfer (workflows that no longer fit are skipped, said so).
+RUN_SECONDS = 540.0
 
 
 def main(argv: list[str]) -> int:
@@ -28,7 +34,9 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         return device_check.main(argv)  # (its usage line, exit 2)
     out = Path(argv[0])
-    return device_check.main(argv, extra_steps=(tile_sweep.short_form, lambda res: run_workflows(res, out)))
+    deadline = time.monotonic() + RUN_SECONDS
+    return device_check.main(argv, extra_steps=(tile_sweep.short_form, lambda res: run_workflows(
+        res, out, deadline=deadline, write=lambda r: device_check.write(r, out))))
 
 
 if __name__ == "__main__":

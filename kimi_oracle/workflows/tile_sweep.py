@@ -174,8 +174,10 @@ def short_form(results: dict) -> None:
 
     inputs = dict(list(benchmark_cases().items())[:SHORT_SWEEP_INPUTS])
     expected = {label: reference.preprocess(imgs, cfg) for label, (imgs, cfg) in inputs.items()}
-    measured = [_measure(tiles, inputs, expected)
-                for tiles in candidates()[:SHORT_SWEEP_CANDIDATES]]
+    from kimi_oracle.pipelines.gpu.tiles import CUDA_TILES
+
+    measured = [_measure(tiles, inputs, expected)  # (the default tiles first: the baseline)
+                for tiles in (CUDA_TILES, *candidates()[:SHORT_SWEEP_CANDIDATES])]
     results["tile_sweep"] = {"inputs": list(inputs), "candidates": [
         {"label": m["label"], "device_s": {k: v["device_s"] for k, v in m["inputs"].items()},
          "exact": all(v["exact"] for v in m["inputs"].values())} for m in measured]}

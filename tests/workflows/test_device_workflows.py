@@ -12,12 +12,12 @@ from kimi_oracle.workflows.device_workflows import Workflow, figures, run_one, w
 def test_the_commands_with_and_without_a_carried_sglang_tree(tmp_path):
     names = [w.name for w in workflows(tmp_path, None)]
     assert names == ["fuzz gpu, reference oracle", "fuzz gpu, gpu oracle", "gate gpu vs eager", "bench",
-                     "nightly --jobs 2"]
+                     "nightly --jobs 2, gpu oracle"]
     flows = {w.name: w for w in workflows(tmp_path, Path("/carried/sglang-tree"))}
     assert "--candidate sglang@/carried/sglang-tree" in " ".join(flows["fuzz sglang on CUDA"].args)
     ref, gpu = (list(flows[f"fuzz gpu, {o} oracle"].args) for o in ("reference", "gpu"))
     # the two rates are comparable: the same candidate, seed and examples, only the oracle differs
-    assert ref[:5] == gpu[:5] and ref[ref.index("--oracle") + 1] == "reference" and gpu[gpu.index("--oracle") + 1] == "gpu"
+    assert ref[:8] == gpu[:8] and ref[ref.index("--oracle") + 1] == "reference" and gpu[gpu.index("--oracle") + 1] == "gpu"
     assert flows["gate gpu vs eager"].args[:7] == ("gate", "--candidate", "gpu", "--baseline", "eager", "--budget", "2m")
     # killed at their timeouts, the new parts end within 8 minutes, leaving the check's own part
     # (~2 minutes) inside the device tool's 600 s a call

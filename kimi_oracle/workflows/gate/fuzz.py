@@ -69,6 +69,7 @@ def fuzzed(ctx: GateContext, budget_s: float, overhead_s: float | None = None) -
         return _vs_baseline(ctx, stage, examples, budget_s, overhead_s)
     run = fuzz(ctx.new, ctx.config, _fuzz_options(ctx, examples, None if examples is not None else budget_s),
                out_dir=ctx.out_dir)
+    disagreed = _project_findings(run)
     summary = run.summary()
     stage.details = {k: summary[k] for k in ("examples", "calls", "rejected", "seed", "stopped", "counts")}
     stage.details["skipped_hanging"] = summary.get("skipped_hanging", 0)
@@ -81,6 +82,7 @@ def fuzzed(ctx: GateContext, budget_s: float, overhead_s: float | None = None) -
         if not ctx.relative and (f.check != ACCEPTS_INVALID or ctx.options.strict):
             stage.reasons.append(f"fuzz finding {entry['id']} ({entry['check']}): {entry['message']}")
     stage.status = "fail" if stage.reasons else "pass"
+    _oracle_error(stage, disagreed)
     _fuzz_interrupted(ctx, stage, run)
     return stage
 
@@ -110,6 +112,7 @@ def _vs_baseline(ctx: GateContext, stage: Stage, examples: int | None, budget_s:
                                       at_work=lambda a, b: ctx.at_work(window=(a, b)),
                                       overhead_min_examples=OVERHEAD_MIN_EXAMPLES)
     run_new, run_old = fuzz_pair(ctx.new, ctx.old, ctx.config, options, out_dir=None)
+    disagreed = _project_findings(run_new)
     inputs: dict[str, dict[str, Finding]] = {}
     for side, run in (("new", run_new), ("old", run_old)):
         for f in run.findings:
@@ -150,10 +153,34 @@ def _vs_baseline(ctx: GateContext, stage: Stage, examples: int | None, budget_s:
                      f"the same cases{'; the search ended at its overhead allowance' if run_new.stopped == 'overhead' else ''}"
                      f"); {len(inputs)} failing inputs judged on both, {disagree} where they "
                      f"differ; NEW {len(run_new.findings)} findings, OLD {len(run_old.findings)}")
-    stage.status = "pass"
+    _oracle_error(stage, disagreed, otherwise="pass")
     _fuzz_interrupted(ctx, stage, run_new)
     _fuzz_interrupted(ctx, stage, run_old)
     return stage
+
+
+def _project_findings(run: Any) -> list[dict[str, Any]]:
+    """`--oracle gpu`: the findings against kimi-oracle itself (the GPU oracle disagreed with the
+    reference), taken out of the run: they are neither NEW's nor OLD's."""
+    from kimi_oracle.oracle.kinds import PROJECT_KINDS
+
+    mine = [f for f in run.findings if f.check in PROJECT_KINDS]
+    run.findings = [f for f in run.findings if f.check not in PROJECT_KINDS]
+    return [{"check": f.check, "message": f.message, "path": str(f.path) if f.path else None} for f in mine]
+
+
+def _oracle_error(stage: Stage, disagreed: list[dict[str, Any]], otherwise: str | None = None) -> None:
+    """A stage whose GPU oracle was caught wrong is an error (examples judged before the fallback
+    may have passed against a wrong expected result), whatever NEW did; else its status is
+    `otherwise` (when given)."""
+    if not disagreed:
+        if otherwise is not None:
+            stage.status = otherwise
+        return
+    stage.details["oracle_disagreements"] = disagreed
+    stage.status = "error"
+    stage.reasons.insert(0, f"the GPU oracle disagreed with the reference ({disagreed[0]['message']}): a defect of "
+                            "kimi-oracle, not NEW's; rerun with --oracle reference")
 
 
 def _judge_on_both(ctx: GateContext, inputs: dict[str, dict[str, Finding]]) -> int:

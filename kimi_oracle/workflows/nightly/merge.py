@@ -36,6 +36,7 @@ from typing import Any, Sequence
 from kimi_oracle.core.errors import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, InputError, KimiOracleError
 from kimi_oracle.core.files import load_json, read_file, utc_now, versions
 from kimi_oracle.oracle.checks import FINDING_KINDS
+from kimi_oracle.oracle.kinds import PROJECT_KINDS
 from kimi_oracle.results.aggregation import root_cause_rows
 from kimi_oracle.results.case_file import load_case_image, read_case
 from kimi_oracle.results.scenario_report import SCENARIO_FILE, read_scenario
@@ -190,7 +191,7 @@ def dedupe_findings(shards: Sequence[Shard]) -> list[tuple[dict[str, Any], Path]
     for key, f in best.items():
         entry = {**f.entry, "hits": hits[key], "found_in": seen[key]}
         out.append((entry, f.folder))
-    kinds = list(FINDING_KINDS)
+    kinds = list(FINDING_KINDS) + list(PROJECT_KINDS)
     out.sort(key=lambda ef: (kinds.index(ef[0]["kind"]) if ef[0]["kind"] in kinds else len(kinds), ef[0]["id"]))
     return out
 
@@ -342,10 +343,10 @@ def _merged_summary(shards: Sequence[Shard], findings: list[dict[str, Any]], out
     if "hypothesis" in engines:
         engines["hypothesis"]["database"] = {"path": str(out / DB_NAME), "entries_before": 0, "entries_after": db_count}
     stops = {s.summary.get("stopped") for s in shards}
-    counts = {k: 0 for k in FINDING_KINDS}
+    counts = {k: 0 for k in FINDING_KINDS}  # (a project kind listed only when a finding has it)
     for f in findings:
-        if f["kind"] in counts:
-            counts[f["kind"]] += 1
+        if f["kind"] in counts or f["kind"] in PROJECT_KINDS:
+            counts[f["kind"]] = counts.get(f["kind"], 0) + 1
     summary = {
         "schema": SUMMARY_SCHEMA, "schema_version": MERGED_SCHEMA_VERSION, "command": "merge",
         **{k: first.get(k) for k in ("candidate", "profile", "config", "max_examples", "tolerance")},

@@ -10,7 +10,12 @@ from typing import Any, Sequence
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
 from kimi_oracle.core.text import safe_text
-from kimi_oracle.oracle.checks import FINDING_KINDS, INVARIANCE
+from kimi_oracle.oracle.checks import FINDING_KINDS as _RUN_KINDS
+from kimi_oracle.oracle.checks import INVARIANCE
+from kimi_oracle.oracle.kinds import PROJECT_KINDS
+
+# The kinds a campaign files: the candidate's, then those against the project (`--oracle gpu`).
+FINDING_KINDS = tuple(_RUN_KINDS) + tuple(PROJECT_KINDS)
 from kimi_oracle.workflows import nightly_engine, nightly_planner, nightly_video
 from kimi_oracle.results.report import (
     JUnitCase, junit_cases_for, root_cause_junit, root_cause_markdown, root_cause_rows, write_junit,
@@ -118,9 +123,9 @@ def _summarize(opts: CampaignOptions, *, config: PreprocessConfig | None, engine
         _finish_engine(engine, info, findings, errors, stopped)
     _corpus_and_database(opts, engine_info, corpus_before, db_before)
     ordered = sorted(findings.values(), key=lambda f: (FINDING_KINDS.index(f["kind"]), f["id"]))
-    counts = {k: 0 for k in FINDING_KINDS}
+    counts = {k: 0 for k in _RUN_KINDS}  # (a project kind listed only when a finding has it)
     for f in ordered:
-        counts[f["kind"]] += 1
+        counts[f["kind"]] = counts.get(f["kind"], 0) + 1
     elapsed = time.monotonic() - started
     return {
         "schema": SUMMARY_SCHEMA,
