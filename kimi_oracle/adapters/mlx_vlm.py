@@ -33,8 +33,8 @@ import numpy as np
 import torch
 
 from kimi_oracle.adapters.loading import load_module, require_class
-from kimi_oracle.adapters.sources import Tree, locate, unpacked_site
-from kimi_oracle.adapters.transformers_k25 import declare_torchvision_ops, dependency_site
+from kimi_oracle.adapters.sources import Tree, unpacked_site
+from kimi_oracle.adapters.transformers_k25 import declare_torchvision_ops, transformers_entries
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
 
@@ -56,10 +56,7 @@ def runtime_site() -> Path:
 
 
 def _on_path(tree: Tree) -> None:
-    entries = [runtime_site()]
-    if importlib.util.find_spec("transformers") is None:
-        tf = locate("transformers", "transformers", TRANSFORMERS)
-        entries += [tf.root, dependency_site()]
+    entries = [runtime_site(), *transformers_entries(TRANSFORMERS)]
     for entry in map(str, entries):
         if entry not in sys.path:
             sys.path.insert(0, entry)

@@ -74,6 +74,16 @@ def dependency_site() -> Path:
                          pins)
 
 
+def transformers_entries(version: str) -> list[Path]:
+    """What another engine's files need on `sys.path` to import transformers (`version`'s tree and
+    this adapter's pinned site), or nothing when the environment has transformers."""
+    if importlib.util.find_spec("transformers") is not None:
+        return []
+    from kimi_oracle.adapters.sources import locate
+
+    return [locate("transformers", "transformers", version).root, dependency_site()]
+
+
 def declare_torchvision_ops() -> None:
     """Declare torchvision's detection ops where its C++ extension cannot load (see above)."""
     # Only where torchvision's extension cannot load (it defines the ops itself when it can).
@@ -152,5 +162,5 @@ def image_processor_path(tree: Tree, known: tuple[str, ...],
     return preprocess, plan(navit)
 
 
-__all__ = ["DEPENDENCIES", "declare_torchvision_ops", "PROCESSOR", "PROCESSOR_FILE", "dependency_site", "image_processor_path",
+__all__ = ["DEPENDENCIES", "declare_torchvision_ops", "transformers_entries", "PROCESSOR", "PROCESSOR_FILE", "dependency_site", "image_processor_path",
            "import_processor", "processor_kwargs", "torch_release"]

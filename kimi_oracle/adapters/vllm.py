@@ -47,8 +47,8 @@ from typing import Any, Callable
 import torch
 
 from kimi_oracle.adapters.loading import load_modules, require, require_class
-from kimi_oracle.adapters.sources import Tree, cache_dir, locate, unpacked_site
-from kimi_oracle.adapters.transformers_k25 import declare_torchvision_ops, dependency_site
+from kimi_oracle.adapters.sources import Tree, cache_dir, unpacked_site
+from kimi_oracle.adapters.transformers_k25 import declare_torchvision_ops, transformers_entries
 from kimi_oracle.core.config import VIDEO_KEYS, PreprocessConfig
 from kimi_oracle.core.errors import CandidateError
 
@@ -78,10 +78,7 @@ def _on_path(tree: Tree) -> None:
     # numba and transformers for the engine's files: the environment's own when it has them.
     # numba's on-disk cache of the kernel (`cache=True`) goes to the engine cache, not the tree.
     os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))
-    entries = [numba_site()]
-    if importlib.util.find_spec("transformers") is None:
-        tf = locate("transformers", "transformers", TRANSFORMERS)
-        entries += [tf.root, dependency_site()]
+    entries = [numba_site(), *transformers_entries(TRANSFORMERS)]
     for entry in map(str, entries):
         if entry in sys.path:
             continue

@@ -197,12 +197,18 @@ PEAK_BANDWIDTH: tuple[tuple[str, float], ...] = (
 ROOFLINE_DEVICES: tuple[tuple[str, float], ...] = (("H200", 4.8e12), ("A100-SXM4-80GB", 2.039e12))
 
 
-def peak_bandwidth(device_name: str) -> float | None:
-    """Peak HBM bytes/s of a device, by its torch name; None when the table does not know it."""
+def peak_entry(device_name: str) -> tuple[str | None, float | None]:
+    """(the `PEAK_BANDWIDTH` entry a device's torch name matches, its peak HBM bytes/s);
+    (None, None) when the table does not know it."""
     for fragment, value in PEAK_BANDWIDTH:
         if fragment in device_name:
-            return value
-    return None
+            return fragment, value
+    return None, None
+
+
+def peak_bandwidth(device_name: str) -> float | None:
+    """Peak HBM bytes/s of a device, by its torch name; None when the table does not know it."""
+    return peak_entry(device_name)[1]
 
 
 def device_peak_bandwidth() -> tuple[str, float | None]:

@@ -84,13 +84,6 @@ def defect_paragraphs(summary: dict[str, Any]) -> list[str]:
     return out
 
 
-def _levels(value: Any) -> str:
-    try:
-        return f"{float(value):.3g}"
-    except (TypeError, ValueError):
-        return "-"
-
-
 def _cell(text: Any) -> str:
     return str(text if text is not None else "-").replace("|", "\\|").replace("\n", " ")
 
@@ -165,8 +158,8 @@ def _part_details(p: dict[str, Any]) -> list[str]:
         out += [f"**{p['part']}**, root cause x mode class:", "",
                 "| root cause | mode class | max levels | mean levels | hits | repro |", "|---|---|---|---|---|---|"]
         for r in rows:
-            out.append(f"| {_cell(r.get('root_cause'))} | {_cell(r.get('mode_class'))} | {_levels(r.get('max_levels'))} | "
-                       f"{_levels(r.get('mean_levels'))} | {r.get('hits', '-')} | `{r.get('repro') or '-'}` |")
+            out.append(f"| {_cell(r.get('root_cause'))} | {_cell(r.get('mode_class'))} | {levels_text(r.get('max_levels'))} | "
+                       f"{levels_text(r.get('mean_levels'))} | {r.get('hits', '-')} | `{r.get('repro') or '-'}` |")
         out.append("")
     findings = [f for f in p.get("findings") or [] if p["part"] != "image-fuzz" or not every]
     if findings:

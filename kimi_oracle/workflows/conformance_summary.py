@@ -23,6 +23,7 @@ harness error get the first row, `did not run`: the opening never reads as a cle
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -81,14 +82,16 @@ def _column(entry: dict[str, Any], part: dict[str, Any]) -> str:
     return f"{entry['engine']} {entry.get('version') or '?'} `{part['spec'].split('@')[0]}`"
 
 
-def _frames(finding_path: str | None) -> list[tuple[str, str, str, str]]:
-    """(file, line, function, code) of each frame of a crash's traceback (its `stats.json`)."""
+@functools.lru_cache(maxsize=None)
+def _frames(finding_path: str | None) -> tuple[tuple[str, str, str, str], ...]:
+    """(file, line, function, code) of each frame of a crash's traceback (its `stats.json`, read
+    once: the row's label and its place both ask)."""
     if not finding_path:
-        return []
+        return ()
     try:
         stats = json.loads((Path(finding_path) / "stats.json").read_text("utf-8")).get("stats") or {}
     except (OSError, ValueError, AttributeError):
-        return []
+        return ()
     text = str(stats.get("traceback") or "")
     lines = text.splitlines()
     out = []
@@ -97,7 +100,7 @@ def _frames(finding_path: str | None) -> list[tuple[str, str, str, str]]:
         if m:
             code = lines[n + 1].strip() if n + 1 < len(lines) and not lines[n + 1].lstrip().startswith("File ") else ""
             out.append((m.group(1), m.group(2), m.group(3), code))
-    return out[::-1] if "most recent call first" in text else out  # (innermost last)
+    return tuple(out[::-1] if "most recent call first" in text else out)  # (innermost last)
 
 
 def _crash_row(key: str, finding_path: str | None, root: str | None) -> str:
@@ -189,11 +192,6 @@ def _does(row: str, kind: str, cell: Cell) -> str:
     return (cell.message.split("\n")[0][:300]) or row
 
 
-def has_errors(summary: dict[str, Any]) -> bool:
-    """Whether some engine or part could not run (the report must never read as a clean pass)."""
-    return any(name == DID_NOT_RUN for name, _, _ in summary["rows"])
-
-
 def _where(entry: dict[str, Any], col_path: str, row: str, kind: str, cell: Cell) -> str:
     if kind == ERROR:
         return f"log: `{cell.repro}`" if cell.repro else "the engine could not be loaded"
@@ -251,9 +249,12 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
     return {"columns": columns, "rows": [(n, rows[n], kinds[n]) for n in order], "defects": defects, "sub_level": sub}
 
 
-def levels_text(value: float | None) -> str:
-    """`7.84e+03` / `255` / `-`."""
-    return "-" if value is None else f"{value:.3g}"
+def levels_text(value: Any) -> str:
+    """`7.84e+03` / `255` / `-` (no number)."""
+    try:
+        return f"{float(value):.3g}"
+    except (TypeError, ValueError):
+        return "-"
 
 
 def modes_text(modes: set[str], most: int = 4) -> str:
@@ -262,5 +263,5 @@ def modes_text(modes: set[str], most: int = 4) -> str:
     return ", ".join(names[:most]) + (f" +{len(names) - most}" if len(names) > most else "")
 
 
-__all__ = ["DID_NOT_RUN", "ERROR", "EVIDENCE", "FAILURE", "OTHER", "PIXEL", "Cell", "Defect", "engine_frame", "has_errors",
+__all__ = ["DID_NOT_RUN", "ERROR", "EVIDENCE", "FAILURE", "OTHER", "PIXEL", "Cell", "Defect", "engine_frame",
            "levels_text", "modes_text", "summarize"]

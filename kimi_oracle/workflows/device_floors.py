@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import triton
 import triton.language as tl
 
-from kimi_oracle.workflows.bench import PEAK_BANDWIDTH
+from kimi_oracle.workflows.bench import peak_entry
 
 TAIL_TARGET = 0.70
 RESAMPLED_TARGET = 0.50
@@ -55,10 +55,7 @@ def triton_copy(src: Any, dst: Any, block: int = COPY_BLOCK) -> None:
 
 def nominal_peak(device_name: str) -> tuple[str | None, float | None]:
     """(the `PEAK_BANDWIDTH` entry the device's name matched, its bytes/s); (None, None) unknown."""
-    for fragment, value in PEAK_BANDWIDTH:
-        if fragment in device_name:
-            return fragment, value
-    return None, None
+    return peak_entry(device_name)
 
 
 def copy_floors(nbytes: int, timer: Callable[[Callable[[], None]], float], device: str = "cuda") -> dict[str, Any]:
