@@ -116,8 +116,10 @@ def _layout_arenas(chunk: Sequence[_Job]) -> dict[int, int]:
     return length
 
 
-def _upload_arenas(chunk: Sequence[_Job], length: dict[int, int], dev: torch.device) -> dict[int, torch.Tensor]:
-    """One device arena per storage kind present, sources copied in (pinned, asynchronous)."""
+def _upload_arenas(chunk: Sequence[_Job], length: dict[int, int], dev: torch.device,
+                   pad: int = 0) -> dict[int, torch.Tensor]:
+    """One device arena per storage kind present, sources copied in (pinned, asynchronous),
+    `pad` elements longer than its contents (read, never used, by the staged loads)."""
     arenas: dict[int, torch.Tensor] = {}
     for dt, n in length.items():
         if n == 0:
@@ -128,7 +130,8 @@ def _upload_arenas(chunk: Sequence[_Job], length: dict[int, int], dev: torch.dev
         hv = host.numpy() if dt != L.U16 else host.view(torch.int16).numpy().view(np.uint16)
         for j in members:
             hv[j.src_off : j.src_off + j.src.size] = j.src.reshape(-1)
-        arena = torch.empty(max(n, 1), dtype=_TORCH_DT[dt], device=dev)
+        arena = torch.empty(n + pad, dtype=_TORCH_DT[dt], device=dev)
+        arena[n:].zero_()  # determinate, though no kept value is ever read from it
         arena[:nsrc].copy_(host, non_blocking=True)
         arenas[dt] = arena
     return arenas

@@ -42,7 +42,6 @@ from kimi_oracle.pipelines.gpu.layout import (
     FETCH_DIRECT,
     FETCH_H,
     FETCH_NEAREST,
-    I32,
     LEVELS,
     PASS_BOUND,
     PASS_COEF,
@@ -53,8 +52,6 @@ from kimi_oracle.pipelines.gpu.layout import (
     PASS_OUT_W,
     PASS_SRC,
     PASS_SRC_W,
-    PRECISION_BITS,
-    PRECISION_HALF,
     ROW_ALPHA,
     ROW_BG_EVEN,
     ROW_BG_ODD,
@@ -82,20 +79,13 @@ from kimi_oracle.pipelines.gpu.layout import (
     TILE_LEN,
     TILE_ROW,
     TILE_SLOT,
-    U8,
-    U16,
 )
+from kimi_oracle.pipelines.gpu.staging import (_clip8, _muldiv255, _rounded, _sum_setup, _summed,
+                                               staged_horizontal, staged_row_pixels, staged_vertical)
 
 # --------------------------------------------------------------------------------------------
 # Pillow's integer arithmetic
 # --------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _muldiv255(a, b):
-    """Pillow's MULDIV255(a, b): a * b / 255 rounded, without a division."""
-    t = a * b + 128
-    return ((t >> 8) + t) >> 8
 
 
 @triton.jit
@@ -104,22 +94,6 @@ def _unpremultiply(c, alpha):
     safe = tl.where(alpha == 0, 1, alpha)
     scaled = tl.minimum((255 * c) // safe, 255)
     return tl.where((alpha == 0) | (alpha == 255), c, scaled)
-
-
-@triton.jit
-def _clip8(v):
-    return tl.minimum(tl.maximum(v, 0), 255)
-
-
-@triton.jit
-def _round_half_away(acc):
-    """float64 -> int32, rounding half away from zero (Pillow's `(int)(x ± 0.5)`)."""
-    return tl.where(acc >= 0.0, acc + 0.5, acc - 0.5).to(tl.int32)
-
-
-# --------------------------------------------------------------------------------------------
-# Pixels: load, bicubic sums, store
-# --------------------------------------------------------------------------------------------
 
 
 @triton.jit
@@ -149,39 +123,6 @@ def _as_level(v, DT: tl.constexpr):
 
 
 @triton.jit
-def _as_term(v, DT: tl.constexpr):
-    """A stored value as the bicubic sum reads it: int32 on the 8-bit path, else float64."""
-    if DT == U8:
-        return v.to(tl.int32)
-    elif DT == U16:
-        return v.to(tl.int32).to(tl.float64)
-    else:
-        return v.to(tl.float64)
-
-
-@triton.jit
-def _accumulate(acc, v, w, tap, DT: tl.constexpr):
-    if DT == U8:
-        return acc + v * w  # masked taps load weight 0
-    else:
-        # Pillow adds only the first `count` terms; adding 0.0 would turn -0.0 into +0.0.
-        return tl.where(tap, acc + v * w, acc)
-
-
-@triton.jit
-def _rounded(acc, DT: tl.constexpr):
-    """The stored value of a bicubic sum, rounded and clipped the way Pillow does it."""
-    if DT == U8:
-        return _clip8(acc >> PRECISION_BITS)
-    elif DT == U16:
-        return tl.minimum(tl.maximum(_round_half_away(acc), 0), 65535)
-    elif DT == I32:
-        return _round_half_away(acc)
-    else:
-        return acc.to(tl.float32)
-
-
-@triton.jit
 def _bicubic(img, line, stride, index, index_ok, ok, coef, bounds, ksize,
              NCH: tl.constexpr, DT: tl.constexpr, PREMULTIPLY: tl.constexpr):
     """One bicubic output sample per pixel, all NCH channels from the same taps.
@@ -191,40 +132,16 @@ def _bicubic(img, line, stride, index, index_ok, ok, coef, bounds, ksize,
     its weights once); tap k of a pixel is at `img + line + (first + k) * stride`.
     PREMULTIPLY: colour bands are multiplied by the last band (alpha) on load.
     """
-    first = tl.load(bounds + index * BOUND_LEN + BOUND_FIRST, mask=index_ok, other=0)
-    count = tl.load(bounds + index * BOUND_LEN + BOUND_COUNT, mask=index_ok, other=0)
-    weights = coef + index * ksize
-    if DT == U8:
-        start = tl.full(ok.shape, PRECISION_HALF, tl.int32)
-    else:
-        start = tl.zeros(ok.shape, tl.float64)
-    acc0 = start
-    acc1 = start
-    acc2 = start
-    acc3 = start
+    first, count, weights, acc0 = _sum_setup(bounds, coef, index, index_ok, ksize, ok, DT)
+    acc1 = acc0
+    acc2 = acc0
+    acc3 = acc0
     for k in range(ksize):
         tap = ok & (k < count)
         w = tl.load(weights + k, mask=index_ok & (k < count), other=0)
         c0, c1, c2, c3 = _load_pixel(img + line + (first + k) * stride, tap, NCH)
-        v0 = _as_term(c0, DT)
-        v1 = _as_term(c1, DT)
-        v2 = _as_term(c2, DT)
-        v3 = _as_term(c3, DT)
-        if PREMULTIPLY:
-            # RGBA -> RGBa, LA -> La (8-bit only): colour bands times alpha, alpha kept.
-            if NCH == 4:
-                v0 = _muldiv255(v0, v3)
-                v1 = _muldiv255(v1, v3)
-                v2 = _muldiv255(v2, v3)
-            else:
-                v0 = _muldiv255(v0, v1)
-        acc0 = _accumulate(acc0, v0, w, tap, DT)
-        if NCH > 1:
-            acc1 = _accumulate(acc1, v1, w, tap, DT)
-        if NCH > 2:
-            acc2 = _accumulate(acc2, v2, w, tap, DT)
-        if NCH > 3:
-            acc3 = _accumulate(acc3, v3, w, tap, DT)
+        acc0, acc1, acc2, acc3 = _summed(acc0, acc1, acc2, acc3, c0, c1, c2, c3, w, tap, NCH, DT,
+                                         PREMULTIPLY)
     return _rounded(acc0, DT), _rounded(acc1, DT), _rounded(acc2, DT), _rounded(acc3, DT)
 
 
@@ -246,14 +163,42 @@ def _store_pixel(at, c0, c1, c2, c3, mask, NCH: tl.constexpr):
 
 
 @triton.jit
+def _horizontal(arena, img, row_w, y, x0, x, x_ok, ok, last_x, coef, bounds, ksize,
+                NCH: tl.constexpr, DT: tl.constexpr, PREMULTIPLY: tl.constexpr,
+                ALIGN: tl.constexpr, WIN: tl.constexpr):
+    """The horizontal bicubic sums of rows `y` [R] (clamped to the image's rows for their
+    addresses), columns `x` [1, C] (the first `x0`, the last valid `last_x`) of the image at
+    element offset `img` (rows of `row_w` elements): from a staged block when every tap of the
+    tile fits in WIN elements a row (upscales and downscales up to about WIN / (C * NCH)),
+    else tap by tap (`_bicubic`)."""
+    x_first = tl.load(bounds + x0 * BOUND_LEN + BOUND_FIRST)
+    x_end = tl.load(bounds + last_x * BOUND_LEN + BOUND_FIRST) + \
+        tl.load(bounds + last_x * BOUND_LEN + BOUND_COUNT)
+    line = img + y.to(tl.int64) * row_w
+    if (x_end - x_first) * NCH + ALIGN - 1 <= WIN:
+        c0, c1, c2, c3 = staged_horizontal(arena, line, x, x_ok, ok, coef, bounds, ksize, x_first,
+                                           NCH, DT, PREMULTIPLY, ALIGN, WIN)
+    else:
+        c0, c1, c2, c3 = _bicubic(arena, line[:, None], NCH, x, x_ok, ok, coef, bounds, ksize,
+                                  NCH, DT, PREMULTIPLY)
+    return c0, c1, c2, c3
+
+
+@triton.jit
 def resample_pass_kernel(src_ptr, dst_ptr, rows_ptr, tiles_ptr, coef_ptr, bound_ptr,
                          DT: tl.constexpr, NCH: tl.constexpr, AXIS: tl.constexpr,
                          PREMULTIPLY: tl.constexpr, BLOCK_Y: tl.constexpr,
-                         BLOCK_X: tl.constexpr):
-    """One Pillow bicubic pass (AXIS) over a BLOCK_Y x BLOCK_X tile of one image's output."""
+                         BLOCK_X: tl.constexpr, ALIGN: tl.constexpr, SEG: tl.constexpr,
+                         WIN: tl.constexpr):
+    """One Pillow bicubic pass (AXIS) over a BLOCK_Y x BLOCK_X tile of one image's output.
+
+    `src_ptr` is the arena's base (16-byte aligned): the horizontal pass stages its rows'
+    source segments from it (`staging.py`), the vertical pass each tap's rows; ALIGN is 16
+    bytes in elements, SEG the staged elements of a row of the vertical pass (BLOCK_X pixels),
+    WIN of the horizontal pass."""
     tile = tiles_ptr + tl.program_id(0) * TILE_LEN
     row = rows_ptr + tl.load(tile + TILE_SLOT).to(tl.int64) * PASS_LEN
-    src = src_ptr + tl.load(row + PASS_SRC)
+    src = tl.load(row + PASS_SRC)
     dst = dst_ptr + tl.load(row + PASS_DST)
     src_w = tl.load(row + PASS_SRC_W).to(tl.int32)
     out_h = tl.load(row + PASS_OUT_H).to(tl.int32)
@@ -262,19 +207,24 @@ def resample_pass_kernel(src_ptr, dst_ptr, rows_ptr, tiles_ptr, coef_ptr, bound_
     bounds = bound_ptr + tl.load(row + PASS_BOUND)
     ksize = tl.load(row + PASS_KSIZE).to(tl.int32)
 
-    y = tl.load(tile + TILE_ROW) * BLOCK_Y + tl.arange(0, BLOCK_Y)[:, None]
-    x = tl.load(tile + TILE_COL) * BLOCK_X + tl.arange(0, BLOCK_X)[None, :]
+    y_line = tl.load(tile + TILE_ROW).to(tl.int32) * BLOCK_Y + tl.arange(0, BLOCK_Y)
+    x0 = tl.load(tile + TILE_COL).to(tl.int32) * BLOCK_X
+    y = y_line[:, None]
+    x = x0 + tl.arange(0, BLOCK_X)[None, :]
     y_ok = y < out_h
     x_ok = x < out_w
     ok = y_ok & x_ok
     if AXIS == AXIS_H:
         # output (y, x) sums source row y around column x
-        c0, c1, c2, c3 = _bicubic(src, y * (src_w * NCH), NCH, x, x_ok, ok, coef, bounds, ksize,
-                                  NCH, DT, PREMULTIPLY)
+        c0, c1, c2, c3 = _horizontal(src_ptr, src, src_w * NCH, tl.minimum(y_line, out_h - 1),
+                                     x0, x, x_ok, ok,
+                                     tl.minimum(x0 + BLOCK_X, out_w) - 1, coef, bounds, ksize,
+                                     NCH, DT, PREMULTIPLY, ALIGN, WIN)
     else:
-        # output (y, x) sums source column x around row y
-        c0, c1, c2, c3 = _bicubic(src, x * NCH, src_w * NCH, y, y_ok, ok, coef, bounds, ksize,
-                                  NCH, DT, PREMULTIPLY)
+        # output (y, x) sums source column x around row y, each tap's rows one staged block
+        c0, c1, c2, c3 = staged_vertical(src_ptr, src, src_w * NCH, y_line, y_line < out_h, x0,
+                                         tl.arange(0, BLOCK_X)[None, :], ok, coef, bounds, ksize,
+                                         NCH, DT, PREMULTIPLY, ALIGN, SEG)
     _store_pixel(dst + (y * out_w + x) * NCH, c0, c1, c2, c3, ok, NCH)
 
 
@@ -284,29 +234,39 @@ def resample_pass_kernel(src_ptr, dst_ptr, rows_ptr, tiles_ptr, coef_ptr, bound_
 
 
 @triton.jit
-def _fetch(src_ptr, coef_ptr, bound_ptr, nearest_ptr, row, y, x, ok,
-           DT: tl.constexpr, NCH: tl.constexpr, FETCH: tl.constexpr):
-    """The NCH channels of pixel (y, x) of the image being produced: read directly, through
-    NEAREST index tables, or as the second bicubic pass over the intermediate image."""
-    img = src_ptr + tl.load(row + ROW_SRC)
+def _fetch(src_ptr, coef_ptr, bound_ptr, nearest_ptr, row, y_line, y, x0, cols, ok,
+           DT: tl.constexpr, NCH: tl.constexpr, FETCH: tl.constexpr, ALIGN: tl.constexpr,
+           SEG: tl.constexpr, WIN: tl.constexpr):
+    """The NCH channels of pixels (y, x0 + cols) of the image being produced (`y_line` [R]:
+    the rows, `y` the same as [R, 1]): read directly, through NEAREST index tables, or as the
+    second bicubic pass over the intermediate image. The direct read and the vertical pass
+    stage each source row segment once (`staging.py`)."""
+    img = tl.load(row + ROW_SRC)
     src_w = tl.load(row + ROW_SRC_W).to(tl.int32)
+    height = tl.load(row + ROW_H).to(tl.int32)
+    width = tl.load(row + ROW_W).to(tl.int32)
+    x = x0 + cols
     if FETCH == FETCH_DIRECT:
-        c0, c1, c2, c3 = _load_pixel(img + (y * src_w + x) * NCH, ok, NCH)
+        line = img + tl.minimum(y_line, height - 1).to(tl.int64) * (src_w * NCH)
+        c0, c1, c2, c3 = staged_row_pixels(src_ptr, line, x0, cols, NCH, ALIGN, SEG)
     elif FETCH == FETCH_NEAREST:
         sy = tl.load(nearest_ptr + tl.load(row + ROW_NEAREST_Y) + y, mask=ok, other=-1)
         sx = tl.load(nearest_ptr + tl.load(row + ROW_NEAREST_X) + x, mask=ok, other=-1)
         hit = ok & (sy >= 0) & (sx >= 0)  # Pillow leaves positions without a source at 0
-        c0, c1, c2, c3 = _load_pixel(img + (sy * src_w + sx) * NCH, hit, NCH)
+        c0, c1, c2, c3 = _load_pixel(src_ptr + img + (sy * src_w + sx) * NCH, hit, NCH)
     else:
         coef = coef_ptr + tl.load(row + ROW_COEF)
         bounds = bound_ptr + tl.load(row + ROW_BOUND)
         ksize = tl.load(row + ROW_KSIZE).to(tl.int32)
         if FETCH == FETCH_H:
-            c0, c1, c2, c3 = _bicubic(img, y * (src_w * NCH), NCH, x, ok, ok, coef, bounds,
-                                      ksize, NCH, DT, False)
+            c0, c1, c2, c3 = _horizontal(src_ptr, img, src_w * NCH, tl.minimum(y_line, height - 1),
+                                         x0, x, x < width, ok,
+                                         tl.minimum(x0 + cols.shape[1], width) - 1, coef, bounds,
+                                         ksize, NCH, DT, False, ALIGN, WIN)
         else:
-            c0, c1, c2, c3 = _bicubic(img, x * NCH, src_w * NCH, y, ok, ok, coef, bounds,
-                                      ksize, NCH, DT, False)
+            c0, c1, c2, c3 = staged_vertical(src_ptr, img, src_w * NCH, y_line, y_line < height,
+                                             x0, cols, ok, coef, bounds, ksize, NCH, DT, False,
+                                             ALIGN, SEG)
     return _as_level(c0, DT), _as_level(c1, DT), _as_level(c2, DT), _as_level(c3, DT)
 
 
@@ -419,14 +379,26 @@ def convert_kernel(src_ptr, dst_ptr, rows_ptr, tiles_ptr, table_ptr, composite_p
 
 
 @triton.jit
+def _any_max(v):
+    """The largest value of a 2-D block."""
+    return tl.max(tl.max(v, axis=1), axis=0)
+
+
+@triton.jit
 def tail_kernel(src_ptr, out_ptr, rows_ptr, tiles_ptr, coef_ptr, bound_ptr, nearest_ptr,
                 table_ptr, composite_ptr, lut_ptr, extent_ptr,
                 DT: tl.constexpr, NCH: tl.constexpr, FETCH: tl.constexpr, CONV: tl.constexpr,
-                P: tl.constexpr, BLOCK: tl.constexpr):
-    """A block of output elements in patch order -> padded, normalized (LUT) patch values.
+                P: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr,
+                PATCHES: tl.constexpr, PATCH_ROWS: tl.constexpr, ALIGN: tl.constexpr,
+                SEG: tl.constexpr, WIN: tl.constexpr):
+    """PATCHES patches of each of PATCH_ROWS patch rows -> padded, normalized (LUT) patch values.
 
-    Each program also stores, at `extent_ptr + EXT_LEN * pid`, the extent of what it wrote
-    (EXT_*): the host builds `grid_thws` from these records, not from its plan.
+    A program covers ROWS x COLS pixels of each of its patch rows (powers of two, at least
+    P x PATCHES * P; ROWS * PATCH_ROWS rows in all), so that each source row segment is read
+    once for all three channel planes (`_fetch`), and writes their patch planes, which lie one
+    after the other in the output. Each program also stores, at `extent_ptr + EXT_LEN * pid`,
+    the extent of what it wrote (EXT_*): the host builds `grid_thws` from these records, not
+    from its plan.
     """
     pid = tl.program_id(0)
     tile = tiles_ptr + pid * TILE_LEN
@@ -434,32 +406,37 @@ def tail_kernel(src_ptr, out_ptr, rows_ptr, tiles_ptr, coef_ptr, bound_ptr, near
     height = tl.load(row + ROW_H).to(tl.int32)
     width = tl.load(row + ROW_W).to(tl.int32)
     grid_w = tl.load(row + ROW_GRID_W).to(tl.int32)
-    elements = tl.load(row + ROW_ELEMS).to(tl.int32)
-    e = tl.load(tile + TILE_COL) * BLOCK + tl.arange(0, BLOCK)
-    inside = e < elements
-    patch = e // (P * P)
-    within = e % (P * P)
-    patch_y = patch // grid_w
-    patch_x = patch % grid_w
-    y = patch_y * P + within // P
-    x = patch_x * P + within % P
+    patches = tl.load(row + ROW_ELEMS).to(tl.int32) // (P * P)
+    lane_y = tl.arange(0, ROWS * PATCH_ROWS)
+    within_y = lane_y % ROWS
+    patch_y = tl.load(tile + TILE_ROW).to(tl.int32) * PATCH_ROWS + lane_y // ROWS
+    patch_x0 = tl.load(tile + TILE_COL).to(tl.int32) * PATCHES
+    cols = tl.arange(0, COLS)[None, :]
+    patch_x = patch_x0 + cols // P
+    inside = (within_y < P)[:, None] & (cols < PATCHES * P) & (patch_x < grid_w) & \
+        (patch_y[:, None] * grid_w + patch_x < patches)
+    y_line = patch_y * P + within_y
+    y = y_line[:, None]
+    x0 = patch_x0 * P
+    x = x0 + cols
     ok = inside & (y < height) & (x < width)
-    c0, c1, c2, c3 = _fetch(src_ptr, coef_ptr, bound_ptr, nearest_ptr, row, y, x, ok, DT, NCH,
-                            FETCH)
+    c0, c1, c2, c3 = _fetch(src_ptr, coef_ptr, bound_ptr, nearest_ptr, row, y_line, y, x0, cols,
+                            ok, DT, NCH, FETCH, ALIGN, SEG, WIN)
     r, g, b = _fill(c0, c1, c2, c3, row, table_ptr, composite_ptr, y, x, ok, NCH, CONV)
     # Padding is level 0, normalized like any other pixel.
     r = tl.where(ok, r, 0)
     g = tl.where(ok, g, 0)
     b = tl.where(ok, b, 0)
     image_out = out_ptr + tl.load(row + ROW_PATCH0) * (3 * P * P)
-    out = image_out + (patch * (3 * P * P) + within)
+    out = image_out + ((patch_y[:, None] * grid_w + patch_x) * (3 * P * P) + within_y[:, None] * P
+                       + cols % P)
     tl.store(out, tl.load(lut_ptr + r, mask=inside, other=0.0), mask=inside)
     tl.store(out + P * P, tl.load(lut_ptr + LEVELS + g, mask=inside, other=0.0), mask=inside)
     tl.store(out + 2 * P * P, tl.load(lut_ptr + 2 * LEVELS + b, mask=inside, other=0.0), mask=inside)
     # The extent of the stores above, from the same masks that bound them.
     extent = extent_ptr + pid * EXT_LEN
-    tl.store(extent + EXT_WRITTEN, tl.sum(inside.to(tl.int32), axis=0))
-    tl.store(extent + EXT_PATCH_ROWS, tl.max(tl.where(inside, patch_y + 1, 0), axis=0))
-    tl.store(extent + EXT_PATCH_COLS, tl.max(tl.where(inside, patch_x + 1, 0), axis=0))
-    tl.store(extent + EXT_ROWS, tl.max(tl.where(ok, y + 1, 0), axis=0))
-    tl.store(extent + EXT_COLS, tl.max(tl.where(ok, x + 1, 0), axis=0))
+    tl.store(extent + EXT_WRITTEN, tl.sum(tl.sum(inside.to(tl.int32), axis=1), axis=0))
+    tl.store(extent + EXT_PATCH_ROWS, _any_max(tl.where(inside, patch_y[:, None] + 1, 0)))
+    tl.store(extent + EXT_PATCH_COLS, _any_max(tl.where(inside, patch_x + 1, 0)))
+    tl.store(extent + EXT_ROWS, _any_max(tl.where(ok, y + 1, 0)))
+    tl.store(extent + EXT_COLS, _any_max(tl.where(ok, x + 1, 0)))

@@ -20,7 +20,8 @@ from kimi_oracle.pipelines.gpu.arenas import (_CoefBank, _device_tables, _layout
                                               _upload_arenas)
 from kimi_oracle.pipelines.gpu.jobs import _ITEM, _RGB, _Conversion, _Job
 from kimi_oracle.pipelines.gpu.tables import i32_key_level
-from kimi_oracle.pipelines.gpu.tiles import Tiles, _flat_tiles, _grid_tiles
+from kimi_oracle.pipelines.gpu.staging import STAGE_BYTES, stage_segment, tail_window
+from kimi_oracle.pipelines.gpu.tiles import Tiles, _flat_tiles, _grid_tiles, tail_block
 
 
 @dataclasses.dataclass
@@ -186,7 +187,8 @@ def _pass_launches(batch: _Batch, groups: dict[tuple, list], arenas: dict[int, t
             (arenas[dt], arenas[dt], _tensor(rows, batch.device), _tensor(tiles, batch.device),
              coefs["c8"] if dt == L.U8 else coefs["c64"], coefs["bounds"]),
             {"DT": dt, "NCH": nch, "AXIS": axis, "PREMULTIPLY": premultiply,
-             "BLOCK_Y": t.pass_rows, "BLOCK_X": t.pass_cols}, batch.options,
+             "BLOCK_Y": t.pass_rows, "BLOCK_X": t.pass_cols, "ALIGN": STAGE_BYTES // _ITEM[dt],
+             "SEG": stage_segment(t.pass_cols, nch, _ITEM[dt], t.pass_rows, 32 * t.num_warps), "WIN": t.pass_window // _ITEM[dt]}, batch.options,
             read_bytes=sum(j.src_h * j.src_w * nch * _ITEM[dt] for j, _ in items),
             write_bytes=sum(j.mid_shape[0] * j.mid_shape[1] * nch * _ITEM[dt] for j, _ in items),
         ))
@@ -250,7 +252,13 @@ def _tail_launches(batch: _Batch, chunk: Sequence[_Job], arenas: dict[int, torch
     launches, extents = [], []
     for (dt, nch, fetch, conv), items in groups.items():
         rows = np.stack([row for _, row, _ in items])
-        tiles = _flat_tiles([(i, int(r[L.ROW_ELEMS])) for i, r in enumerate(rows)], batch.tiles.tail)
+        grid_h = rows[:, L.ROW_ELEMS] // (ps * ps * rows[:, L.ROW_GRID_W])
+        # no more patches a program than the launch's largest patch grid holds
+        block_rows, cols, patches, patch_rows = tail_block(batch.tiles.tail, ps, int(rows[:, L.ROW_GRID_W].max()),
+                                                           int(grid_h.max()))
+        # (slot, group of `patch_rows` patch rows, group of `patches` patch columns)
+        tiles = _grid_tiles([(i, int(grid_h[i]), int(r[L.ROW_GRID_W])) for i, r in enumerate(rows)],
+                            patch_rows, patches)
         ext = torch.zeros((len(tiles), int(L.EXT_LEN)), dtype=torch.int32, device=batch.device)
         extents.append(_Extent(ext, np.array([items[s][0].index for s in tiles[:, L.TILE_SLOT]], np.int64)))
         launches.append(Launch(
@@ -258,13 +266,27 @@ def _tail_launches(batch: _Batch, chunk: Sequence[_Job], arenas: dict[int, torch
             (arenas[dt], target, _tensor(rows, batch.device), _tensor(tiles, batch.device),
              coefs["c8"] if dt == L.U8 else coefs["c64"], coefs["bounds"], coefs["nearest"],
              tables.conv, tables.composite, batch.lut, ext),
-            {"DT": dt, "NCH": nch, "FETCH": fetch, "CONV": conv, "P": ps, "BLOCK": batch.tiles.tail},
+            {"DT": dt, "NCH": nch, "FETCH": fetch, "CONV": conv, "P": ps, "ROWS": block_rows,
+             "COLS": cols, "PATCHES": patches, "PATCH_ROWS": patch_rows, "ALIGN": STAGE_BYTES // _ITEM[dt],
+             "SEG": stage_segment(cols, nch, _ITEM[dt], block_rows * patch_rows, 32 * batch.tiles.num_warps),
+             "WIN": tail_window(cols, nch, _ITEM[dt])},
             batch.options,
             read_bytes=sum(read for _, _, read in items),
             write_bytes=sum(int(r[L.ROW_ELEMS]) * 3 * out_item for r in rows),
             out_dtype="bf16" if target.dtype == torch.bfloat16 else "fp32",
         ))
     return launches, extents
+
+
+def stage_pad(tiles: Tiles, patch_size: int) -> int:
+    """Elements every arena holds past its contents, so that a staged block (`staging.py`)
+    that starts inside an image never reads past the allocation: the largest block row of
+    any launch (4 channels of 8-bit elements, the most elements a row)."""
+    rows, cols, _, _ = tail_block(tiles.tail, patch_size)
+    threads = 32 * tiles.num_warps
+    return max(tiles.pass_window, tail_window(cols, 4, 1),
+               *(stage_segment(c, n, 1, r, threads) for c, r in ((tiles.pass_cols, tiles.pass_rows), (cols, rows))
+                 for n in (1, 4)))
 
 
 @dataclasses.dataclass
@@ -292,7 +314,7 @@ def _chunk_launches(batch: _Batch, chunk: Sequence[_Job]) -> _ChunkLaunches:
     """Host work and uploads for one chunk: its launches in order, and the tails' extent
     records (filled when the launches run)."""
     dev = batch.device
-    arenas = _upload_arenas(chunk, _layout_arenas(chunk), dev)
+    arenas = _upload_arenas(chunk, _layout_arenas(chunk), dev, stage_pad(batch.tiles, batch.config.patch_size))
     tables = _device_tables(chunk, batch.config.transparent_bg_config, dev)
     ps = batch.config.patch_size
     if _writes_in_place(batch.out, dev):

@@ -19,9 +19,11 @@ from kimi_oracle.pipelines.gpu import layout as L
 class Tiles:
     """Tile sizes of the launches (powers of two) and warps per program.
 
-    `pass_rows` x `pass_cols`: output pixels of one `resample_pass_kernel` program; `tail`,
-    `convert`: output elements of one `tail_kernel` / pixels of one `convert_kernel` program
-    (flat, in patch order / row-major order). `num_warps` applies to every kernel on CUDA.
+    `pass_rows` x `pass_cols`: output pixels of one `resample_pass_kernel` program;
+    `pass_window`: source bytes a row the horizontal pass stages for its tile (a tile
+    whose taps span more reads them tap by tap); `tail`: pixels of one `tail_kernel` program,
+    whole patches of one patch row (`tail_block`: at least one patch); `convert`: pixels of
+    one `convert_kernel` program (flat, row-major). `num_warps` applies to every kernel on CUDA.
     """
 
     pass_rows: int = 4
@@ -29,6 +31,7 @@ class Tiles:
     tail: int = 256
     convert: int = 256
     num_warps: int = 4
+    pass_window: int = 512
 
     def checked(self) -> "Tiles":
         """Itself, or InputError naming the field that is not a power of two."""
@@ -49,7 +52,29 @@ CUDA_TILES = Tiles()
 # The interpreter's cost is per program instance and per element of a block: tiles that hold
 # a test image (on the k3-small goldens tail blocks of 2^13 to 2^14 elements beat 2^15, which
 # computes mostly masked lanes: docs/measurements.md).
-INTERPRETER_TILES = Tiles(pass_rows=64, pass_cols=128, tail=1 << 13, convert=1 << 14, num_warps=4)
+INTERPRETER_TILES = Tiles(pass_rows=64, pass_cols=128, tail=1 << 13, convert=1 << 14, num_warps=4,
+                          pass_window=2048)
+
+
+def _pow2(n: int) -> int:
+    """The smallest power of two >= n (n >= 1)."""
+    return 1 << max(0, int(n - 1).bit_length())
+
+
+def tail_block(tail: int, patch_size: int, widest: int | None = None,
+               tallest: int | None = None) -> tuple[int, int, int, int]:
+    """(ROWS, COLS, PATCHES, PATCH_ROWS) of a tail program for `tail` pixels: ROWS the power
+    of two >= patch_size, PATCHES = max(1, (tail // ROWS) // patch_size) whole patches of a
+    patch row (at most `widest`, the patch columns of the launch's widest image), COLS the
+    power of two >= PATCHES * patch_size, and PATCH_ROWS patch rows (a power of two) with what
+    is left of `tail` (at most the power of two >= `tallest`, the launch's most patch rows)."""
+    rows = _pow2(patch_size)
+    patches = max(1, min((tail // rows) // patch_size, widest or tail))
+    cols = _pow2(patches * patch_size)
+    patch_rows = 1
+    while rows * cols * patch_rows * 2 <= tail and patch_rows < (tallest or 1):
+        patch_rows *= 2
+    return rows, cols, patches, patch_rows
 
 
 def drawn_tiles(images: Sequence[Image.Image], config: PreprocessConfig) -> Tiles:
@@ -65,15 +90,18 @@ def drawn_tiles(images: Sequence[Image.Image], config: PreprocessConfig) -> Tile
     rows = max((im.height for im in images), default=1)
     cols = max((im.width for im in images), default=1)
     pixels = max((im.width * im.height for im in images), default=1)
-    elements = max((int(np.prod(plan(im.width, im.height, config).grid_thw)) * ps * ps
+    # the tail: the widest patch row (its pixels, P rows high) in 1, 2 or 4 programs
+    elements = max((int(plan(im.width, im.height, config).grid_thw[2]) * ps * _pow2(ps)
                     for im in images), default=1)
 
     def cut(extent: int) -> int:
-        whole = 1 << max(0, int(extent - 1).bit_length())  # the power of two >= extent
-        return max(1, whole >> int(rng.integers(0, 3)))
+        return max(1, _pow2(extent) >> int(rng.integers(0, 3)))
 
+    # the staged horizontal window: the interpreter's, or one so small that most tiles read
+    # tap by tap (both paths of `kernels._horizontal`)
+    window = INTERPRETER_TILES.pass_window >> int(rng.choice([0, 7]))
     return Tiles(pass_rows=cut(rows), pass_cols=cut(cols), tail=cut(elements), convert=cut(pixels),
-                 num_warps=INTERPRETER_TILES.num_warps)
+                 num_warps=INTERPRETER_TILES.num_warps, pass_window=window)
 
 
 def _flat_tiles(counts: Sequence[tuple[int, int]], block: int) -> np.ndarray:

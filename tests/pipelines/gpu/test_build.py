@@ -51,6 +51,14 @@ def test_every_specialization_compiles_for_sm_90_without_spills(sm90):
     # every kernel loads from global memory: the census of its PTX loads is recorded and shown
     assert all(r["loads"]["vector"] + r["loads"]["scalar"] > 0 and r["loads"]["widest_bits"] >= 8 for r in records)
     assert "global loads vector / scalar (widest)" in md
+    # Issue 44: the hot reads are staged by vector loads (`.v2` / `.v4`): the tail's direct
+    # read and both its bicubic passes, and both axes of the first pass. A regression to the
+    # byte-by-byte loads has no vector load left.
+    hot = [r for r in records if r["kernel"] == "resample_pass_kernel"
+           or (r["kernel"] == "tail_kernel" and "FETCH=nearest" not in r["specialization"])]
+    assert len(hot) == 18 + 54  # all but the 2 NEAREST tails (u8 "P" / "1", two output types)
+    assert [r["specialization"] for r in hot if r["loads"]["vector"] < 1] == []
+    assert all(r["loads"]["widest_bits"] >= 64 for r in hot)
 
 
 def test_the_load_census_counts_vector_and_scalar_loads_by_form():

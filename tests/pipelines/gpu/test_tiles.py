@@ -9,6 +9,8 @@ byte. The crossing itself is asserted from the geometry, independently of the pi
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from gpu_testlib import assert_same, full_range, gen, i_keyed, k3, rgba_hidden
 
@@ -19,8 +21,8 @@ from kimi_oracle.pipelines.gpu import resample as rs
 from kimi_oracle.pipelines.gpu.pipeline import Tiles, drawn_tiles
 
 P = 14
-# pass tiles 8 x 16 pixels, tail blocks of 128 elements (less than one 14 x 14 patch, so a
-# block ends inside a patch, on another row each time), convert blocks of 64 pixels.
+# pass tiles 8 x 16 pixels, tail programs of one patch each (128 pixels ask for less than one
+# 14 x 14 patch: `tail_block` gives one), convert blocks of 64 pixels.
 SMALL = Tiles(pass_rows=8, pass_cols=16, tail=128, convert=64, num_warps=4)
 LIMIT = 2
 
@@ -46,14 +48,13 @@ def _crossing(img, config, tiles: Tiles) -> dict[str, bool]:
     p = plan(img.width, img.height, config)
     order = rs.pass_order(img.width, img.height, p.new_w, p.new_h)
     mid = (img.height, p.new_w) if order[:1] == ("h",) else (p.new_h, img.width)
-    elements = p.grid_thw[1] * p.grid_thw[2] * P * P
 
     def partial(extent, tile):
         return extent > tile and extent % tile != 0
 
     return {"order": order, "pass rows": partial(mid[0], tiles.pass_rows),
             "pass cols": partial(mid[1], tiles.pass_cols),
-            "tail": partial(elements, tiles.tail) and tiles.tail < P * P,
+            "tail": p.grid_thw[2] > max(1, (tiles.tail // 16) // P),  # programs split a patch row
             "patch rows": p.grid_thw[1] >= 2, "patch cols": p.grid_thw[2] >= 2,
             "convert": partial(img.width * img.height, tiles.convert) and tiles.convert % img.width != 0}
 
@@ -82,6 +83,36 @@ def test_fill_before_resize_and_nearest_cross_tiles(gpu_kwargs):
     assert plan(45, 37, k3(LIMIT)).new_w != 45
     assert_same(preprocess(palette, k3(LIMIT), tiles=SMALL, **gpu_kwargs),
                 reference.preprocess(palette, k3(LIMIT)), "nearest small tiles")
+
+
+def _staged_tiles(img, config, tiles: Tiles) -> tuple[int, int]:
+    """(tiles staged, tiles read tap by tap) of the horizontal pass of an 8-bit RGBA image:
+    staged when every tap of the tile's columns (first tap of its first column to the end of
+    its last column's, from Pillow's support, `resample.bicubic_coeffs`) fits the window with
+    the worst alignment slack (15 bytes)."""
+    p = plan(img.width, img.height, config)
+    xmin, count, _ = rs.bicubic_coeffs(img.width, p.new_w)
+    staged = tapped = 0
+    for x0 in range(0, p.new_w, tiles.pass_cols):
+        last = min(x0 + tiles.pass_cols, p.new_w) - 1
+        span = (int(xmin[last]) + int(count[last]) - int(xmin[x0])) * 4 + 15
+        staged += span <= tiles.pass_window
+        tapped += span > tiles.pass_window
+    return staged, tapped
+
+
+def test_the_horizontal_pass_stages_its_rows_or_reads_tap_by_tap_exactly(gpu_kwargs):
+    # Both paths of `kernels._horizontal` (the first pass and the tail's second): a window
+    # that holds every tile's taps, and one that holds none (tap by tap); a 2-patch tail.
+    cfg = k3(LIMIT)
+    images = [_wide(KINDS["u8 RGBA"]), _wide(KINDS["f32 F"])]
+    expected = reference.preprocess(images, cfg)
+    wide = dataclasses.replace(SMALL, pass_window=256, tail=512)
+    narrow = dataclasses.replace(SMALL, pass_window=16)
+    assert _staged_tiles(images[0], cfg, wide) == (2, 0)
+    assert _staged_tiles(images[0], cfg, narrow) == (0, 2)
+    for tiles in (wide, narrow):
+        assert_same(preprocess(images, cfg, tiles=tiles, **gpu_kwargs), expected, f"window {tiles.pass_window}")
 
 
 def test_tiles_must_be_powers_of_two(gpu_kwargs):
