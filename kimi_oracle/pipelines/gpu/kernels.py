@@ -246,9 +246,12 @@ def _fetch(src_ptr, coef_ptr, bound_ptr, nearest_ptr, row, y_line, y, x0, cols, 
     height = tl.load(row + ROW_H).to(tl.int32)
     width = tl.load(row + ROW_W).to(tl.int32)
     x = x0 + cols
+    # A program of padding patches only starts past the image (all its lanes masked): its
+    # staged reads and its first tap start at the last column instead, inside the image.
+    x_in = tl.minimum(x0, width - 1)
     if FETCH == FETCH_DIRECT:
         line = img + tl.minimum(y_line, height - 1).to(tl.int64) * (src_w * NCH)
-        c0, c1, c2, c3 = staged_row_pixels(src_ptr, line, x0, cols, NCH, ALIGN, SEG)
+        c0, c1, c2, c3 = staged_row_pixels(src_ptr, line, x_in, cols, NCH, ALIGN, SEG)
     elif FETCH == FETCH_NEAREST:
         sy = tl.load(nearest_ptr + tl.load(row + ROW_NEAREST_Y) + y, mask=ok, other=-1)
         sx = tl.load(nearest_ptr + tl.load(row + ROW_NEAREST_X) + x, mask=ok, other=-1)
@@ -260,12 +263,12 @@ def _fetch(src_ptr, coef_ptr, bound_ptr, nearest_ptr, row, y_line, y, x0, cols, 
         ksize = tl.load(row + ROW_KSIZE).to(tl.int32)
         if FETCH == FETCH_H:
             c0, c1, c2, c3 = _horizontal(src_ptr, img, src_w * NCH, tl.minimum(y_line, height - 1),
-                                         x0, x, x < width, ok,
+                                         x_in, x, x < width, ok,
                                          tl.minimum(x0 + cols.shape[1], width) - 1, coef, bounds,
                                          ksize, NCH, DT, False, ALIGN, WIN)
         else:
             c0, c1, c2, c3 = staged_vertical(src_ptr, img, src_w * NCH, y_line, y_line < height,
-                                             x0, cols, ok, coef, bounds, ksize, NCH, DT, False,
+                                             x_in, cols, ok, coef, bounds, ksize, NCH, DT, False,
                                              ALIGN, SEG)
     return _as_level(c0, DT), _as_level(c1, DT), _as_level(c2, DT), _as_level(c3, DT)
 

@@ -11,7 +11,8 @@ row's needed elements then sit at `shift + i` (`shift` = `start` minus the round
 `SEG` is at least the row's needed elements plus `ALIGN - 1`. Reading without a mask is safe
 because every arena is allocated `stage_pad` elements longer than its contents
 (`launches.stage_pad`), and each staged row's start lies inside the image it belongs to (rows
-beyond an image are clamped to its last row, taps beyond a pass's count to its first).
+beyond an image are clamped to its last row, taps beyond a pass's count to its first, and a
+tail program of padding patches only starts at the image's last column).
 
 Exactness is kept by construction: every value is the same stored element the direct load
 read, and the sums run over the same taps in the same order.

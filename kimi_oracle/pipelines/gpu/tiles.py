@@ -39,6 +39,8 @@ class Tiles:
             value = getattr(self, field.name)
             if not isinstance(value, int) or value <= 0 or value & (value - 1):
                 raise InputError(f"tile size {field.name}={value!r} must be a positive power of two")
+        if self.pass_window < 16:
+            raise InputError(f"pass_window={self.pass_window} must be at least 16 bytes (one vector load)")
         if self.num_warps > 32:
             raise InputError(f"num_warps={self.num_warps} is more than a program can have (32)")
         return self
@@ -97,8 +99,8 @@ def drawn_tiles(images: Sequence[Image.Image], config: PreprocessConfig) -> Tile
     def cut(extent: int) -> int:
         return max(1, _pow2(extent) >> int(rng.integers(0, 3)))
 
-    # the staged horizontal window: the interpreter's, or one so small that most tiles read
-    # tap by tap (both paths of `kernels._horizontal`)
+    # the first pass's staged horizontal window: the interpreter's, or one so small that most
+    # tiles read tap by tap (both paths of `kernels._horizontal`)
     window = INTERPRETER_TILES.pass_window >> int(rng.choice([0, 7]))
     return Tiles(pass_rows=cut(rows), pass_cols=cut(cols), tail=cut(elements), convert=cut(pixels),
                  num_warps=INTERPRETER_TILES.num_warps, pass_window=window)

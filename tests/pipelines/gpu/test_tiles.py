@@ -102,10 +102,11 @@ def _staged_tiles(img, config, tiles: Tiles) -> tuple[int, int]:
 
 
 def test_the_horizontal_pass_stages_its_rows_or_reads_tap_by_tap_exactly(gpu_kwargs):
-    # Both paths of `kernels._horizontal` (the first pass and the tail's second): a window
-    # that holds every tile's taps, and one that holds none (tap by tap); a 2-patch tail.
+    # Both paths of `kernels._horizontal` in the first pass: a window that holds every tile's
+    # taps, and one that holds none (tap by tap); a 2-patch tail (the tall image's second
+    # pass is the tail's horizontal one, staged in its own window).
     cfg = k3(LIMIT)
-    images = [_wide(KINDS["u8 RGBA"]), _wide(KINDS["f32 F"])]
+    images = [_wide(KINDS["u8 RGBA"]), _wide(KINDS["f32 F"]), _tall(KINDS["u8 RGBA"])]
     expected = reference.preprocess(images, cfg)
     wide = dataclasses.replace(SMALL, pass_window=256, tail=512)
     narrow = dataclasses.replace(SMALL, pass_window=16)
@@ -120,6 +121,8 @@ def test_tiles_must_be_powers_of_two(gpu_kwargs):
 
     with pytest.raises(InputError, match="pass_cols=12"):
         preprocess([gen(8, 8, "RGB")], k3(), tiles=Tiles(pass_cols=12), **gpu_kwargs)
+    with pytest.raises(InputError, match="pass_window=8 must be at least 16 bytes"):
+        preprocess([gen(8, 8, "RGB")], k3(), tiles=Tiles(pass_window=8), **gpu_kwargs)
 
 
 def test_drawn_tiles_are_reproducible_and_bounded():
