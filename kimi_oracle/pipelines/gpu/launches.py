@@ -188,7 +188,9 @@ def _pass_launches(batch: _Batch, groups: dict[tuple, list], arenas: dict[int, t
              coefs["c8"] if dt == L.U8 else coefs["c64"], coefs["bounds"]),
             {"DT": dt, "NCH": nch, "AXIS": axis, "PREMULTIPLY": premultiply,
              "BLOCK_Y": t.pass_rows, "BLOCK_X": t.pass_cols, "ALIGN": STAGE_BYTES // _ITEM[dt],
-             "SEG": stage_segment(t.pass_cols, nch, _ITEM[dt], t.pass_rows, 32 * t.num_warps), "WIN": t.pass_window // _ITEM[dt]}, batch.options,
+             "SEG": stage_segment(t.pass_cols, nch, _ITEM[dt], t.pass_rows, 32 * t.num_warps),
+             "WIN": t.pass_window // _ITEM[dt]},
+            batch.options,
             read_bytes=sum(j.src_h * j.src_w * nch * _ITEM[dt] for j, _ in items),
             write_bytes=sum(j.mid_shape[0] * j.mid_shape[1] * nch * _ITEM[dt] for j, _ in items),
         ))
@@ -254,8 +256,8 @@ def _tail_launches(batch: _Batch, chunk: Sequence[_Job], arenas: dict[int, torch
         rows = np.stack([row for _, row, _ in items])
         grid_h = rows[:, L.ROW_ELEMS] // (ps * ps * rows[:, L.ROW_GRID_W])
         # no more patches a program than the launch's largest patch grid holds
-        block_rows, cols, patches, patch_rows = tail_block(batch.tiles.tail, ps, int(rows[:, L.ROW_GRID_W].max()),
-                                                           int(grid_h.max()))
+        block_rows, cols, patches, patch_rows = tail_block(
+            batch.tiles.tail, ps, int(rows[:, L.ROW_GRID_W].max()), int(grid_h.max()))
         # (slot, group of `patch_rows` patch rows, group of `patches` patch columns)
         tiles = _grid_tiles([(i, int(grid_h[i]), int(r[L.ROW_GRID_W])) for i, r in enumerate(rows)],
                             patch_rows, patches)
@@ -284,9 +286,9 @@ def stage_pad(tiles: Tiles, patch_size: int) -> int:
     any launch (4 channels of 8-bit elements, the most elements a row)."""
     rows, cols, _, _ = tail_block(tiles.tail, patch_size)
     threads = 32 * tiles.num_warps
+    blocks = ((tiles.pass_cols, tiles.pass_rows), (cols, rows))
     return max(tiles.pass_window, tail_window(cols, 4, 1),
-               *(stage_segment(c, n, 1, r, threads) for c, r in ((tiles.pass_cols, tiles.pass_rows), (cols, rows))
-                 for n in (1, 4)))
+               *(stage_segment(c, n, 1, r, threads) for c, r in blocks for n in (1, 4)))
 
 
 @dataclasses.dataclass
@@ -314,7 +316,8 @@ def _chunk_launches(batch: _Batch, chunk: Sequence[_Job]) -> _ChunkLaunches:
     """Host work and uploads for one chunk: its launches in order, and the tails' extent
     records (filled when the launches run)."""
     dev = batch.device
-    arenas = _upload_arenas(chunk, _layout_arenas(chunk), dev, stage_pad(batch.tiles, batch.config.patch_size))
+    arenas = _upload_arenas(chunk, _layout_arenas(chunk), dev,
+                            stage_pad(batch.tiles, batch.config.patch_size))
     tables = _device_tables(chunk, batch.config.transparent_bg_config, dev)
     ps = batch.config.patch_size
     if _writes_in_place(batch.out, dev):

@@ -25,6 +25,7 @@ import triton.language as tl
 
 from kimi_oracle.pipelines.gpu.layout import (BOUND_COUNT, BOUND_FIRST, BOUND_LEN, I32, PRECISION_BITS,
                                               PRECISION_HALF, U8, U16)
+from kimi_oracle.pipelines.gpu.tiles import _pow2
 
 # Bytes of one vector load; an arena's base is at least this aligned (torch's allocations
 # are 256-byte aligned on CUDA).
@@ -219,8 +220,7 @@ def stage_segment(cols: int, nch: int, item: int, rows: int = 1, threads: int = 
     the block's `rows` rows (`threads` of a program: 32 * num_warps on CUDA), so that every
     thread's share of the block is one vector load (`.v2` or wider) rather than a 32-bit one
     (1-channel 8-bit blocks: they read up to 2x the row they need, from L2)."""
-    need = max(cols * nch + STAGE_BYTES // item - 1, -(-8 * threads // (rows * item)))
-    return 1 << max(0, (need - 1).bit_length())
+    return _pow2(max(cols * nch + STAGE_BYTES // item - 1, -(-8 * threads // (rows * item))))
 
 
 def tail_window(cols: int, nch: int, item: int) -> int:

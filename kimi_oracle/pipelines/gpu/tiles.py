@@ -22,7 +22,8 @@ class Tiles:
     `pass_rows` x `pass_cols`: output pixels of one `resample_pass_kernel` program;
     `pass_window`: source bytes a row the horizontal pass stages for its tile (a tile
     whose taps span more reads them tap by tap); `tail`: pixels of one `tail_kernel` program,
-    whole patches of one patch row (`tail_block`: at least one patch); `convert`: pixels of
+    whole patches of a patch row, and more patch rows where they are narrow (`tail_block`: at
+    least one patch); `convert`: pixels of
     one `convert_kernel` program (flat, row-major). `num_warps` applies to every kernel on CUDA.
     """
 
