@@ -251,11 +251,37 @@ def failures(records: Sequence[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _worker(archs: list[str], result_path: Path) -> None:
-    """Child process: plan, compile every specialization for every arch, write the records."""
+def _fields(specialization: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in specialization.split())
+
+
+def covering(launches: Sequence) -> list:
+    """A sample of `launches` that, per kernel, holds every (code path, field value) pair:
+    the path is FETCH (tail) or AXIS (pass) or CONV (fill), the fields are the rest (DT, NCH,
+    CONV, OUT, PREMULTIPLY). Greedy: the launch that adds the most pairs not yet held, first
+    in plan order on a tie. `gpu build --sample` compiles only these (the default suite's build)."""
+    def pairs(launch) -> set[tuple[str, str, str, str]]:
+        f = _fields(launch.specialization)
+        path = f.get("FETCH") or f.get("AXIS") or f.get("CONV", "")
+        return {(launch.kernel_name, path, k, v) for k, v in f.items()}
+
+    todo = set().union(*(pairs(launch) for launch in launches)) if launches else set()
+    chosen: set[int] = set()
+    while todo:
+        best = max(range(len(launches)), key=lambda i: len(pairs(launches[i]) & todo))
+        chosen.add(best)
+        todo -= pairs(launches[best])
+    return [launches[i] for i in sorted(chosen)]
+
+
+def _worker(archs: list[str], result_path: Path, sample: bool = False) -> None:
+    """Child process: plan, compile every specialization (or the `covering` sample) for every
+    arch, write the records."""
     if os.environ.get("TRITON_INTERPRET"):
         raise BackendError("the build must run with TRITON_INTERPRET unset")
     launches = planned_launches()
+    if sample:
+        launches = covering(launches)
     records = [compile_launch(launch, arch) for arch in archs for launch in launches]
     from kimi_oracle.core.files import write_json
 
@@ -267,7 +293,7 @@ def _worker(archs: list[str], result_path: Path) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def run_build(archs: Sequence[str], *, timeout: float | None = None) -> list[dict[str, Any]]:
+def run_build(archs: Sequence[str], *, timeout: float | None = None, sample: bool = False) -> list[dict[str, Any]]:
     """Compile in a child process (TRITON_INTERPRET removed, fresh Triton cache, ptxas log on);
     its records. BackendError when the child fails."""
     with tempfile.TemporaryDirectory(prefix="kimi-gpu-build-") as tmp:
@@ -276,8 +302,8 @@ def run_build(archs: Sequence[str], *, timeout: float | None = None) -> list[dic
         env["TRITON_CACHE_DIR"] = str(Path(tmp) / "triton-cache")
         env["TRITON_DUMP_PTXAS_LOG"] = "1"
         code = ("import sys; from pathlib import Path; from kimi_oracle.pipelines.gpu import build; "
-                "build._worker(sys.argv[1].split(','), Path(sys.argv[2]))")
-        proc = subprocess.run([sys.executable, "-c", code, ",".join(archs), str(result)], env=env,
+                "build._worker(sys.argv[1].split(','), Path(sys.argv[2]), sys.argv[3] == '1')")
+        proc = subprocess.run([sys.executable, "-c", code, ",".join(archs), str(result), "1" if sample else "0"], env=env,
                               capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0 or not result.is_file():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-20:]
@@ -325,11 +351,13 @@ def render_markdown(records: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build(archs: Sequence[str], out_dir: Path, *, timeout: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-    """Compile for `archs`, write out_dir/build.json and build.md; (records, failures)."""
+def build(archs: Sequence[str], out_dir: Path, *, timeout: float | None = None,
+          sample: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
+    """Compile for `archs` (every specialization, or the `covering` sample), write
+    out_dir/build.json and build.md; (records, failures)."""
     from kimi_oracle.core.files import atomic_write_many, to_json
 
-    records = run_build(archs, timeout=timeout)
+    records = run_build(archs, timeout=timeout, sample=sample)
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_many({out_dir / "build.json": to_json(records), out_dir / "build.md": render_markdown(records)})
     return records, failures(records)

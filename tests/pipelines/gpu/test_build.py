@@ -1,7 +1,8 @@
 """Ahead-of-time builds for real GPUs, without one: every specialization compiles for sm_90,
 none spills, none needs more than 64 registers per thread at the default tiles.
 
-The sm_90 build runs in the default suite (one child process, about 18 s here); the
+The default suite builds the `covering` sample for sm_90 (39 of the 82 specializations, every
+(code path, field value) pair of each kernel; one child process, about 17 s here); the full
 sm_90 + sm_80 build through the CLI is `slow`.
 """
 
@@ -25,7 +26,7 @@ FIELDS = {"kernel", "specialization", "arch", "registers", "spilled_bytes", "sha
 @pytest.fixture(scope="module")
 def sm90(tmp_path_factory) -> tuple[list[dict], list[str], Path]:
     out = tmp_path_factory.mktemp("build")
-    records, bad = build.build(["sm_90"], out, timeout=900)
+    records, bad = build.build(["sm_90"], out, timeout=900, sample=True)
     return records, bad, out
 
 
@@ -35,18 +36,26 @@ def test_every_specialization_compiles_for_sm_90_without_spills(sm90):
     assert all(FIELDS <= set(r) and r["arch"] == "sm_90" and r["error"] is None for r in records)
     assert all(r["spilled_bytes"] == 0 and r["registers"] <= build.MAX_REGISTERS for r in records)
     assert all(r["ptx_target"] == "sm_90a" and r["ptx_bytes"] > 0 for r in records)
-    # The specialization space, counted by hand: the tail's (DT, NCH, FETCH, CONV) are
-    # u8: 1-band table x {direct, h, v, nearest}, 2-band table, 3-band table, RGB (3 bands),
-    # RGB(A/X) (4 bands), CMYK x {direct, h, v}; u16 / i32 / f32 x {direct, h, v}: 28, times
-    # two output types. The pass: u8 x 1..4 bands x 2 axes + premultiplied 2 and 4 bands x 2
-    # axes + 3 wide kinds x 2 axes = 18. The fill at source size: 8 conversions.
-    counts = {k: sum(r["kernel"] == k for r in records) for k in ("tail_kernel", "resample_pass_kernel", "convert_kernel")}
-    assert counts == {"tail_kernel": 56, "resample_pass_kernel": 18, "convert_kernel": 8}
-    assert len({(r["kernel"], r["specialization"]) for r in records}) == len(records)
+    # The sample holds, by hand: the tail's FETCH direct / h / v with each storage type (u8,
+    # u16, i32, f32) and each band count (1-4), and NEAREST; the pass's two axes with each
+    # type, each band count and both PREMULTIPLY; every fill conversion; both output types.
+    spec = [(r["kernel"], dict(p.split("=") for p in r["specialization"].split())) for r in records]
+    tail = [f for k, f in spec if k == "tail_kernel"]
+    for fetch in ("direct", "h", "v"):
+        assert {f["DT"] for f in tail if f["FETCH"] == fetch} == {"u8", "u16", "i32", "f32"}, fetch
+        assert {f["NCH"] for f in tail if f["FETCH"] == fetch} == {"1", "2", "3", "4"}, fetch
+    assert {f["OUT"] for f in tail} == {"fp32", "bf16"} and any(f["FETCH"] == "nearest" for f in tail)
+    passes = [f for k, f in spec if k == "resample_pass_kernel"]
+    for axis in ("h", "v"):
+        assert {(f["DT"], f["NCH"]) for f in passes if f["AXIS"] == axis} >= {
+            ("u8", "2"), ("u8", "3"), ("u8", "4"), ("u16", "1"), ("i32", "1"), ("f32", "1")}, axis
+        assert {f["PREMULTIPLY"] for f in passes if f["AXIS"] == axis} == {"0", "1"}, axis
+    assert {f["CONV"] for k, f in spec if k == "convert_kernel"} == {"table", "rgb", "cmyk", "i32", "f32"}
+    assert len(records) < 82 and len({(r["kernel"], r["specialization"]) for r in records}) == len(records)
     on_disk = json.loads((out / "build.json").read_text())
     assert on_disk == records
     md = (out / "build.md").read_text()
-    assert "## sm_90" in md and "PASS" in md and md.count("| tail_kernel |") == 56
+    assert "## sm_90" in md and "PASS" in md and md.count("| tail_kernel |") == len(tail)
     assert all(r["occupancy"] >= 0.5 for r in records)
     # every kernel loads from global memory: the census of its PTX loads is recorded and shown
     assert all(r["loads"]["vector"] + r["loads"]["scalar"] > 0 and r["loads"]["widest_bits"] >= 8 for r in records)
@@ -56,7 +65,7 @@ def test_every_specialization_compiles_for_sm_90_without_spills(sm90):
     # byte-by-byte loads has no vector load left.
     hot = [r for r in records if r["kernel"] == "resample_pass_kernel"
            or (r["kernel"] == "tail_kernel" and "FETCH=nearest" not in r["specialization"])]
-    assert len(hot) == 18 + 54  # all but the 2 NEAREST tails (u8 "P" / "1", two output types)
+    assert len(hot) == len(passes) + len(tail) - sum(f["FETCH"] == "nearest" for f in tail)
     assert [r["specialization"] for r in hot if r["loads"]["vector"] < 1] == []
     assert all(r["loads"]["widest_bits"] >= 64 for r in hot)
 
@@ -78,11 +87,10 @@ def test_the_load_census_counts_vector_and_scalar_loads_by_form():
                    "forms": {"b32": 1, "u8": 2, "v2.b32": 1, "v4.b32": 1}}
 
 
-def test_the_build_covers_every_launch_of_the_test_zoo(sm90):
+def test_the_build_covers_every_launch_of_the_test_zoo():
     # The specializations the pipeline launches for the CPU tests' images (every mode, both
-    # stages, both output types, K2.5 without a background) are all in the build.
-    records, _, _ = sm90
-    built = {(r["kernel"], r["specialization"]) for r in records}
+    # stages, both output types, K2.5 without a background) are all in the full build's plan.
+    built = {(launch.kernel_name, launch.specialization) for launch in build.planned_launches()}
     images = [im for _, im in zoo()]
     launched = set()
     for cfg in (k3(2), k3(2, stage="before_resize"), k25(2)):
@@ -134,6 +142,18 @@ def test_cli_builds_sm_90_and_sm_80(tmp_path):
     records = json.loads((tmp_path / "build.json").read_text())
     assert {r["arch"] for r in records} == {"sm_90", "sm_80"}
     assert sum(r["arch"] == "sm_80" for r in records) == sum(r["arch"] == "sm_90" for r in records) == 82
+    # The specialization space, counted by hand: the tail's (DT, NCH, FETCH, CONV) are
+    # u8: 1-band table x {direct, h, v, nearest}, 2-band table, 3-band table, RGB (3 bands),
+    # RGB(A/X) (4 bands), CMYK x {direct, h, v}; u16 / i32 / f32 x {direct, h, v}: 28, times
+    # two output types. The pass: u8 x 1..4 bands x 2 axes + premultiplied 2 and 4 bands x 2
+    # axes + 3 wide kinds x 2 axes = 18. The fill at source size: 8 conversions.
+    sm90 = [r for r in records if r["arch"] == "sm_90"]
+    counts = {k: sum(r["kernel"] == k for r in sm90) for k in ("tail_kernel", "resample_pass_kernel", "convert_kernel")}
+    assert counts == {"tail_kernel": 56, "resample_pass_kernel": 18, "convert_kernel": 8}
+    # every hot kernel (all but the 2 NEAREST tails) of both architectures reads by vector loads
+    hot = [r for r in records if r["kernel"] == "resample_pass_kernel"
+           or (r["kernel"] == "tail_kernel" and "FETCH=nearest" not in r["specialization"])]
+    assert len(hot) == 2 * (18 + 54) and [r["specialization"] for r in hot if r["loads"]["vector"] < 1] == []
     assert build.failures(records) == []
     assert {r["ptx_target"] for r in records if r["arch"] == "sm_80"} == {"sm_80"}
     assert "## sm_80" in (tmp_path / "build.md").read_text()
