@@ -265,12 +265,13 @@ def covering(launches: Sequence) -> list:
         path = f.get("FETCH") or f.get("AXIS") or f.get("CONV", "")
         return {(launch.kernel_name, path, k, v) for k, v in f.items()}
 
-    todo = set().union(*(pairs(launch) for launch in launches)) if launches else set()
+    held = [pairs(launch) for launch in launches]
+    todo = set().union(*held)
     chosen: set[int] = set()
     while todo:
-        best = max(range(len(launches)), key=lambda i: len(pairs(launches[i]) & todo))
+        best = max(range(len(held)), key=lambda i: len(held[i] & todo))
         chosen.add(best)
-        todo -= pairs(launches[best])
+        todo -= held[best]
     return [launches[i] for i in sorted(chosen)]
 
 

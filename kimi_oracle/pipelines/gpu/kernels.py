@@ -132,10 +132,7 @@ def _bicubic(img, line, stride, index, index_ok, ok, coef, bounds, ksize,
     its weights once); tap k of a pixel is at `img + line + (first + k) * stride`.
     PREMULTIPLY: colour bands are multiplied by the last band (alpha) on load.
     """
-    first, count, weights, acc0 = _sum_setup(bounds, coef, index, index_ok, ksize, ok, DT)
-    acc1 = acc0
-    acc2 = acc0
-    acc3 = acc0
+    first, count, weights, acc0, acc1, acc2, acc3 = _sum_setup(bounds, coef, index, index_ok, ksize, ok, DT)
     for k in range(ksize):
         tap = ok & (k < count)
         w = tl.load(weights + k, mask=index_ok & (k < count), other=0)

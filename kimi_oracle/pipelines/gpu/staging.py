@@ -82,10 +82,7 @@ def staged_vertical(arena, img, row_w, y, y_ok, x0, cols, ok, coef, bounds, ksiz
     """The vertical bicubic sums of output rows `y` [R] at columns x0 + cols [1, C] over the
     image at element offset `img` (rows of `row_w` elements): per tap, the tap's source rows
     are one staged block. Same taps, weights and order as `kernels._bicubic`."""
-    first, count, weights, acc0 = _sum_setup(bounds, coef, y, y_ok, ksize, ok, DT)
-    acc1 = acc0
-    acc2 = acc0
-    acc3 = acc0
+    first, count, weights, acc0, acc1, acc2, acc3 = _sum_setup(bounds, coef, y, y_ok, ksize, ok, DT)
     for k in range(ksize):
         used = y_ok & (k < count)
         w = tl.load(weights + k, mask=used, other=0)[:, None]
@@ -105,7 +102,7 @@ def staged_horizontal(arena, line, x, x_ok, ok, coef, bounds, ksize, x_first,
     `line` [R] from the arena's base, from one staged block of WIN elements a row, which the
     caller has checked holds every tap of the tile (`x_first`: the first tap of its first
     column). Same taps, weights and order as `kernels._bicubic`."""
-    first, count, weights, acc0 = _sum_setup(bounds, coef, x, x_ok, ksize, ok, DT)
+    first, count, weights, acc0, acc1, acc2, acc3 = _sum_setup(bounds, coef, x, x_ok, ksize, ok, DT)
     R: tl.constexpr = line.shape[0]
     C: tl.constexpr = x.shape[1]
     block, shift = _staged(arena, line + x_first * NCH, ALIGN, WIN)
@@ -113,9 +110,6 @@ def staged_horizontal(arena, line, x, x_ok, ok, coef, bounds, ksize, x_first,
     # columns past the image start at the tile's first tap: no index below the block
     at = tl.reshape(tl.arange(0, R)[:, None] * WIN + shift[:, None]
                     + (tl.where(x_ok, first, x_first) - x_first) * NCH, [R * C])
-    acc1 = acc0
-    acc2 = acc0
-    acc3 = acc0
     for k in range(ksize):
         tap = ok & (k < count)
         w = tl.load(weights + k, mask=x_ok & (k < count), other=0)
@@ -179,15 +173,16 @@ def _summed(acc0, acc1, acc2, acc3, c0, c1, c2, c3, w, tap, NCH: tl.constexpr, D
 
 @triton.jit
 def _sum_setup(bounds, coef, index, index_ok, ksize, ok, DT: tl.constexpr):
-    """(first tap, tap count, weights, start of the sums) of the output indices `index` of a
-    bicubic axis; the sums start at half a unit on the 8-bit path (the final shift rounds)."""
+    """(first tap, tap count, weights, and the start of each of the four channel sums) of the
+    output indices `index` of a bicubic axis; the sums start at half a unit on the 8-bit path
+    (the final shift rounds)."""
     first = tl.load(bounds + index * BOUND_LEN + BOUND_FIRST, mask=index_ok, other=0)
     count = tl.load(bounds + index * BOUND_LEN + BOUND_COUNT, mask=index_ok, other=0)
     if DT == U8:
         start = tl.full(ok.shape, PRECISION_HALF, tl.int32)
     else:
         start = tl.zeros(ok.shape, tl.float64)
-    return first, count, coef + index * ksize, start
+    return first, count, coef + index * ksize, start, start, start, start
 
 
 @triton.jit

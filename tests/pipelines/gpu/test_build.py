@@ -23,6 +23,12 @@ from kimi_oracle.pipelines.gpu.pipeline import launch_plan
 FIELDS = {"kernel", "specialization", "arch", "registers", "spilled_bytes", "shared_bytes", "ptx_bytes"}
 
 
+def _hot(records: list[dict]) -> list[dict]:
+    """The records whose reads issue 44 stages by vector loads: every pass, every tail but NEAREST."""
+    return [r for r in records if r["kernel"] == "resample_pass_kernel"
+            or (r["kernel"] == "tail_kernel" and "FETCH=nearest" not in r["specialization"])]
+
+
 @pytest.fixture(scope="module")
 def sm90(tmp_path_factory) -> tuple[list[dict], list[str], Path]:
     out = tmp_path_factory.mktemp("build")
@@ -39,7 +45,7 @@ def test_every_specialization_compiles_for_sm_90_without_spills(sm90):
     # The sample holds, by hand: the tail's FETCH direct / h / v with each storage type (u8,
     # u16, i32, f32) and each band count (1-4), and NEAREST; the pass's two axes with each
     # type, each band count and both PREMULTIPLY; every fill conversion; both output types.
-    spec = [(r["kernel"], dict(p.split("=") for p in r["specialization"].split())) for r in records]
+    spec = [(r["kernel"], build._fields(r["specialization"])) for r in records]
     tail = [f for k, f in spec if k == "tail_kernel"]
     for fetch in ("direct", "h", "v"):
         assert {f["DT"] for f in tail if f["FETCH"] == fetch} == {"u8", "u16", "i32", "f32"}, fetch
@@ -63,8 +69,7 @@ def test_every_specialization_compiles_for_sm_90_without_spills(sm90):
     # Issue 44: the hot reads are staged by vector loads (`.v2` / `.v4`): the tail's direct
     # read and both its bicubic passes, and both axes of the first pass. A regression to the
     # byte-by-byte loads has no vector load left.
-    hot = [r for r in records if r["kernel"] == "resample_pass_kernel"
-           or (r["kernel"] == "tail_kernel" and "FETCH=nearest" not in r["specialization"])]
+    hot = _hot(records)
     assert len(hot) == len(passes) + len(tail) - sum(f["FETCH"] == "nearest" for f in tail)
     assert [r["specialization"] for r in hot if r["loads"]["vector"] < 1] == []
     assert all(r["loads"]["widest_bits"] >= 64 for r in hot)
@@ -151,8 +156,7 @@ def test_cli_builds_sm_90_and_sm_80(tmp_path):
     counts = {k: sum(r["kernel"] == k for r in sm90) for k in ("tail_kernel", "resample_pass_kernel", "convert_kernel")}
     assert counts == {"tail_kernel": 56, "resample_pass_kernel": 18, "convert_kernel": 8}
     # every hot kernel (all but the 2 NEAREST tails) of both architectures reads by vector loads
-    hot = [r for r in records if r["kernel"] == "resample_pass_kernel"
-           or (r["kernel"] == "tail_kernel" and "FETCH=nearest" not in r["specialization"])]
+    hot = _hot(records)
     assert len(hot) == 2 * (18 + 54) and [r["specialization"] for r in hot if r["loads"]["vector"] < 1] == []
     assert build.failures(records) == []
     assert {r["ptx_target"] for r in records if r["arch"] == "sm_80"} == {"sm_80"}
