@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -122,10 +123,24 @@ def interpret_option(func):
 _INTERPRET_ANNOUNCED = False
 
 
+# The device files that a GPU torch can use brings on Linux: NVIDIA's driver, ROCm's, WSL2's.
+_GPU_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+
+
+def gpu_device_nodes() -> bool:
+    """Whether this machine may have a GPU: one of its driver's device files exists (Linux), or
+    the platform is another (not known without asking torch)."""
+    if not sys.platform.startswith("linux"):
+        return True
+    return any(os.path.exists(node) for node in _GPU_NODES)
+
+
 def cuda_visible() -> bool:
     """True when a CUDA device is visible to torch."""
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
         return False
+    if not gpu_device_nodes():
+        return False  # (no device for any driver torch can use: answered without importing torch)
     try:
         import torch
 

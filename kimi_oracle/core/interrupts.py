@@ -9,7 +9,9 @@ an interrupt is never lost and a run can never end as if nothing had happened.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 from typing import Callable, Iterator
 
 from kimi_oracle.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
@@ -78,3 +80,21 @@ def held() -> Iterator[Callable[[], bool]]:
         yield lambda: requested() or bool(wanted & signal.sigpending())
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, wanted)
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send `sig` to this process when its parent ends (Linux; elsewhere
+    nothing). A process whose parent already ended gets `sig` at once."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        parent = os.getppid()
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent or parent == 1:  # the parent ended before the request
+            os.kill(os.getpid(), sig)
+    except (OSError, AttributeError):  # pragma: no cover - no libc prctl
+        pass

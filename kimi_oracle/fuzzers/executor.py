@@ -5,7 +5,6 @@ from __future__ import annotations
 import faulthandler
 import os
 import signal
-import sys
 import time
 from typing import Any
 
@@ -13,6 +12,7 @@ import torch
 from PIL import Image
 
 from kimi_oracle.core import memory
+from kimi_oracle.core.interrupts import die_with_parent  # (its home: no torch; importable here as before)
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import BackendError, CandidateError
 from kimi_oracle.core.images import unpack_raw
@@ -20,24 +20,6 @@ from kimi_oracle.fuzzers.confine import absolute_spec, confine, settle_output
 from kimi_oracle.oracle.candidates import Candidate, CandidateCrash
 from kimi_oracle.oracle.checks import CRASH
 from kimi_oracle.pipelines import outputs
-
-
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
-    """Ask the kernel to send `sig` to this process when its parent ends (Linux; elsewhere
-    nothing). A process whose parent already ended gets `sig` at once."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        parent = os.getppid()
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-        if os.getppid() != parent or parent == 1:  # the parent ended before the request
-            os.kill(os.getpid(), sig)
-    except (OSError, AttributeError):  # pragma: no cover - no libc prctl
-        pass
 
 
 def lead_own_group() -> None:

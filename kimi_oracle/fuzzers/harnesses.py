@@ -44,7 +44,7 @@ from kimi_oracle.core.errors import InputError
 from kimi_oracle.fuzzers import HARNESSES
 from kimi_oracle.inputs.draw import DrawOptions, ProviderSource, draw_fuzz_case
 from kimi_oracle.inputs.generators import DEFAULT_MAX_SIDE, CaseParams, FuzzCase, config_variants
-from kimi_oracle.oracle.checks import CRASH
+from kimi_oracle.oracle.kinds import CRASH
 from kimi_oracle.oracle.grouping import finding_key
 
 # Decoder harness pixel cap: far below Pillow's bomb limit, so one input stays fast.

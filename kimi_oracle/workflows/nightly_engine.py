@@ -12,13 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from kimi_oracle.core.activity import Activity
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.text import safe_text
-from kimi_oracle.fuzzers.scenario_fuzz import ScenarioFuzzOptions
-from kimi_oracle.oracle.request_checks import REQUEST_CHECKS
 from kimi_oracle.results.report import JUnitCase
-from kimi_oracle.workflows.engine_stage import engine_stage
+
+# The stage itself (the engine, its scenarios, the request checks) imports torch: imported where it
+# runs, so a campaign without --engine (its runner and its atheris worker) never does.
 
 CLASSNAME = "kimi-oracle.nightly.engine"
 # The share of the campaign's budget kept for the engine stage when there is one (the workers get
@@ -35,6 +34,10 @@ def worker_budget(budget_s: float, engine: str | None) -> float:
 def run(spec: str, config: PreprocessConfig, out: Path, scenarios: int, seed: int, tolerance: str,
         case_timeout_s: float, memory_limit_mb: int | None, budget_s: float) -> dict[str, Any]:
     """The scenario stage into OUT/engine within `budget_s`; its summary (with `verdict`)."""
+    from kimi_oracle.core.activity import Activity
+    from kimi_oracle.fuzzers.scenario_fuzz import ScenarioFuzzOptions
+    from kimi_oracle.workflows.engine_stage import engine_stage
+
     options = ScenarioFuzzOptions(examples=scenarios, seed=seed, tolerance=tolerance, budget_s=max(budget_s, 0.0))
     summary = engine_stage(spec, config, out / "engine", options, case_timeout_s, memory_limit_mb, Activity())
     summary["engine"] = spec
@@ -66,6 +69,8 @@ def junit_cases(info: Mapping[str, Any] | None) -> list[JUnitCase]:
     """One case per request check (failing when a finding's first check is it)."""
     if not info:
         return []
+    from kimi_oracle.oracle.request_checks import REQUEST_CHECKS
+
     cases = []
     for check in REQUEST_CHECKS:
         mine = [f for f in info.get("findings") or [] if f.get("check") == check]

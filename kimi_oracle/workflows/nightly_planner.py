@@ -16,14 +16,17 @@ from typing import Any, Mapping
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.defaults import start_timeout
 from kimi_oracle.core.files import utc_now, versions, write_json
-from kimi_oracle.fuzzers.planner_fuzz import fuzz_planner, run_isolated
-from kimi_oracle.oracle.planner import PLANNER_KINDS, PlannerReport, load_planner
 from kimi_oracle.results.report import JUnitCase
+
+# The planner's fuzzing and loading import torch (the engines behind them): imported where they run,
+# so a campaign without --planner never does.
 
 CLASSNAME = "kimi-oracle.nightly.planner"
 
 
-def _loaded(spec: str) -> PlannerReport:
+def _loaded(spec: str) -> Any:
+    from kimi_oracle.oracle.planner import PlannerReport, load_planner
+
     load_planner(spec)  # CandidateError (sent back, raised by run_isolated) when it cannot load
     return PlannerReport(spec)
 
@@ -32,6 +35,7 @@ def validate(spec: str, budget_s: float) -> None:
     """Load the planner in its own process; CandidateError (exit 2) when it cannot be loaded,
     also when loading it hangs past `start_timeout(budget_s)`."""
     from kimi_oracle.core.errors import CandidateError
+    from kimi_oracle.fuzzers.planner_fuzz import run_isolated
 
     report = run_isolated(_loaded, spec, planner=spec, budget_s=start_timeout(budget_s))
     if report.errors:
@@ -41,6 +45,8 @@ def validate(spec: str, budget_s: float) -> None:
 def run(spec: str, sizes: int, config: PreprocessConfig, seed: int, vary_config: bool, out: Path,
         case_timeout_s: float, budget_s: float) -> dict[str, Any]:
     """The planner fuzzed in its own process; OUT/planner.json; the report as a dict."""
+    from kimi_oracle.fuzzers.planner_fuzz import fuzz_planner, run_isolated
+
     report = run_isolated(fuzz_planner, spec, config, planner=spec, sizes=sizes, seed=seed, vary_config=vary_config,
                           case_timeout_s=case_timeout_s, budget_s=budget_s)
     data = report.to_dict()
@@ -55,6 +61,8 @@ def junit_cases(planner: Mapping[str, Any] | None) -> list[JUnitCase]:
     """One case per planner finding kind (failing when it has findings) and one per error."""
     if not planner:
         return []
+    from kimi_oracle.oracle.planner import PLANNER_KINDS
+
     cases = []
     findings = list(planner.get("findings") or [])
     for kind in PLANNER_KINDS:

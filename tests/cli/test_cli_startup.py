@@ -95,3 +95,34 @@ def test_help_usage_errors_and_refusals_import_no_torch(startup):
 def test_the_count_can_see_torch(startup):
     _, results = startup
     assert results[-1]["argv"] == ["<control>"] and "torch" in results[-1]["heavy"]
+
+
+ORCHESTRATION = r"""
+import json, sys
+from kimi_oracle.cli import common
+import kimi_oracle.cli.nightly, kimi_oracle.workflows.nightly, kimi_oracle.workflows.nightly.worker
+import kimi_oracle.workflows.nightly.merge
+from kimi_oracle.core.interrupts import die_with_parent
+out = {"modules": sorted(m for m in %r if m in sys.modules)}
+common._GPU_NODES = ("/nonexistent/nvidia0",)
+out["no_nodes"] = [common.cuda_visible(), "torch" in sys.modules]
+common._GPU_NODES = ("/dev/null",)  # a node that exists: now only torch can answer
+out["a_node"] = [common.cuda_visible(), "torch" in sys.modules]
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_a_campaigns_runner_and_its_atheris_worker_import_no_torch():
+    # The runner and the atheris worker only start and watch processes: each torch import they
+    # skip is seconds of every nightly run. Without a GPU's device file, asking whether CUDA is
+    # visible needs no torch either; with one, torch answers.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    proc = subprocess.run([sys.executable, "-c", ORCHESTRATION % (HEAVY,)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert line is not None, proc.stdout[-2000:] + proc.stderr[-2000:]
+    got = json.loads(line[len("RESULT "):])
+    assert got["modules"] == []
+    assert got["no_nodes"] == [False, False]
+    assert got["a_node"][1] is True

@@ -30,7 +30,7 @@ and status files), `worker` (the worker entry, hypothesis), `libfuzzer` (atheris
 
 from __future__ import annotations
 
-from kimi_oracle.oracle.checks import FINDING_KINDS  # noqa: F401  (re-exported, as before)
+from kimi_oracle.oracle.kinds import FINDING_KINDS  # noqa: F401  (re-exported, as before)
 from kimi_oracle.workflows.nightly.common import (  # noqa: F401
     SUMMARY_SCHEMA,
     SUMMARY_SCHEMA_VERSION,

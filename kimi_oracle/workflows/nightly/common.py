@@ -10,7 +10,7 @@ from typing import Any
 
 from kimi_oracle.core.defaults import DEFAULT_CASE_TIMEOUT_S
 from kimi_oracle.core.errors import KimiOracleError
-from kimi_oracle.oracle.checks import FINDING_KINDS
+from kimi_oracle.oracle.kinds import FINDING_KINDS
 
 
 SUMMARY_SCHEMA = "kimi-oracle.nightly-summary"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from kimi_oracle.core.files import atomic_write_text
-from kimi_oracle.oracle.checks import CRASH, TIMEOUT
+from kimi_oracle.oracle.kinds import CRASH, TIMEOUT
 from kimi_oracle.workflows.nightly.common import _read_json, derive_seed
 from kimi_oracle.workflows.nightly.processes import CappedLog, pump
 from kimi_oracle.workflows.nightly.spec import WorkerSpec, _Status, _base_config

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,7 +34,7 @@ def worker_main(spec_path: str) -> int:
     # SIGINT (the runner stopping it) and SIGTERM: recorded and raised, checked again at every
     # example (fuzz() re-raises a swallowed one); and the worker ends when the runner does.
     interrupts.install()
-    from kimi_oracle.fuzzers.sandbox import die_with_parent
+    from kimi_oracle.core.interrupts import die_with_parent
 
     die_with_parent(signal.SIGTERM)
     if spec.runner_pid and os.getppid() != spec.runner_pid:
