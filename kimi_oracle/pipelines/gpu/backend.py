@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
+import sys
 import threading
 from typing import Any
 
@@ -26,7 +28,25 @@ def _kernels() -> Any:
             except ImportError as exc:
                 raise BackendError(f"the GPU pipeline needs triton, which cannot be imported: {exc}") from None
             _KERNELS_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+            if _KERNELS_INTERPRETED:
+                _skip_discarded_overflow_checks()
     return _KERNELS
+
+
+def _skip_discarded_overflow_checks() -> bool:
+    """Triton's interpreter computes an overflow check for every 32-bit integer add, sub and mul
+    (`sanitize_overflow`, on by default) and then drops it: a device assert acts only with `debug`
+    on, which the interpreter's options leave off. That dead work is about 30 % of an interpreted
+    kernel's time, so with debug off it is not done (the result is the same: int32 wraps, as on
+    the device). Returns whether it was turned off; a Triton without these options is left as is."""
+    interp = sys.modules.get("triton.runtime.interpreter")
+    builder = getattr(interp, "interpreter_builder", None)
+    options = getattr(builder, "options", None)
+    if (not dataclasses.is_dataclass(options) or getattr(options, "debug", True)
+            or not getattr(options, "sanitize_overflow", False)):
+        return False
+    builder.options = dataclasses.replace(options, sanitize_overflow=False)
+    return True
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:

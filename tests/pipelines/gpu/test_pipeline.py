@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from gpu_testlib import PATTERNS, assert_same, full_range, gen, k3, k25, rgba_hidden
+from gpu_testlib import DEVICE, PATTERNS, assert_same, full_range, gen, k3, k25, rgba_hidden
 from gpu_testlib import zoo as _zoo
 from PIL import Image
 
@@ -374,3 +374,41 @@ def test_no_backend_is_a_clear_error():
     assert r.returncode == 0, r.stdout + r.stderr
     if "BackendError" in r.stdout:
         assert "TRITON_INTERPRET" in r.stdout
+
+
+
+def _doubled(value: int) -> int:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def double(x_ptr, out_ptr):
+        x = tl.load(x_ptr)
+        tl.store(out_ptr, x + x)
+
+    x = torch.tensor([value], dtype=torch.int32)
+    out = torch.zeros(1, dtype=torch.int32)
+    double[(1,)](x, out)
+    return int(out[0])
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter's options (compiled kernels have their own)")
+def test_the_interpreters_discarded_overflow_checks_are_skipped(monkeypatch):
+    import triton.runtime.interpreter as interp
+
+    from kimi_oracle.pipelines.gpu import backend
+
+    preprocess([gen(3, 2, "RGB")], k3(), device="cpu")  # (loads the kernels: the options are set then)
+    options = interp.interpreter_builder.options
+    assert options.sanitize_overflow is False and options.debug is False
+    # What was skipped did nothing: with Triton's own default (checks on, debug off) an int32 add
+    # that overflows is not reported either; it wraps, as on the device.
+    monkeypatch.setattr(interp.interpreter_builder, "options", dataclasses.replace(options, sanitize_overflow=True))
+    assert _doubled(2**30 + 1) == 2 * (2**30 + 1) - 2**32
+    assert _doubled(1000) == 2000
+    # With debug on the checks act, and the backend leaves them on.
+    debug = dataclasses.replace(options, sanitize_overflow=True, debug=True)
+    monkeypatch.setattr(interp.interpreter_builder, "options", debug)
+    with pytest.raises(Exception, match="int32 overflow detected"):  # (triton.runtime.errors.InterpreterError)
+        _doubled(2**30 + 1)
+    assert backend._skip_discarded_overflow_checks() is False and interp.interpreter_builder.options is debug
