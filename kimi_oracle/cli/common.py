@@ -104,7 +104,7 @@ def make_oracle(name: str, check_share: float, seed: int | None) -> Any:
     if not cuda_visible():
         from kimi_oracle.core.errors import KimiOracleError
 
-        raise KimiOracleError("--oracle gpu needs a CUDA device (none is visible to torch here); "
+        raise KimiOracleError("--oracle gpu needs a CUDA device (none is visible here); "
                               "use --oracle reference")
     from kimi_oracle.oracle.gpu_oracle import GpuOracle
 
@@ -123,13 +123,16 @@ def interpret_option(func):
 _INTERPRET_ANNOUNCED = False
 
 
-# The device files that a GPU torch can use brings on Linux: NVIDIA's driver, ROCm's, WSL2's.
-_GPU_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+# What a GPU that torch can use leaves on Linux once its driver is loaded: NVIDIA's kernel module
+# (its /proc and /sys entries exist even before nvidia-modprobe makes the device files), its device
+# files, a Jetson's, ROCm's (amdgpu, /dev/kfd) and WSL2's /dev/dxg. None of them: no GPU.
+_GPU_NODES = ("/proc/driver/nvidia", "/sys/module/nvidia", "/dev/nvidiactl", "/dev/nvidia0", "/dev/nvhost-ctrl-gpu",
+              "/dev/nvgpu", "/sys/module/amdgpu", "/dev/kfd", "/dev/dxg")
 
 
 def gpu_device_nodes() -> bool:
-    """Whether this machine may have a GPU: one of its driver's device files exists (Linux), or
-    the platform is another (not known without asking torch)."""
+    """Whether this machine may have a GPU: a GPU driver's module or device file exists (Linux),
+    or the platform is another (not known without asking torch)."""
     if not sys.platform.startswith("linux"):
         return True
     return any(os.path.exists(node) for node in _GPU_NODES)
@@ -140,7 +143,7 @@ def cuda_visible() -> bool:
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
         return False
     if not gpu_device_nodes():
-        return False  # (no device for any driver torch can use: answered without importing torch)
+        return False  # (no GPU driver loaded at all: answered without importing torch)
     try:
         import torch
 

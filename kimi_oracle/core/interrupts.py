@@ -4,6 +4,10 @@ A signal's exception can be swallowed when it lands in code that ignores excepti
 collector callback, a `__del__`): Python then prints "Exception ignored" and goes on. So the
 handlers also record the signal, and long loops call `raise_if_requested()` at every example:
 an interrupt is never lost and a run can never end as if nothing had happened.
+
+Also the two process-lifetime calls that need no torch: `die_with_parent` (the kernel ends this
+process with its parent) and `kill_group` (SIGKILL to a process group); the sandbox's executor
+re-exports them.
 """
 
 from __future__ import annotations
@@ -97,4 +101,20 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
         if os.getppid() != parent or parent == 1:  # the parent ended before the request
             os.kill(os.getpid(), sig)
     except (OSError, AttributeError):  # pragma: no cover - no libc prctl
+        pass
+
+
+def kill_group(pid: int | None) -> None:
+    """SIGKILL to the process group led by `pid` (an executor that called `lead_own_group`): the
+    executor and every descendant still in its group. Nothing when there is none."""
+    if not pid:
+        return
+    try:
+        if os.getpgid(pid) != pid:  # (not a leader: an executor that died before it led its group)
+            return
+    except OSError:  # the leader is gone; its group may live on
+        pass
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
         pass

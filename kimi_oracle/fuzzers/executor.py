@@ -12,10 +12,11 @@ import torch
 from PIL import Image
 
 from kimi_oracle.core import memory
-from kimi_oracle.core.interrupts import die_with_parent  # (its home: no torch; importable here as before)
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import BackendError, CandidateError
 from kimi_oracle.core.images import unpack_raw
+# (their home has no torch: the nightly runner and its atheris worker use them; importable here as before)
+from kimi_oracle.core.interrupts import die_with_parent, kill_group  # noqa: F401
 from kimi_oracle.fuzzers.confine import absolute_spec, confine, settle_output
 from kimi_oracle.oracle.candidates import Candidate, CandidateCrash
 from kimi_oracle.oracle.checks import CRASH
@@ -28,22 +29,6 @@ def lead_own_group() -> None:
     try:
         os.setpgid(0, 0)
     except OSError:  # pragma: no cover - already a group leader
-        pass
-
-
-def kill_group(pid: int | None) -> None:
-    """SIGKILL to the process group led by `pid` (an executor that called `lead_own_group`): the
-    executor and every descendant still in its group. Nothing when there is none."""
-    if not pid:
-        return
-    try:
-        if os.getpgid(pid) != pid:  # (not a leader: an executor that died before it led its group)
-            return
-    except OSError:  # the leader is gone; its group may live on
-        pass
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
         pass
 
 

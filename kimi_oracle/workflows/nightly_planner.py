@@ -11,12 +11,15 @@ JUnit test cases (one per planner finding kind, and one per error).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.defaults import start_timeout
 from kimi_oracle.core.files import utc_now, versions, write_json
 from kimi_oracle.results.report import JUnitCase
+
+if TYPE_CHECKING:
+    from kimi_oracle.oracle.planner import PlannerReport
 
 # The planner's fuzzing and loading import torch (the engines behind them): imported where they run,
 # so a campaign without --planner never does.
@@ -24,7 +27,7 @@ from kimi_oracle.results.report import JUnitCase
 CLASSNAME = "kimi-oracle.nightly.planner"
 
 
-def _loaded(spec: str) -> Any:
+def _loaded(spec: str) -> "PlannerReport":
     from kimi_oracle.oracle.planner import PlannerReport, load_planner
 
     load_planner(spec)  # CandidateError (sent back, raised by run_isolated) when it cannot load

@@ -216,7 +216,7 @@ def minimize_corpus(name: str, corpus: Path, work: Path, config: Mapping[str, An
     measure). The harness runs the reference on both sides in this process's children, so no
     candidate code runs and nothing is a finding; `work` holds its config, control file and log.
     Returns (entries in `corpus` after, "" when minimized, else why it was kept as it is)."""
-    from kimi_oracle.fuzzers.executor import kill_group
+    from kimi_oracle.core.interrupts import kill_group
     from kimi_oracle.fuzzers.harnesses import HarnessSettings
 
     before = sum(1 for p in corpus.iterdir() if p.is_file())

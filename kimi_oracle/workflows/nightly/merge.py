@@ -35,8 +35,7 @@ from typing import Any, Sequence
 
 from kimi_oracle.core.errors import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, InputError, KimiOracleError
 from kimi_oracle.core.files import load_json, read_file, utc_now, versions
-from kimi_oracle.oracle.kinds import FINDING_KINDS
-from kimi_oracle.oracle.kinds import PROJECT_KINDS
+from kimi_oracle.oracle.kinds import FINDING_KINDS, PROJECT_KINDS
 from kimi_oracle.results.aggregation import root_cause_rows
 from kimi_oracle.results.case_file import load_case_image, read_case
 from kimi_oracle.results.scenario_report import SCENARIO_FILE, read_scenario

@@ -11,8 +11,7 @@ from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.files import atomic_write_text, utc_now, versions, write_json
 from kimi_oracle.core.text import safe_text
 from kimi_oracle.oracle.kinds import FINDING_KINDS as _RUN_KINDS
-from kimi_oracle.oracle.kinds import INVARIANCE
-from kimi_oracle.oracle.kinds import PROJECT_KINDS
+from kimi_oracle.oracle.kinds import INVARIANCE, PROJECT_KINDS
 
 # The kinds a campaign files: the candidate's, then those against the project (`--oracle gpu`).
 FINDING_KINDS = tuple(_RUN_KINDS) + tuple(PROJECT_KINDS)

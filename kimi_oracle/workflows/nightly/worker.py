@@ -34,9 +34,7 @@ def worker_main(spec_path: str) -> int:
     # SIGINT (the runner stopping it) and SIGTERM: recorded and raised, checked again at every
     # example (fuzz() re-raises a swallowed one); and the worker ends when the runner does.
     interrupts.install()
-    from kimi_oracle.core.interrupts import die_with_parent
-
-    die_with_parent(signal.SIGTERM)
+    interrupts.die_with_parent(signal.SIGTERM)
     if spec.runner_pid and os.getppid() != spec.runner_pid:
         return EXIT_INTERRUPTED  # the runner ended before this worker started
     out = Path(spec.out)

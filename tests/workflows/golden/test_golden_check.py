@@ -186,7 +186,7 @@ def test_wrong_candidate_fails_on_exactly_its_wrong_cases(golden_copy):
         return _nudged("LA")(images, config)
 
     # (which cases change is the point here: their diagnosis, about 0.4 s each for these 56, is
-    # test_differing_pixel_cases_name_their_root_causes')
+    # test_differing_pixel_cases_name_their_root_causes)
     report = golden.check(golden_copy, one_at_a_time, kinds=["pixels"], profiles=["k3-small"],
                           write_obtained=False, diagnose=False)
     changed = {c.key for c in report.files[0].changes}
