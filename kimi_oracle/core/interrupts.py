@@ -5,9 +5,9 @@ collector callback, a `__del__`): Python then prints "Exception ignored" and goe
 handlers also record the signal, and long loops call `raise_if_requested()` at every example:
 an interrupt is never lost and a run can never end as if nothing had happened.
 
-Also the two process-lifetime calls that need no torch: `die_with_parent` (the kernel ends this
-process with its parent) and `kill_group` (SIGKILL to a process group); the sandbox's executor
-re-exports them.
+Also the process-lifetime calls that need no torch: `die_with_parent` (the kernel ends this
+process with its parent), `lead_own_group` and `kill_group` (a process group led, then ended with
+SIGKILL); the sandbox's executor re-exports them.
 """
 
 from __future__ import annotations
@@ -101,6 +101,15 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
         if os.getppid() != parent or parent == 1:  # the parent ended before the request
             os.kill(os.getpid(), sig)
     except (OSError, AttributeError):  # pragma: no cover - no libc prctl
+        pass
+
+
+def lead_own_group() -> None:
+    """Make this process the leader of a new process group: whatever it forks (and they fork)
+    stays in that group unless it leaves on purpose, and `kill_group` ends them all with it."""
+    try:
+        os.setpgid(0, 0)
+    except OSError:  # pragma: no cover - already a group leader
         pass
 
 

@@ -16,20 +16,11 @@ from kimi_oracle.core.config import PreprocessConfig
 from kimi_oracle.core.errors import BackendError, CandidateError
 from kimi_oracle.core.images import unpack_raw
 # (their home has no torch: the nightly runner and its atheris worker use them; importable here as before)
-from kimi_oracle.core.interrupts import die_with_parent, kill_group  # noqa: F401
+from kimi_oracle.core.interrupts import die_with_parent, kill_group, lead_own_group  # noqa: F401
 from kimi_oracle.fuzzers.confine import absolute_spec, confine, settle_output
 from kimi_oracle.oracle.candidates import Candidate, CandidateCrash
 from kimi_oracle.oracle.checks import CRASH
 from kimi_oracle.pipelines import outputs
-
-
-def lead_own_group() -> None:
-    """Make this process the leader of a new process group: whatever it forks (and they fork)
-    stays in that group unless it leaves on purpose, and `kill_group` ends them all with it."""
-    try:
-        os.setpgid(0, 0)
-    except OSError:  # pragma: no cover - already a group leader
-        pass
 
 
 # ---------------------------------------------------------------------------------------------

@@ -102,7 +102,7 @@ import json, sys
 from kimi_oracle.cli import common
 import kimi_oracle.cli.nightly, kimi_oracle.workflows.nightly, kimi_oracle.workflows.nightly.worker
 import kimi_oracle.workflows.nightly.merge
-from kimi_oracle.core.interrupts import die_with_parent, kill_group
+from kimi_oracle.core.interrupts import die_with_parent, kill_group, lead_own_group
 out = {"modules": sorted(m for m in %r if m in sys.modules)}
 common._GPU_NODES = ("/nonexistent/nvidia0",)
 out["no_nodes"] = [common.cuda_visible(), "torch" in sys.modules]

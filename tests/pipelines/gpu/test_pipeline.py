@@ -376,7 +376,6 @@ def test_no_backend_is_a_clear_error():
         assert "TRITON_INTERPRET" in r.stdout
 
 
-
 def _doubled(value: int) -> int:
     import triton
     import triton.language as tl
